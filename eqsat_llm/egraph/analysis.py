@@ -1,0 +1,263 @@
+"""Shape and dtype analyses inside the e-graph, computed by one rule per op.
+
+Every op declares a `shape_rule` and a `dtype_rule` kind in the registry; this module turns
+each kind into egglog rules, so a node that a rewrite creates gets its shape and dtype just as
+an encoded node does, and rewrite rules can test them (`eq(shape(x)).to(s)`).
+
+Shapes are `Vec[i64]`. egglog has no loops, so rank-generic shape functions (broadcasting,
+permutation, reduction, sub-vectors) are computed by small step relations that walk a vector
+one index at a time and are memoised by their arguments; they cost a few iterations of the
+analysis ruleset, which the schedule runs to saturation before each rewrite round.
+Broadcasting takes the max of two aligned dims, which is right for every valid broadcast except
+against a size-0 dim (LLM graphs have none; encode rejects them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from egglog import (
+    Expr, RewriteOrRule, String, StringLike, Vec, eq, f64, function, i64, relation, rule,
+    ruleset, set_, var,
+)
+
+from ..ops import REGISTRY, OpDef
+from .language import ATTR_SORTS, E, Tensor, dtype, input_names, shape
+
+_SORTS = {"i64": i64, "f64": f64, "Vec[i64]": Vec[i64], "String": String}
+
+
+def op_pattern(opdef: OpDef, prefix: str = "") -> tuple[Expr, dict[str, Expr]]:
+    """The op's constructor applied to fresh variables, and the variables by parameter name."""
+    args: dict[str, Expr] = {}
+    for name in input_names(opdef):
+        sort = Vec[Tensor] if opdef.arity is None else Tensor
+        args[name] = var(prefix + name, sort)
+    for name, kind in opdef.attrs:
+        args[name] = var(prefix + name, _SORTS[ATTR_SORTS[kind]])
+    return getattr(E, opdef.name)(*args.values()), args
+
+
+# --- step relations: rank-generic vector functions -----------------------------------------
+# broadcast(a, b): walk the output dims i = 0..n-1, n = max(|a|, |b|), right-aligned.
+bcast_step = relation("bcast_step", Vec[i64], Vec[i64], i64, Vec[i64])
+
+
+@function(merge=lambda old, new: old)
+def bcast(a: Vec[i64], b: Vec[i64]) -> Vec[i64]:
+    """The broadcast of two shapes (set by the step rules)."""
+
+
+# gather(s, idx): [s[idx[0]], s[idx[1]], ...] (permutation)
+gather_step = relation("gather_step", Vec[i64], Vec[i64], i64, Vec[i64])
+
+
+@function(merge=lambda old, new: old)
+def gather(s: Vec[i64], idx: Vec[i64]) -> Vec[i64]:
+    """Elements of s at the positions idx."""
+
+
+# reduce(s, dims, keep): s with the dims in `dims` dropped (keep=0) or set to 1 (keep=1)
+reduce_step = relation("reduce_step", Vec[i64], Vec[i64], i64, i64, Vec[i64])
+
+
+@function(merge=lambda old, new: old)
+def reduced(s: Vec[i64], dims: Vec[i64], keep: i64) -> Vec[i64]:
+    """The shape of a reduction of s over dims."""
+
+
+# insert(s, d, v): s with v inserted before position d
+insert_step = relation("insert_step", Vec[i64], i64, i64, i64, Vec[i64])
+
+
+@function(merge=lambda old, new: old)
+def inserted(s: Vec[i64], d: i64, v: i64) -> Vec[i64]:
+    """s with the value v inserted at position d."""
+
+
+# cat: sum of the sizes along dim of the listed tensors
+cat_step = relation("cat_step", Vec[Tensor], i64, i64, i64)
+
+
+@function(merge=lambda old, new: old)
+def cat_size(xs: Vec[Tensor], dim: i64) -> i64:
+    """Total size along dim of the tensors xs."""
+
+
+is_float_dtype = relation("is_float_dtype", String)
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+WEAK_DTYPES = ("py_float", "py_int", "py_bool")
+is_weak_dtype = relation("is_weak_dtype", String)
+
+
+def dtype_facts() -> list:
+    return [is_float_dtype(String(d)) for d in FLOAT_DTYPES] + [
+        is_weak_dtype(String(d)) for d in WEAK_DTYPES]
+
+
+@ruleset
+def vector_functions(a: Vec[i64], b: Vec[i64], s: Vec[i64], idx: Vec[i64], acc: Vec[i64],
+                     i: i64, n: i64, k: i64, d: i64, v: i64, xs: Vec[Tensor], total: i64,
+                     dims: Vec[i64]) -> Iterator[RewriteOrRule]:
+    # broadcast: output index i reads a at i - (n - |a|) and b at i - (n - |b|), 1 outside.
+    n_ab = a.length().max(b.length())
+    ia, ib = i - (n_ab - a.length()), i - (n_ab - b.length())
+    yield rule(bcast_step(a, b, i, acc), i < n_ab, ia >= 0, ib >= 0).then(
+        bcast_step(a, b, i + 1, acc.push(a[ia].max(b[ib]))))
+    yield rule(bcast_step(a, b, i, acc), i < n_ab, ia < 0).then(
+        bcast_step(a, b, i + 1, acc.push(b[ib])))
+    yield rule(bcast_step(a, b, i, acc), i < n_ab, ib < 0).then(
+        bcast_step(a, b, i + 1, acc.push(a[ia])))
+    yield rule(bcast_step(a, b, i, acc), eq(i).to(n_ab)).then(set_(bcast(a, b)).to(acc))
+    # gather
+    yield rule(gather_step(s, idx, i, acc), i < idx.length()).then(
+        gather_step(s, idx, i + 1, acc.push(s[idx[i]])))
+    yield rule(gather_step(s, idx, i, acc), eq(i).to(idx.length())).then(
+        set_(gather(s, idx)).to(acc))
+    # reduce
+    yield rule(reduce_step(s, dims, k, i, acc), i < s.length(), dims.not_contains(i)).then(
+        reduce_step(s, dims, k, i + 1, acc.push(s[i])))
+    yield rule(reduce_step(s, dims, k, i, acc), i < s.length(), dims.contains(i),
+               eq(k).to(i64(1))).then(reduce_step(s, dims, k, i + 1, acc.push(i64(1))))
+    yield rule(reduce_step(s, dims, k, i, acc), i < s.length(), dims.contains(i),
+               eq(k).to(i64(0))).then(reduce_step(s, dims, k, i + 1, acc))
+    yield rule(reduce_step(s, dims, k, i, acc), eq(i).to(s.length())).then(
+        set_(reduced(s, dims, k)).to(acc))
+    # insert: copy s[0..d), push v, copy s[d..)
+    yield rule(insert_step(s, d, v, i, acc), i < d).then(
+        insert_step(s, d, v, i + 1, acc.push(s[i])))
+    yield rule(insert_step(s, d, v, i, acc), eq(i).to(d)).then(
+        insert_step(s, d, v, i + 1, acc.push(v)))
+    yield rule(insert_step(s, d, v, i, acc), i > d, i <= s.length()).then(
+        insert_step(s, d, v, i + 1, acc.push(s[i - 1])))
+    yield rule(insert_step(s, d, v, i, acc), eq(i).to(s.length() + 1)).then(
+        set_(inserted(s, d, v)).to(acc))
+    # cat sizes
+    yield rule(cat_step(xs, d, i, total), i < xs.length(), eq(s).to(shape(xs[i]))).then(
+        cat_step(xs, d, i + 1, total + s[d]))
+    yield rule(cat_step(xs, d, i, total), eq(i).to(xs.length())).then(
+        set_(cat_size(xs, d)).to(total))
+
+
+# --- shape rules, one kind per op --------------------------------------------------------------
+def _shape_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
+    y, p = op_pattern(opdef)
+    kind = opdef.shape_rule
+    s0, s1, s2 = var("s0", Vec[i64]), var("s1", Vec[i64]), var("s2", Vec[i64])
+    out = var("out", Vec[i64])
+    if kind == "scalar":
+        yield rule(eq(var("y", Tensor)).to(y)).then(set_(shape(y)).to(Vec[i64].empty()))
+    elif kind == "attr":
+        yield rule(eq(var("y", Tensor)).to(y)).then(set_(shape(y)).to(p["shape"]))
+    elif kind == "same":
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"]))).then(
+            set_(shape(y)).to(s0))
+    elif kind == "broadcast":
+        # fold the inputs pairwise: bcast(bcast(s0, s1), s2)
+        names = input_names(opdef)
+        shapes = [s0, s1, s2][: len(names)]
+        facts = [eq(s).to(shape(p[n])) for s, n in zip(shapes, names)]
+        acc, fold_facts = shapes[0], []
+        for k, s in enumerate(shapes[1:]):
+            yield rule(eq(var("y", Tensor)).to(y), *facts, *fold_facts).then(
+                bcast_step(acc, s, i64(0), Vec[i64].empty()))
+            nxt = var(f"b{k}", Vec[i64])
+            fold_facts.append(eq(nxt).to(bcast(acc, s)))
+            acc = nxt
+        yield rule(eq(var("y", Tensor)).to(y), *facts, *fold_facts).then(
+            set_(shape(y)).to(acc))
+    elif kind == "permute":
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"]))).then(
+            gather_step(s0, p["dims"], i64(0), Vec[i64].empty()))
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
+                   eq(out).to(gather(s0, p["dims"]))).then(set_(shape(y)).to(out))
+    elif kind == "transpose":
+        d0, d1 = p["dim0"], p["dim1"]
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"]))).then(
+            set_(shape(y)).to(s0.set(d0, s0[d1]).set(d1, s0[d0])))
+    elif kind == "unsqueeze":
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"]))).then(
+            insert_step(s0, p["dim"], i64(1), i64(0), Vec[i64].empty()))
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
+                   eq(out).to(inserted(s0, p["dim"], i64(1)))).then(set_(shape(y)).to(out))
+    elif kind == "reduce":
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"]))).then(
+            reduce_step(s0, p["dims"], p["keepdim"], i64(0), Vec[i64].empty()))
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
+                   eq(out).to(reduced(s0, p["dims"], p["keepdim"]))).then(
+            set_(shape(y)).to(out))
+    elif kind == "slice":
+        size = (p["end"] - p["start"] + p["step"] - 1) / p["step"]
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"]))).then(
+            set_(shape(y)).to(s0.set(p["dim"], size)))
+    elif kind == "select":
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"]))).then(
+            set_(shape(y)).to(s0.remove(p["dim"])))
+    elif kind == "cat":
+        xs, dim = p["xs"], p["dim"]
+        yield rule(eq(var("y", Tensor)).to(y)).then(cat_step(xs, dim, i64(0), i64(0)))
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(xs[0])),
+                   eq(var("total", i64)).to(cat_size(xs, dim))).then(
+            set_(shape(y)).to(s0.set(dim, var("total", i64))))
+    elif kind in ("mm", "bmm", "addmm"):
+        a, b = (p["x1"], p["x2"]) if kind == "addmm" else (p["x0"], p["x1"])
+        dims = (s0[0], s1[1]) if kind != "bmm" else (s0[0], s0[1], s1[2])
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(a)), eq(s1).to(shape(b))).then(
+            set_(shape(y)).to(Vec[i64](*dims)))
+    elif kind == "linear":
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
+                   eq(s1).to(shape(p["x1"]))).then(
+            set_(shape(y)).to(s0.set(s0.length() - 1, s1[0])))
+    elif kind == "embedding":
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
+                   eq(s1).to(shape(p["x1"]))).then(set_(shape(y)).to(s1.push(s0[1])))
+    elif kind == "sdpa":
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
+                   eq(s2).to(shape(p["x2"]))).then(
+            set_(shape(y)).to(s0.set(s0.length() - 1, s2[s2.length() - 1])))
+    elif kind != "given":
+        raise ValueError(f"op {opdef.name}: unknown shape rule {kind!r}")
+
+
+def _dtype_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
+    y, p = op_pattern(opdef)
+    kind = opdef.dtype_rule
+    d0, d1 = var("d0", String), var("d1", String)
+    if kind == "same":
+        first = input_names(opdef)[0]
+        x0 = p[first][0] if opdef.arity is None else p[first]
+        yield rule(eq(var("y", Tensor)).to(y), eq(d0).to(dtype(x0))).then(set_(dtype(y)).to(d0))
+    elif kind == "bool":
+        yield rule(eq(var("y", Tensor)).to(y)).then(set_(dtype(y)).to(String("bool")))
+    elif kind == "attr":
+        yield rule(eq(var("y", Tensor)).to(y)).then(set_(dtype(y)).to(p["dtype"]))
+    elif kind == "promote":
+        # Only the promotions LLM graphs need: equal dtypes, or a float tensor with a Python
+        # number. Other combinations stay unknown, and rules that test dtypes do not fire.
+        x0, x1 = p["x0"], p["x1"]
+        facts = [eq(var("y", Tensor)).to(y), eq(d0).to(dtype(x0)), eq(d1).to(dtype(x1))]
+        yield rule(*facts, eq(d0).to(d1)).then(set_(dtype(y)).to(d0))
+        yield rule(*facts, is_float_dtype(d0), is_weak_dtype(d1)).then(set_(dtype(y)).to(d0))
+        yield rule(*facts, is_weak_dtype(d0), is_float_dtype(d1)).then(set_(dtype(y)).to(d1))
+    elif kind != "given":
+        raise ValueError(f"op {opdef.name}: unknown dtype rule {kind!r}")
+
+
+def _build_analysis():
+    rules: list[RewriteOrRule] = []
+    for opdef in REGISTRY.values():
+        rules.extend(_shape_rules(opdef))
+        rules.extend(_dtype_rules(opdef))
+    return ruleset(*rules, name="analysis")
+
+
+# The analysis: run it to saturation before each round of rewrites (see saturate.py).
+analysis = _build_analysis() | vector_functions
+
+
+def shape_literal(shape_: tuple[int, ...]) -> Vec[i64]:
+    return Vec[i64](*shape_) if shape_ else Vec[i64].empty()
+
+
+def dtype_literal(name: StringLike) -> String:
+    return String(name)

@@ -1,0 +1,577 @@
+"""Extraction: choose one e-node per e-class so that the chosen program is cheap.
+
+The optimizer saturates an LLM inference graph with egglog, serializes the e-graph in the
+egraph-serialize JSON format (the format the extraction-gym benchmark uses) and extracts
+a program from it here. Two greedy extractors are provided:
+
+* :func:`extract_tree_greedy` minimises each class's *tree* cost (shared subterms counted
+  once per use). It is exact for tree cost and fast, but blind to sharing.
+* :func:`extract_dag_greedy` is the "faster greedy DAG" heuristic of extraction-gym: it
+  tracks, per class, the set of classes its best program needs, so shared subterms are
+  counted once. It usually beats tree-greedy on DAG cost, which is what inference
+  actually pays (a shared tensor is computed once).
+
+Every algorithm here is iterative: e-graphs can be thousands of levels deep, far beyond
+Python's recursion limit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CostFn",
+    "EGraph",
+    "EGraphFormatError",
+    "ENode",
+    "Extraction",
+    "ExtractionError",
+    "check_extraction",
+    "dag_cost",
+    "extract_dag_greedy",
+    "extract_tree_greedy",
+    "load_egraph",
+    "reachable_classes",
+    "tree_cost",
+]
+
+
+class EGraphFormatError(ValueError):
+    """The input is not a well-formed egraph-serialize e-graph (message names the culprit)."""
+
+
+class ExtractionError(ValueError):
+    """An extraction is impossible or a given choice map is not a valid program."""
+
+
+@dataclass(slots=True)
+class ENode:
+    """One e-node. ``children`` are child *class* ids (resolved from child node ids at load
+    time, since extraction reasons about classes); duplicates are kept, e.g. ``x * x``."""
+
+    id: str
+    op: str
+    children: tuple[str, ...]
+    eclass: str
+    cost: float = 1.0
+    subsumed: bool = False  # subsumed nodes are kept (for inspection) but never chosen
+
+
+@dataclass(slots=True)
+class EGraph:
+    """An e-graph: nodes by id, classes as node-id lists, root classes, opaque class data."""
+
+    nodes: dict[str, ENode]
+    classes: dict[str, list[str]]
+    roots: list[str] = field(default_factory=list)
+    class_data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Extraction:
+    """An extraction result.
+
+    ``choices`` maps each class reachable from the roots (through chosen nodes) to its
+    chosen node id; ``cost`` is the DAG cost of that program (each chosen node counted
+    once) under the cost model used; ``lower_bound`` is set by exact/bounded methods only.
+    """
+
+    choices: dict[str, str]
+    cost: float
+    method: str
+    seconds: float
+    lower_bound: float | None = None
+
+
+CostFn = Callable[[ENode], float]
+"""A cost model: maps an e-node to a finite, non-negative cost (overrides ``node.cost``)."""
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_egraph(source: str | os.PathLike[str] | Mapping[str, Any]) -> EGraph:
+    """Load and validate an egraph-serialize e-graph from a JSON file path or a parsed dict.
+
+    Validation is strict (every problem raises :class:`EGraphFormatError` naming the file,
+    node, key or value) so that bad serializer output fails here, not as a confusing
+    extraction error later. A missing file raises the usual :class:`OSError`.
+    """
+    if isinstance(source, Mapping):
+        return _parse(source, "<dict>")
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        raw = path.read_bytes()
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            raise EGraphFormatError(f"{path}: not valid JSON: {exc}") from exc
+        return _parse(data, str(path))
+    raise TypeError(f"load_egraph: expected a path or a dict, got {type(source).__name__}")
+
+
+def _as_id(value: Any, where: str, what: str) -> str:
+    # egraph-serialize ids are strings; ints are accepted for hand-built dicts.
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise EGraphFormatError(f"{where}: {what} must be a string id, got {value!r}")
+
+
+def _check_cost(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise EGraphFormatError(f"{where}: cost must be a number, got {value!r}")
+    cost = float(value)
+    if math.isnan(cost) or math.isinf(cost) or cost < 0:
+        raise EGraphFormatError(f"{where}: cost must be finite and non-negative, got {value!r}")
+    return cost
+
+
+def _parse(data: Any, src: str) -> EGraph:
+    if not isinstance(data, Mapping):
+        raise EGraphFormatError(f"{src}: top level must be a JSON object, got {type(data).__name__}")
+    if "nodes" not in data:
+        raise EGraphFormatError(f"{src}: missing key 'nodes'")
+    raw_nodes = data["nodes"]
+    if not isinstance(raw_nodes, Mapping):
+        raise EGraphFormatError(f"{src}: 'nodes' must be an object mapping node id -> node")
+
+    # First pass: per-node fields; children stay node ids until every node is known.
+    staged: list[tuple[str, str, list[str], str, float, bool]] = []
+    node_class: dict[str, str] = {}
+    for key, raw in raw_nodes.items():
+        nid = _as_id(key, src, "node id")
+        where = f"{src}: node {nid!r}"
+        if not isinstance(raw, Mapping):
+            raise EGraphFormatError(f"{where}: must be an object, got {type(raw).__name__}")
+        for required in ("op", "eclass"):
+            if required not in raw:
+                raise EGraphFormatError(f"{where}: missing key {required!r}")
+        op = raw["op"]
+        if not isinstance(op, str):
+            raise EGraphFormatError(f"{where}: 'op' must be a string, got {op!r}")
+        eclass = _as_id(raw["eclass"], where, "'eclass'")
+        kids = raw.get("children", [])
+        if not isinstance(kids, list):
+            raise EGraphFormatError(f"{where}: 'children' must be a list, got {kids!r}")
+        kids = [_as_id(k, where, "child") for k in kids]
+        cost = _check_cost(raw["cost"], where) if "cost" in raw else 1.0
+        subsumed = raw.get("subsumed", False)
+        if not isinstance(subsumed, bool):
+            raise EGraphFormatError(f"{where}: 'subsumed' must be a boolean, got {subsumed!r}")
+        if nid in node_class:
+            raise EGraphFormatError(f"{where}: duplicate node id")
+        node_class[nid] = eclass
+        staged.append((nid, op, kids, eclass, cost, subsumed))
+
+    nodes: dict[str, ENode] = {}
+    classes: dict[str, list[str]] = {}
+    for nid, op, kids, eclass, cost, subsumed in staged:
+        try:
+            child_classes = tuple(node_class[k] for k in kids)
+        except KeyError as exc:
+            raise EGraphFormatError(
+                f"{src}: node {nid!r}: child {exc.args[0]!r} names no node"
+            ) from None
+        nodes[nid] = ENode(nid, op, child_classes, eclass, cost, subsumed)
+        classes.setdefault(eclass, []).append(nid)
+
+    raw_roots = data.get("root_eclasses", [])
+    if not isinstance(raw_roots, list):
+        raise EGraphFormatError(f"{src}: 'root_eclasses' must be a list, got {raw_roots!r}")
+    roots = [_as_id(r, src, "root eclass") for r in raw_roots]
+    for r in roots:
+        if r not in classes:
+            raise EGraphFormatError(f"{src}: root eclass {r!r} names no class (no node has it)")
+
+    class_data = data.get("class_data") or {}
+    if not isinstance(class_data, Mapping):
+        raise EGraphFormatError(f"{src}: 'class_data' must be an object")
+    return EGraph(nodes, classes, roots, dict(class_data))
+
+
+# --------------------------------------------------------------------------- checking / costs
+
+
+def _roots(egraph: EGraph, roots: Iterable[str] | None) -> list[str]:
+    result = list(egraph.roots if roots is None else roots)
+    if not result:
+        raise ExtractionError("no roots: roots must be given (the e-graph has no root_eclasses)")
+    for r in result:
+        if r not in egraph.classes:
+            raise ExtractionError(f"root class {r!r} is not a class of the e-graph")
+    return result
+
+
+def _cycle_message(stack: list[tuple[str, Any]], start: str) -> str:
+    path = [cls for cls, _ in stack]
+    cycle = path[path.index(start):] + [start]
+    return "chosen program has a cycle through classes " + " -> ".join(map(repr, cycle))
+
+
+def reachable_classes(
+    egraph: EGraph, choices: Mapping[str, str], roots: Iterable[str] | None = None
+) -> list[str]:
+    """Classes reachable from the roots through chosen nodes, children before parents.
+
+    Raises :class:`ExtractionError` if a reachable class has no choice, the choice is not
+    a node of that class, or the chosen program is cyclic (no topological order exists).
+    Iterative DFS, so depth is unbounded.
+    """
+    nodes = egraph.nodes
+    state: dict[str, int] = {}  # 1 = on the DFS stack, 2 = done
+    order: list[str] = []
+
+    def children_of(cls: str) -> tuple[str, ...]:
+        nid = choices.get(cls)
+        if nid is None:
+            raise ExtractionError(f"reachable class {cls!r} has no chosen node")
+        node = nodes.get(nid)
+        if node is None or node.eclass != cls:
+            raise ExtractionError(f"choice {nid!r} for class {cls!r} is not a node of that class")
+        return node.children
+
+    for root in _roots(egraph, roots):
+        if root in state:
+            continue
+        state[root] = 1
+        stack: list[tuple[str, Any]] = [(root, iter(children_of(root)))]
+        while stack:
+            cls, it = stack[-1]
+            for child in it:
+                s = state.get(child)
+                if s is None:
+                    state[child] = 1
+                    stack.append((child, iter(children_of(child))))
+                    break
+                if s == 1:
+                    raise ExtractionError(_cycle_message(stack, child))
+            else:
+                stack.pop()
+                state[cls] = 2
+                order.append(cls)
+    return order
+
+
+def check_extraction(
+    egraph: EGraph, choices: Mapping[str, str], roots: Iterable[str] | None = None
+) -> None:
+    """Raise :class:`ExtractionError` unless ``choices`` is a valid, acyclic program:
+    every reachable class chosen, each choice a node of its class, none subsumed."""
+    for cls in reachable_classes(egraph, choices, roots):
+        nid = choices[cls]
+        if egraph.nodes[nid].subsumed:
+            raise ExtractionError(f"chosen node {nid!r} of class {cls!r} is subsumed")
+
+
+def dag_cost(
+    egraph: EGraph,
+    choices: Mapping[str, str],
+    roots: Iterable[str] | None = None,
+    cost: CostFn | None = None,
+) -> float:
+    """DAG cost: each chosen reachable node counted once (what evaluating the shared
+    program costs). ``cost`` overrides ``node.cost`` like in the extractors."""
+    nodes = egraph.nodes
+    fn = cost or _stored_cost
+    return math.fsum(fn(nodes[choices[c]]) for c in reachable_classes(egraph, choices, roots))
+
+
+def tree_cost(
+    egraph: EGraph,
+    choices: Mapping[str, str],
+    roots: Iterable[str] | None = None,
+    cost: CostFn | None = None,
+) -> float:
+    """Tree cost: a shared class counted once per use (the size of the unshared term).
+
+    Memoised per class in topological order, so it is linear even when the value is
+    astronomically large (it is a float and may overflow to ``inf``). With several
+    roots, the roots' tree costs are summed (a root listed twice counts twice).
+    """
+    nodes = egraph.nodes
+    fn = cost or _stored_cost
+    root_list = _roots(egraph, roots)
+    memo: dict[str, float] = {}
+    for cls in reachable_classes(egraph, choices, root_list):
+        node = nodes[choices[cls]]
+        memo[cls] = fn(node) + sum(memo[c] for c in node.children)
+    return sum(memo[r] for r in root_list)
+
+
+def _stored_cost(node: ENode) -> float:
+    return node.cost
+
+
+def _node_costs(egraph: EGraph, cost: CostFn | None) -> dict[str, float]:
+    """Cost of every choosable (non-subsumed) node, calling the cost model once per node."""
+    if cost is None:
+        return {nid: n.cost for nid, n in egraph.nodes.items() if not n.subsumed}
+    out: dict[str, float] = {}
+    for nid, node in egraph.nodes.items():
+        if node.subsumed:
+            continue
+        value = cost(node)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ExtractionError(f"cost model returned {value!r} for node {nid!r}: not a number")
+        value = float(value)
+        if not (0.0 <= value < math.inf):  # also rejects NaN
+            raise ExtractionError(
+                f"cost model returned {value!r} for node {nid!r}: must be finite and >= 0"
+            )
+        out[nid] = value
+    return out
+
+
+def _finish(
+    egraph: EGraph,
+    roots: list[str],
+    choice: dict[str, str],
+    node_cost: dict[str, float],
+    method: str,
+    start: float,
+) -> Extraction:
+    """Restrict ``choice`` to the classes reachable from the roots and price the result."""
+    for r in roots:
+        if r not in choice:
+            raise ExtractionError(
+                f"root class {r!r} has no finite-cost choice (every program for it is cyclic "
+                "or uses subsumed nodes)"
+            )
+    order = reachable_classes(egraph, choice, roots)
+    choices = {c: choice[c] for c in order}
+    total = math.fsum(node_cost[choices[c]] for c in order)
+    return Extraction(choices, total, method, time.perf_counter() - start)
+
+
+# --------------------------------------------------------------------------- tree greedy
+
+
+def extract_tree_greedy(
+    egraph: EGraph, roots: Iterable[str] | None = None, cost: CostFn | None = None
+) -> Extraction:
+    """Bottom-up greedy extraction minimising each class's tree cost.
+
+    ``cost(class) = min over its nodes of cost(node) + sum of child-class costs``. Solved
+    with a worklist ordered by cost (Knuth's generalisation of Dijkstra): a node is priced
+    once, when its last child class gets its final cost, and a class is final the first
+    time it is popped. That is the least fixed point in O(E log V) with no re-sweeps, and
+    the choices are acyclic by construction (a node is chosen only after all its child
+    classes were final). Stops as soon as every root is final. ``Extraction.cost`` is the
+    DAG cost of the chosen program.
+    """
+    start = time.perf_counter()
+    root_list = _roots(egraph, roots)
+    node_cost = _node_costs(egraph, cost)
+    nodes = egraph.nodes
+
+    pending: dict[str, int] = {}  # node -> number of distinct child classes not final yet
+    parents: dict[str, list[str]] = {}  # class -> nodes having it as a (distinct) child
+    heap: list[tuple[float, int, str]] = []
+    for seq, nid in enumerate(node_cost):
+        kids = set(nodes[nid].children)
+        if kids:
+            pending[nid] = len(kids)
+            for k in kids:
+                parents.setdefault(k, []).append(nid)
+        else:
+            heap.append((node_cost[nid], seq, nid))
+    heapq.heapify(heap)
+    seq = len(node_cost)
+
+    best: dict[str, float] = {}
+    choice: dict[str, str] = {}
+    todo = set(root_list)
+    while heap and todo:
+        total, _, nid = heapq.heappop(heap)
+        cls = nodes[nid].eclass
+        if cls in best:
+            continue
+        best[cls] = total
+        choice[cls] = nid
+        todo.discard(cls)
+        for p in parents.get(cls, ()):
+            left = pending[p] - 1
+            pending[p] = left
+            if left == 0:
+                pnode = nodes[p]
+                if pnode.eclass not in best:
+                    t = node_cost[p] + sum(best[k] for k in pnode.children)
+                    heapq.heappush(heap, (t, seq, p))
+                    seq += 1
+    return _finish(egraph, root_list, choice, node_cost, "tree-greedy", start)
+
+
+# --------------------------------------------------------------------------- DAG greedy
+
+
+def extract_dag_greedy(
+    egraph: EGraph, roots: Iterable[str] | None = None, cost: CostFn | None = None
+) -> Extraction:
+    """Greedy DAG extraction (extraction-gym's "faster greedy DAG").
+
+    Each class keeps a *cost set*: class -> node cost for every class its best program
+    needs (union of the children's sets plus itself), and picks the node minimising the
+    set's total, so shared subterms are counted once. A worklist re-prices the parents of
+    a class whenever its total drops. A node is priced only once all its child classes
+    have sets, and rejected when its own class appears among its children or in the union
+    (it would be cyclic). Because a class keeps a set computed from its children's
+    *earlier* choices when a re-priced set is not cheaper, stale sets can in rare cases
+    still close a cycle; :func:`_break_cycles` repairs that, so the result is always a
+    valid acyclic program.
+    """
+    start = time.perf_counter()
+    root_list = _roots(egraph, roots)
+    node_cost = _node_costs(egraph, cost)
+    nodes = egraph.nodes
+
+    kid_classes: dict[str, tuple[str, ...]] = {}
+    parents: dict[str, list[str]] = {c: [] for c in egraph.classes}
+    queue: deque[str] = deque()
+    for nid in node_cost:
+        kids = tuple(dict.fromkeys(nodes[nid].children))  # distinct, stable order
+        kid_classes[nid] = kids
+        for k in kids:
+            parents[k].append(nid)
+        if not kids:
+            queue.append(nid)
+    queued = set(queue)
+
+    sets: dict[str, dict[str, float]] = {}
+    totals: dict[str, float] = {}
+    choice: dict[str, str] = {}
+    inf = math.inf
+    while queue:
+        nid = queue.popleft()
+        queued.discard(nid)
+        kids = kid_classes[nid]
+        cls = nodes[nid].eclass
+        prev = totals.get(cls, inf)
+        c = node_cost[nid]
+        if not kids:
+            new = {cls: c}
+            total = c
+        else:
+            if cls in kids:
+                continue
+            try:
+                kid_sets = [sets[k] for k in kids]
+            except KeyError:
+                continue  # some child class has no program yet
+            if len(kids) == 1:
+                if c + totals[kids[0]] > prev:
+                    continue  # cannot beat the current choice
+                new = kid_sets[0].copy()
+            else:
+                biggest = max(range(len(kids)), key=lambda i: len(kid_sets[i]))
+                new = kid_sets[biggest].copy()
+                for i, s in enumerate(kid_sets):
+                    if i != biggest:
+                        new.update(s)
+            if cls in new:
+                continue  # the children's programs already need this class: cyclic
+            new[cls] = c
+            total = sum(new.values())
+        if total < prev:
+            sets[cls] = new
+            totals[cls] = total
+            choice[cls] = nid
+            for p in parents[cls]:
+                if p not in queued:
+                    queued.add(p)
+                    queue.append(p)
+
+    for r in root_list:
+        if r not in choice:
+            raise ExtractionError(
+                f"root class {r!r} has no finite-cost choice (every program for it is cyclic "
+                "or uses subsumed nodes)"
+            )
+    _break_cycles(egraph, root_list, choice, node_cost)
+    return _finish(egraph, root_list, choice, node_cost, "dag-greedy", start)
+
+
+def _safe_choices(egraph: EGraph, node_cost: Mapping[str, float]) -> dict[str, str]:
+    """For every class that has some acyclic program, a node whose children were all
+    resolved earlier (Kahn-style order): any mix of these choices is acyclic."""
+    nodes = egraph.nodes
+    pending: dict[str, int] = {}
+    parents: dict[str, list[str]] = {}
+    queue: deque[str] = deque()
+    for nid in node_cost:
+        kids = set(nodes[nid].children)
+        if kids:
+            pending[nid] = len(kids)
+            for k in kids:
+                parents.setdefault(k, []).append(nid)
+        else:
+            queue.append(nid)
+    safe: dict[str, str] = {}
+    while queue:
+        nid = queue.popleft()
+        cls = nodes[nid].eclass
+        if cls in safe:
+            continue
+        safe[cls] = nid
+        for p in parents.get(cls, ()):
+            pending[p] -= 1
+            if pending[p] == 0:
+                queue.append(p)
+    return safe
+
+
+def _find_cycle(egraph: EGraph, roots: list[str], choice: Mapping[str, str]) -> list[str] | None:
+    """Classes of one cycle among the chosen program reachable from ``roots``, or None."""
+    nodes = egraph.nodes
+    state: dict[str, int] = {}
+    for root in roots:
+        if root in state:
+            continue
+        state[root] = 1
+        stack: list[tuple[str, Any]] = [(root, iter(nodes[choice[root]].children))]
+        while stack:
+            cls, it = stack[-1]
+            for child in it:
+                s = state.get(child)
+                if s is None:
+                    state[child] = 1
+                    stack.append((child, iter(nodes[choice[child]].children)))
+                    break
+                if s == 1:
+                    path = [c for c, _ in stack]
+                    return path[path.index(child):]
+            else:
+                stack.pop()
+                state[cls] = 2
+    return None
+
+
+def _break_cycles(
+    egraph: EGraph, roots: list[str], choice: dict[str, str], node_cost: Mapping[str, float]
+) -> None:
+    """Make the choices reachable from ``roots`` acyclic, in place.
+
+    Each round switches one class on a cycle to its :func:`_safe_choices` node. Safe
+    edges go strictly earlier in the Kahn order, so a cycle always contains an unsafe
+    choice, and every round fixes one class for good: at most one round per class.
+    Picks the switch that raises the class's own node cost least. Normally no round runs.
+    """
+    cycle = _find_cycle(egraph, roots, choice)
+    if cycle is None:
+        return
+    safe = _safe_choices(egraph, node_cost)
+    while cycle is not None:
+        unsafe = [c for c in cycle if choice[c] != safe[c]]
+        cls = min(unsafe, key=lambda c: node_cost[safe[c]] - node_cost[choice[c]])
+        choice[cls] = safe[cls]
+        cycle = _find_cycle(egraph, roots, choice)

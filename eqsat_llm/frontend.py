@@ -1,0 +1,557 @@
+"""Frontend: a PyTorch model -> the IR, through torch.export and its core-aten decompositions.
+
+Accepts an `nn.Module` (with example inputs), an `fx.GraphModule` (exported the same way) or
+an `ExportedProgram`. Each aten op maps to a registry op by the table `ATEN`; an op outside it
+becomes a `fallback` node that runs in torch as captured, so the regions around it are still
+optimized, and its name is collected for the warning and the report.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+from torch.fx import Node as FxNode
+
+from .errors import CaptureError, GraphError
+from .ir import Graph, TensorType, dtype_name
+
+aten = torch.ops.aten
+
+# Side-effect-only checks of metadata that export already verified at capture time.
+DROPPED = {aten._assert_tensor_metadata.default, aten._assert_scalar.default,
+           torch.ops.aten.sym_constrain_range_for_size.default}
+
+
+@dataclass
+class Captured:
+    """The IR of a captured model and what is needed to call it like the model."""
+
+    graph: Graph
+    in_spec: Any
+    out_spec: Any
+    fallback_ops: list[str] = field(default_factory=list)
+    aten_op_counts: dict[str, int] = field(default_factory=dict)
+
+
+class Unsupported(Exception):
+    """A converter cannot express this particular call; the node falls back to torch."""
+
+
+def export(model: Any, example_inputs: tuple, example_kwargs: dict | None = None
+           ) -> ExportedProgram:
+    """torch.export the model (strict mode first, then non-strict) and decompose to core aten."""
+    if isinstance(model, ExportedProgram):
+        ep = model
+    else:
+        if not isinstance(model, torch.nn.Module):
+            raise CaptureError(f"expected an nn.Module, fx.GraphModule or ExportedProgram, "
+                               f"got {type(model).__name__}")
+        errors = []
+        ep = None
+        for strict in (False, True):
+            try:
+                ep = torch.export.export(model, tuple(example_inputs), example_kwargs or None,
+                                         strict=strict)
+                break
+            except Exception as exc:  # export's own message says which construct failed
+                errors.append(f"strict={strict}: {type(exc).__name__}: {exc}")
+        if ep is None:
+            raise CaptureError("torch.export could not capture the model:\n" + "\n".join(errors))
+    return ep.run_decompositions()
+
+
+def capture(model: Any, example_inputs: tuple, example_kwargs: dict | None = None) -> Captured:
+    return from_exported(export(model, example_inputs, example_kwargs))
+
+
+def from_exported(ep: ExportedProgram) -> Captured:
+    return _Converter(ep).run()
+
+
+class _Converter:
+    def __init__(self, ep: ExportedProgram):
+        self.ep = ep
+        self.g = Graph()
+        self.env: dict[FxNode, Any] = {}  # fx node -> IR id, or tuple of ids / None
+        self.fallbacks: list[str] = []
+        self.aten_counts: dict[str, int] = {}
+
+    def run(self) -> Captured:
+        self._bind_inputs()
+        out_node = None
+        for node in self.ep.graph.nodes:
+            if node.op == "call_function":
+                if node.target in DROPPED:
+                    continue
+                name = str(node.target)
+                self.aten_counts[name] = self.aten_counts.get(name, 0) + 1
+                self.env[node] = self._convert(node)
+            elif node.op == "output":
+                out_node = node
+        assert out_node is not None
+        outs = torch.utils._pytree.tree_leaves(out_node.args[0])
+        for o in outs:
+            value = self.env.get(o) if isinstance(o, FxNode) else None
+            if not isinstance(value, int):
+                raise CaptureError(f"model output {o!r} is not a tensor computed by the graph; "
+                                   "only tensor outputs are supported")
+            self.g.outputs.append(value)
+        spec = self.ep.call_spec
+        return Captured(self.g, spec.in_spec, spec.out_spec, sorted(set(self.fallbacks)),
+                        self.aten_counts)
+
+    # -- inputs ----------------------------------------------------------------------------
+    def _bind_inputs(self) -> None:
+        placeholders = [n for n in self.ep.graph.nodes if n.op == "placeholder"]
+        user_index = 0
+        for node, spec in zip(placeholders, self.ep.graph_signature.input_specs):
+            val = node.meta.get("val")
+            if spec.kind == InputKind.USER_INPUT:
+                if not isinstance(val, torch.Tensor):
+                    raise CaptureError(f"input {node.name} is not a tensor ({type(val).__name__})"
+                                       "; only tensor inputs are supported")
+                self.env[node] = self.g.append("input", (), {"name": node.name,
+                                               "index": user_index}, _type(val))
+                user_index += 1
+                continue
+            tensor = self._lookup_state(spec.target, spec.kind)
+            op = "param" if spec.kind == InputKind.PARAMETER else "const"
+            self.g.constants[spec.target] = tensor
+            self.env[node] = self.g.append(op, (), {"name": spec.target}, _type(tensor))
+
+    def _lookup_state(self, target: str, kind: InputKind) -> torch.Tensor:
+        for table in (self.ep.state_dict, self.ep.constants):
+            if target in table:
+                value = table[target]
+                return value.detach() if isinstance(value, torch.Tensor) else value
+        raise CaptureError(f"{kind.name.lower()} {target!r} not found in the exported program")
+
+    # -- ops ---------------------------------------------------------------------------------
+    def _convert(self, node: FxNode) -> Any:
+        if node.target is operator.getitem:
+            base, index = node.args
+            value = self.env[base]
+            if isinstance(value, tuple):  # a supported multi-output op: its pieces
+                if value[index] is None:
+                    raise GraphError(f"{node.name}: output {index} of {base.target} is unused "
+                                     "by the converter but read by the graph")
+                return value[index]
+            return self._check(node, self.g.add("getitem", (value,), index=index))
+        converter = ATEN.get(node.target)
+        if converter is not None:
+            try:
+                result = converter(self, node, *node.args, **node.kwargs)
+                return result if isinstance(result, tuple) else self._check(node, result)
+            except Unsupported:
+                pass
+        return self._fallback(node)
+
+    def _check(self, node: FxNode, ir_id: int) -> int:
+        """The IR's inferred type must be the one torch recorded; a mismatch is a bug here."""
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            inferred, expected = self.g.node(ir_id).type, _type(val)
+            if inferred != expected:
+                raise GraphError(f"{node.name} ({node.target}): inferred {inferred}, "
+                                 f"torch recorded {expected}")
+        return ir_id
+
+    def _fallback(self, node: FxNode) -> int:
+        tensors: list[FxNode] = []
+
+        def mark(a: Any) -> Any:
+            if isinstance(a, FxNode):
+                tensors.append(a)
+                return _Slot(len(tensors) - 1)
+            return a
+
+        template = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), mark)
+        inputs = []
+        for t in tensors:
+            v = self.env[t]
+            if not isinstance(v, int):
+                raise CaptureError(f"{node.name}: unsupported op {node.target} reads a value "
+                                   "that is not a single tensor")
+            inputs.append(v)
+        val = node.meta.get("val")
+        vtype = (tuple(_type(v) for v in val) if isinstance(val, (tuple, list)) else _type(val))
+        name = str(node.target)
+        self.fallbacks.append(name)
+        return self.g.append("fallback", tuple(inputs),
+                             {"target": name, "key": len(self.g.nodes), "fn": node.target,
+                              "template": template}, vtype)
+
+    # helpers for converters
+    def t(self, a: Any) -> int:
+        """IR id of an argument: an fx node's value, or a Python number as a scalar node."""
+        if isinstance(a, FxNode):
+            v = self.env[a]
+            if not isinstance(v, int):
+                raise Unsupported
+            return v
+        if isinstance(a, bool):
+            return self.g.add("scalar", value=float(a), kind="bool")
+        if isinstance(a, int):
+            return self.g.add("scalar", value=float(a), kind="int")
+        if isinstance(a, float):
+            return self.g.add("scalar", value=a, kind="float")
+        raise Unsupported
+
+    def rank(self, a: FxNode) -> int:
+        return len(self.g.type_of(self.t(a)).shape)
+
+    def shape(self, a: FxNode) -> tuple[int, ...]:
+        return self.g.type_of(self.t(a)).shape
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Where a fallback's tensor argument goes in its captured call."""
+
+    index: int
+
+
+def run_fallback(attrs: dict[str, Any], xs: list[Any]) -> Any:
+    """Call a fallback node's torch op with its inputs put back into the captured call."""
+    def fill(a: Any) -> Any:
+        return xs[a.index] if isinstance(a, _Slot) else a
+    args, kwargs = torch.fx.node.map_aggregate(attrs["template"], fill)
+    return attrs["fn"](*args, **kwargs)
+
+
+def _type(val: Any) -> TensorType:
+    if not isinstance(val, torch.Tensor):
+        raise CaptureError(f"expected a tensor value, got {type(val).__name__}")
+    return TensorType(tuple(int(d) for d in val.shape), dtype_name(val.dtype))
+
+
+def _dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def _out_shape(node: FxNode) -> list[int]:
+    return [int(d) for d in node.meta["val"].shape]
+
+
+def _out_dtype(node: FxNode) -> str:
+    return dtype_name(node.meta["val"].dtype)
+
+
+# --- converters: aten op -> IR ------------------------------------------------------------------
+Converter = Callable[..., Any]
+ATEN: dict[Any, Converter] = {}
+
+
+def converts(*targets: Any) -> Callable[[Converter], Converter]:
+    def deco(fn: Converter) -> Converter:
+        for t in targets:
+            ATEN[t] = fn
+        return fn
+    return deco
+
+
+@converts(aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+          aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def _view(c: _Converter, node: FxNode, x: FxNode, *_: Any) -> int:
+    return c.g.add("view", (c.t(x),), shape=_out_shape(node))
+
+
+@converts(aten.permute.default)
+def _permute(c: _Converter, node: FxNode, x: FxNode, dims: list[int]) -> int:
+    r = c.rank(x)
+    return c.g.add("permute", (c.t(x),), dims=[_dim(d, r) for d in dims])
+
+
+@converts(aten.transpose.int)
+def _transpose(c: _Converter, node: FxNode, x: FxNode, d0: int, d1: int) -> int:
+    r = c.rank(x)
+    return c.g.add("transpose", (c.t(x),), dim0=_dim(d0, r), dim1=_dim(d1, r))
+
+
+@converts(aten.t.default)
+def _t(c: _Converter, node: FxNode, x: FxNode) -> int:
+    if c.rank(x) < 2:
+        return c.g.add("clone", (c.t(x),))
+    return c.g.add("transpose", (c.t(x),), dim0=0, dim1=1)
+
+
+@converts(aten.expand.default)
+def _expand(c: _Converter, node: FxNode, x: FxNode, size: list[int], **_: Any) -> int:
+    return c.g.add("expand", (c.t(x),), shape=_out_shape(node))
+
+
+@converts(aten.unsqueeze.default)
+def _unsqueeze(c: _Converter, node: FxNode, x: FxNode, dim: int) -> int:
+    return c.g.add("unsqueeze", (c.t(x),), dim=_dim(dim, c.rank(x) + 1))
+
+
+@converts(aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default)
+def _clone(c: _Converter, node: FxNode, x: FxNode, **_: Any) -> int:
+    return c.g.add("clone", (c.t(x),))
+
+
+@converts(aten._to_copy.default)
+def _to_copy(c: _Converter, node: FxNode, x: FxNode, **kwargs: Any) -> int:
+    if kwargs.get("device") not in (None, torch.device("cpu")) and "val" in node.meta:
+        raise Unsupported
+    return c.g.add("to_dtype", (c.t(x),), dtype=_out_dtype(node))
+
+
+@converts(aten.slice.Tensor)
+def _slice(c: _Converter, node: FxNode, x: FxNode, dim: int = 0, start: int | None = None,
+           end: int | None = None, step: int = 1) -> int:
+    shape = c.shape(x)
+    dim = _dim(dim, len(shape))
+    n = shape[dim]
+    start = 0 if start is None else max(0, min(n, start + n if start < 0 else start))
+    end = n if end is None else max(0, min(n, end + n if end < 0 else end))
+    return c.g.add("slice", (c.t(x),), dim=dim, start=start, end=max(start, end), step=step)
+
+
+@converts(aten.select.int)
+def _select(c: _Converter, node: FxNode, x: FxNode, dim: int, index: int) -> int:
+    shape = c.shape(x)
+    dim = _dim(dim, len(shape))
+    return c.g.add("select", (c.t(x),), dim=dim, index=_dim(index, shape[dim]))
+
+
+@converts(aten.cat.default)
+def _cat(c: _Converter, node: FxNode, xs: list[FxNode], dim: int = 0) -> int:
+    return c.g.add("cat", [c.t(x) for x in xs], dim=_dim(dim, len(_out_shape(node))))
+
+
+@converts(aten.split_with_sizes.default, aten.split.Tensor)
+def _split(c: _Converter, node: FxNode, x: FxNode, sizes: Any, dim: int = 0) -> tuple:
+    shape = c.shape(x)
+    dim = _dim(dim, len(shape))
+    if isinstance(sizes, int):
+        sizes = [min(sizes, shape[dim] - s) for s in range(0, shape[dim], sizes)]
+    pieces, start = [], 0
+    for s in sizes:
+        pieces.append(c.g.add("slice", (c.t(x),), dim=dim, start=start, end=start + s, step=1))
+        start += s
+    return tuple(pieces)
+
+
+@converts(aten.mm.default)
+def _mm(c: _Converter, node: FxNode, a: FxNode, b: FxNode) -> int:
+    return c.g.add("mm", (c.t(a), c.t(b)), alpha=1.0)
+
+
+@converts(aten.bmm.default)
+def _bmm(c: _Converter, node: FxNode, a: FxNode, b: FxNode) -> int:
+    return c.g.add("bmm", (c.t(a), c.t(b)), alpha=1.0)
+
+
+@converts(aten.addmm.default)
+def _addmm(c: _Converter, node: FxNode, bias: FxNode, a: FxNode, b: FxNode, *,
+           beta: float = 1, alpha: float = 1) -> int:
+    return c.g.add("addmm", (c.t(bias), c.t(a), c.t(b)), beta=float(beta), alpha=float(alpha))
+
+
+@converts(aten.matmul.default)
+def _matmul(c: _Converter, node: FxNode, a: FxNode, b: FxNode) -> int:
+    return c.g.add("matmul", (c.t(a), c.t(b)))
+
+
+@converts(aten.linear.default)
+def _linear(c: _Converter, node: FxNode, x: FxNode, w: FxNode, b: FxNode | None = None) -> int:
+    if b is None:
+        return c.g.add("linear", (c.t(x), c.t(w)))
+    return c.g.add("linear_bias", (c.t(x), c.t(w), c.t(b)))
+
+
+def _binary(op: str) -> Converter:
+    def convert(c: _Converter, node: FxNode, a: Any, b: Any, *, alpha: Any = 1) -> int:
+        if alpha != 1:  # add/sub(a, b, alpha) = a +/- alpha * b
+            b_id = c.g.add("mul", (c.t(b), c.t(alpha)))
+            return c.g.add(op, (c.t(a), b_id))
+        return c.g.add(op, (c.t(a), c.t(b)))
+    return convert
+
+
+for _op, _targets in {
+    "add": (aten.add.Tensor, aten.add.Scalar), "sub": (aten.sub.Tensor, aten.sub.Scalar),
+    "mul": (aten.mul.Tensor, aten.mul.Scalar), "div": (aten.div.Tensor, aten.div.Scalar),
+    "pow": (aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar),
+    "maximum": (aten.maximum.default,), "minimum": (aten.minimum.default,),
+    "eq": (aten.eq.Tensor, aten.eq.Scalar), "ne": (aten.ne.Tensor, aten.ne.Scalar),
+    "lt": (aten.lt.Tensor, aten.lt.Scalar), "le": (aten.le.Tensor, aten.le.Scalar),
+    "gt": (aten.gt.Tensor, aten.gt.Scalar), "ge": (aten.ge.Tensor, aten.ge.Scalar),
+    "logical_and": (aten.logical_and.default,), "logical_or": (aten.logical_or.default,),
+    "bitwise_and": (aten.bitwise_and.Tensor, aten.bitwise_and.Scalar),
+    "bitwise_or": (aten.bitwise_or.Tensor, aten.bitwise_or.Scalar),
+}.items():
+    converts(*_targets)(_binary(_op))
+
+
+@converts(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(c: _Converter, node: FxNode, a: Any, b: Any, *, alpha: Any = 1) -> int:
+    return _binary("sub")(c, node, b, a, alpha=alpha)
+
+
+@converts(aten.where.self)
+def _where(c: _Converter, node: FxNode, cond: FxNode, a: Any, b: Any) -> int:
+    return c.g.add("where", (c.t(cond), c.t(a), c.t(b)))
+
+
+@converts(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(c: _Converter, node: FxNode, x: FxNode, mask: FxNode, value: Any) -> int:
+    return c.g.add("where", (c.t(mask), c.t(value), c.t(x)))
+
+
+def _unary(op: str) -> Converter:
+    def convert(c: _Converter, node: FxNode, x: FxNode) -> int:
+        return c.g.add(op, (c.t(x),))
+    return convert
+
+
+for _op in ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "silu", "relu",
+            "reciprocal", "abs", "cos", "sin", "erf", "logical_not", "bitwise_not"):
+    converts(getattr(aten, _op).default)(_unary(_op))
+
+
+@converts(aten.gelu.default)
+def _gelu(c: _Converter, node: FxNode, x: FxNode, approximate: str = "none") -> int:
+    return c.g.add("gelu", (c.t(x),), approximate=approximate)
+
+
+@converts(aten.triu.default, aten.tril.default)
+def _tri(c: _Converter, node: FxNode, x: FxNode, diagonal: int = 0) -> int:
+    return c.g.add(node.target.__name__.split(".")[0], (c.t(x),), diagonal=diagonal)
+
+
+def _reduction(op: str) -> Converter:
+    def convert(c: _Converter, node: FxNode, x: FxNode, dims: Any = None,
+                keepdim: bool = False, *, dtype: Any = None) -> int:
+        if dtype is not None:
+            raise Unsupported
+        r = c.rank(x)
+        dims = list(range(r)) if dims is None or dims == [] else dims
+        dims = [dims] if isinstance(dims, int) else dims
+        return c.g.add(op, (c.t(x),), dims=sorted(_dim(d, r) for d in dims),
+                       keepdim=bool(keepdim))
+    return convert
+
+
+converts(aten.sum.dim_IntList, aten.sum.default)(_reduction("sum"))
+converts(aten.mean.dim, aten.mean.default)(_reduction("mean"))
+converts(aten.amax.default)(_reduction("amax"))
+converts(aten.amin.default)(_reduction("amin"))
+
+
+@converts(aten._softmax.default, aten._log_softmax.default, aten.softmax.int,
+          aten.log_softmax.int)
+def _softmax(c: _Converter, node: FxNode, x: FxNode, dim: int, half_to_float: Any = False,
+             **_: Any) -> int:
+    if half_to_float not in (False, None):
+        raise Unsupported
+    op = "log_softmax" if "log" in str(node.target) else "softmax"
+    return c.g.add(op, (c.t(x),), dim=_dim(dim, c.rank(x)))
+
+
+@converts(aten.cumsum.default)
+def _cumsum(c: _Converter, node: FxNode, x: FxNode, dim: int, *, dtype: Any = None) -> int:
+    if dtype is not None:
+        raise Unsupported
+    return c.g.add("cumsum", (c.t(x),), dim=_dim(dim, c.rank(x)))
+
+
+@converts(aten.native_layer_norm.default)
+def _native_layer_norm(c: _Converter, node: FxNode, x: FxNode, normalized_shape: list[int],
+                       w: FxNode | None, b: FxNode | None, eps: float) -> tuple:
+    if w is None or b is None or any(u.args[1] != 0 for u in node.users):
+        raise Unsupported  # mean/rstd outputs and weightless norms run in torch
+    out = c.g.add("layer_norm", (c.t(x), c.t(w), c.t(b)),
+                  normalized_shape=list(normalized_shape), eps=float(eps))
+    c._check(next(iter(node.users)), out)
+    return (out, None, None)
+
+
+@converts(aten.layer_norm.default)
+def _layer_norm(c: _Converter, node: FxNode, x: FxNode, normalized_shape: list[int],
+                w: FxNode | None = None, b: FxNode | None = None, eps: float = 1e-5,
+                *_: Any) -> int:
+    if w is None or b is None:
+        raise Unsupported
+    return c.g.add("layer_norm", (c.t(x), c.t(w), c.t(b)),
+                   normalized_shape=list(normalized_shape), eps=float(eps))
+
+
+@converts(aten.embedding.default)
+def _embedding(c: _Converter, node: FxNode, w: FxNode, ids: FxNode, *rest: Any) -> int:
+    return c.g.add("embedding", (c.t(w), c.t(ids)))
+
+
+@converts(aten.index_select.default)
+def _index_select(c: _Converter, node: FxNode, x: FxNode, dim: int, idx: FxNode) -> int:
+    return c.g.add("index_select", (c.t(x), c.t(idx)), dim=_dim(dim, c.rank(x)))
+
+
+@converts(aten.index.Tensor)
+def _index(c: _Converter, node: FxNode, x: FxNode, indices: list[FxNode | None]) -> int:
+    positions = [i for i, t in enumerate(indices) if t is not None]
+    inputs = [c.t(x)] + [c.t(indices[i]) for i in positions]
+    return c.g.append("index", tuple(inputs), {"positions": positions},
+                      _type(node.meta["val"]))
+
+
+@converts(aten.full.default)
+def _full(c: _Converter, node: FxNode, size: list[int], value: Any, **_: Any) -> int:
+    return c.g.add("full", shape=_out_shape(node), value=float(value), dtype=_out_dtype(node))
+
+
+@converts(aten.scalar_tensor.default)
+def _scalar_tensor(c: _Converter, node: FxNode, value: Any, **_: Any) -> int:
+    return c.g.add("full", shape=[], value=float(value), dtype=_out_dtype(node))
+
+
+@converts(aten.zeros.default, aten.ones.default)
+def _zeros_ones(c: _Converter, node: FxNode, size: list[int], **_: Any) -> int:
+    value = 0.0 if "zeros" in str(node.target) else 1.0
+    return c.g.add("full", shape=_out_shape(node), value=value, dtype=_out_dtype(node))
+
+
+@converts(aten.arange.start_step, aten.arange.default, aten.arange.start)
+def _arange(c: _Converter, node: FxNode, *args: Any, **_: Any) -> int:
+    if node.target == aten.arange.default:
+        start, end, step = 0, args[0], 1
+    else:
+        start, end, step = (list(args) + [1])[:3]
+    out = _type(node.meta["val"])
+    return c.g.append("arange", (), {"start": float(start), "end": float(end),
+                                     "step": float(step), "dtype": out.dtype}, out)
+
+
+@converts(aten.scaled_dot_product_attention.default,
+          aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _sdpa(c: _Converter, node: FxNode, q: FxNode, k: FxNode, v: FxNode, *args: Any,
+          **kwargs: Any) -> Any:
+    flash = node.target != aten.scaled_dot_product_attention.default
+    names = ("dropout_p", "is_causal") if flash else ("attn_mask", "dropout_p", "is_causal")
+    bound = dict(zip(names, args)) | kwargs
+    if bound.get("dropout_p", 0.0) != 0.0 or bound.get("enable_gqa") or (
+            flash and any(u.args[1] != 0 for u in node.users)):
+        raise Unsupported
+    scale = bound.get("scale") or 1.0 / (c.shape(q)[-1] ** 0.5)
+    mask = bound.get("attn_mask")
+    if mask is not None:
+        if bound.get("is_causal"):
+            raise Unsupported
+        out = c.g.add("sdpa_masked", (c.t(q), c.t(k), c.t(v), c.t(mask)), scale=float(scale))
+    else:
+        out = c.g.add("sdpa", (c.t(q), c.t(k), c.t(v)), is_causal=bool(bound.get("is_causal")),
+                      scale=float(scale))
+    return (out, None) if flash else out
+
+
+def supported_targets() -> list[str]:
+    """Names of the aten ops the frontend maps into the registry."""
+    return sorted(str(t) for t in ATEN)
+

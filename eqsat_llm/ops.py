@@ -1,0 +1,310 @@
+"""The op registry: every op of the IR is declared here, once.
+
+An op declares its tensor inputs and attributes (which also fix its egglog constructor, see
+`eqsat_llm.egraph.language`), its reference semantics (a torch function: the meaning of the
+op, used by the reference runtime, by tests and by rule checking), how its shape and dtype are
+inferred in Python, and which shape/dtype rule computes them inside the e-graph
+(`eqsat_llm.egraph.analysis`). Adding an op touches this table plus its kernels.
+
+Reference functions take `(xs, a)`: the input values (tensors, or Python numbers for
+`scalar` nodes) and the attribute dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .errors import GraphError
+from .ir import TensorType, dtype_name, dtype_of
+
+aten = torch.ops.aten
+
+# Attribute kinds and their Python types; the egglog sort of each is chosen in
+# egraph/language.py (int/bool -> i64, float -> f64, ints -> Vec[i64], str -> String).
+ATTR_KINDS = ("int", "float", "ints", "str", "bool")
+
+WEAK_DTYPES = {"py_float": 1.0, "py_int": 1, "py_bool": True}
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    arity: int | None  # number of tensor inputs; None: a list of tensors (cat, fallback)
+    attrs: tuple[tuple[str, str], ...]
+    reference: Callable[[list[Any], dict[str, Any]], Any] | None
+    category: str  # source, layout, elementwise, reduction, matmul, attention, fallback
+    shape_rule: str  # which e-graph shape rule applies (egraph/analysis.py); "given" = set
+    dtype_rule: str  # "same", "promote", "bool", "attr", "given"
+    # Python type inference; by default the reference semantics run on meta tensors,
+    # which gives torch's own shape and dtype rules exactly.
+    infer: Callable[[list[TensorType], dict[str, Any]], TensorType] | None = None
+
+    def infer_type(self, input_types: list, attrs: dict[str, Any], graph: Any = None):
+        self.check_attrs(attrs)
+        if self.infer is not None:
+            return self.infer(input_types, attrs)
+        if self.reference is None:
+            raise GraphError(f"op {self.name!r} has no type rule; its type must be given")
+        try:
+            out = self.reference([_meta_value(t) for t in input_types], attrs)
+        except Exception as exc:  # torch's own message says which shapes disagree
+            types = ", ".join(map(str, input_types))
+            raise GraphError(f"{self.name}({types}; {attrs}) does not type-check: {exc}") from exc
+        return _type_of_value(out)
+
+    def check_attrs(self, attrs: dict[str, Any]) -> None:
+        names = {n for n, _ in self.attrs}
+        missing = names - attrs.keys()
+        if missing:
+            raise GraphError(f"op {self.name!r} is missing attribute(s) {sorted(missing)}")
+
+
+def _meta_value(t: TensorType) -> Any:
+    if t.dtype in WEAK_DTYPES:
+        return WEAK_DTYPES[t.dtype]
+    return torch.empty(t.shape, dtype=dtype_of(t.dtype), device="meta")
+
+
+def _type_of_value(v: Any) -> TensorType | tuple[TensorType, ...]:
+    if isinstance(v, torch.Tensor):
+        return TensorType(tuple(int(d) for d in v.shape), dtype_name(v.dtype))
+    if isinstance(v, (tuple, list)):
+        return tuple(_type_of_value(x) for x in v)  # type: ignore[misc]
+    if isinstance(v, bool):
+        return TensorType((), "py_bool")
+    if isinstance(v, int):
+        return TensorType((), "py_int")
+    if isinstance(v, float):
+        return TensorType((), "py_float")
+    raise GraphError(f"cannot type a value of Python type {type(v).__name__}")
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(name: str, arity: int | None, attrs: str = "", *, ref=None, category: str,
+             shape: str, dtype: str = "same", infer=None) -> None:
+    """Declare an op. `attrs` is "name:kind name:kind ..."."""
+    parsed = tuple(tuple(a.split(":")) for a in attrs.split())
+    for attr_name, kind in parsed:
+        if kind not in ATTR_KINDS:
+            raise ValueError(f"{name}: attribute {attr_name} has unknown kind {kind}")
+    if name in REGISTRY:
+        raise ValueError(f"op {name!r} registered twice")
+    REGISTRY[name] = OpDef(name, arity, parsed, ref, category, shape, dtype, infer)  # type: ignore[arg-type]
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise GraphError(f"unknown op {name!r}; registered ops: {sorted(REGISTRY)}") from None
+
+
+def evaluate(op: str, xs: list[Any], attrs: dict[str, Any]) -> Any:
+    """Run an op's reference semantics."""
+    opdef = get_op(op)
+    if opdef.reference is None:
+        raise GraphError(f"op {op!r} has no reference semantics (a leaf is bound, not run)")
+    return opdef.reference(xs, attrs)
+
+
+def _scalar_value(a: dict[str, Any]) -> Any:
+    kind, v = a["kind"], a["value"]
+    return {"float": float, "int": int, "bool": bool}[kind](v)
+
+
+def _scalar_type(_: list[TensorType], a: dict[str, Any]) -> TensorType:
+    return TensorType((), "py_" + a["kind"])
+
+
+def _leaf_type(_: list[TensorType], a: dict[str, Any]) -> TensorType:
+    raise GraphError("leaf nodes (input/param/const) are appended with their type")
+
+
+def _number(v: float, dtype: str) -> float | int:
+    return v if dtype_of(dtype).is_floating_point else int(v)
+
+
+# --- sources: leaves bound at run time, scalars and generated tensors -------------------
+register("input", 0, "name:str index:int", category="source", shape="given", dtype="given",
+         infer=_leaf_type)
+register("param", 0, "name:str", category="source", shape="given", dtype="given",
+         infer=_leaf_type)
+register("const", 0, "name:str", category="source", shape="given", dtype="given",
+         infer=_leaf_type)
+register("scalar", 0, "value:float kind:str", category="source", shape="scalar",
+         dtype="given", ref=lambda xs, a: _scalar_value(a), infer=_scalar_type)
+register("full", 0, "shape:ints value:float dtype:str", category="source", shape="attr",
+         dtype="attr",
+         ref=lambda xs, a: torch.full(a["shape"], _number(a["value"], a["dtype"]),
+                                      dtype=dtype_of(a["dtype"])))
+register("arange", 0, "start:float end:float step:float dtype:str", category="source",
+         shape="given", dtype="attr",
+         ref=lambda xs, a: torch.arange(_number(a["start"], a["dtype"]),
+                                        _number(a["end"], a["dtype"]),
+                                        _number(a["step"], a["dtype"]),
+                                        dtype=dtype_of(a["dtype"])))
+
+# --- layout: views and copies that move data but compute nothing -------------------------
+register("view", 1, "shape:ints", ref=lambda xs, a: torch.reshape(xs[0], a["shape"]),
+         category="layout", shape="attr")
+register("permute", 1, "dims:ints", ref=lambda xs, a: torch.permute(xs[0], a["dims"]),
+         category="layout", shape="permute")
+register("transpose", 1, "dim0:int dim1:int",
+         ref=lambda xs, a: torch.transpose(xs[0], a["dim0"], a["dim1"]),
+         category="layout", shape="transpose")
+register("expand", 1, "shape:ints", ref=lambda xs, a: xs[0].expand(a["shape"]),
+         category="layout", shape="attr")
+register("unsqueeze", 1, "dim:int", ref=lambda xs, a: torch.unsqueeze(xs[0], a["dim"]),
+         category="layout", shape="unsqueeze")
+register("clone", 1, ref=lambda xs, a: torch.clone(xs[0]), category="layout", shape="same")
+register("to_dtype", 1, "dtype:str", ref=lambda xs, a: xs[0].to(dtype_of(a["dtype"])),
+         category="elementwise", shape="same", dtype="attr")
+register("slice", 1, "dim:int start:int end:int step:int",
+         ref=lambda xs, a: aten.slice.Tensor(xs[0], a["dim"], a["start"], a["end"], a["step"]),
+         category="layout", shape="slice")
+register("select", 1, "dim:int index:int",
+         ref=lambda xs, a: torch.select(xs[0], a["dim"], a["index"]),
+         category="layout", shape="select")
+register("cat", None, "dim:int", ref=lambda xs, a: torch.cat(xs, a["dim"]),
+         category="layout", shape="cat")
+register("getitem", 1, "index:int", ref=lambda xs, a: xs[0][a["index"]], category="layout",
+         shape="given", dtype="given")
+
+# --- matmuls (alpha: a scale folded into the product by the rules) -----------------------
+register("mm", 2, "alpha:float", ref=lambda xs, a: _scaled(torch.mm(xs[0], xs[1]), a["alpha"]),
+         category="matmul", shape="mm")
+register("bmm", 2, "alpha:float",
+         ref=lambda xs, a: _scaled(torch.bmm(xs[0], xs[1]), a["alpha"]),
+         category="matmul", shape="bmm")
+register("matmul", 2, ref=lambda xs, a: torch.matmul(xs[0], xs[1]), category="matmul",
+         shape="given")
+register("addmm", 3, "beta:float alpha:float",
+         ref=lambda xs, a: torch.addmm(xs[0], xs[1], xs[2], beta=a["beta"], alpha=a["alpha"]),
+         category="matmul", shape="addmm")
+register("linear", 2, ref=lambda xs, a: F.linear(xs[0], xs[1]), category="matmul",
+         shape="linear")
+register("linear_bias", 3, ref=lambda xs, a: F.linear(xs[0], xs[1], xs[2]), category="matmul",
+         shape="linear")
+
+
+def _scaled(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    # Multiplying by exactly 1.0 is skipped so that an unscaled product is bit-identical.
+    return x if alpha == 1.0 else x * alpha
+
+
+# --- elementwise ----------------------------------------------------------------------------
+_BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "pow": torch.pow,
+    "maximum": torch.maximum, "minimum": torch.minimum,
+    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
+    "ge": torch.ge, "logical_and": torch.logical_and, "logical_or": torch.logical_or,
+    "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
+}
+_BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"}
+
+
+def _binary(fn: Callable[..., Any]) -> Callable[[list[Any], dict[str, Any]], Any]:
+    def ref(xs: list[Any], a: dict[str, Any]) -> Any:
+        x, y = xs
+        if not isinstance(x, torch.Tensor):  # scalar first: let torch promote as in eager
+            return fn(torch.scalar_tensor(x, dtype=_weak_dtype(x, y)), y)
+        return fn(x, y)
+    return ref
+
+
+def _weak_dtype(x: Any, y: Any) -> torch.dtype:
+    if isinstance(y, torch.Tensor) and not (isinstance(x, float) and
+                                            not y.dtype.is_floating_point):
+        return y.dtype
+    return torch.get_default_dtype() if isinstance(x, float) else torch.int64
+
+
+for _name, _fn in _BINARY.items():
+    register(_name, 2, ref=_binary(_fn), category="elementwise", shape="broadcast",
+             dtype="bool" if _name in _BOOL_RESULT else "promote")
+
+register("where", 3, ref=lambda xs, a: torch.where(*xs), category="elementwise",
+         shape="broadcast", dtype="given")
+
+_UNARY = {
+    "neg": torch.neg, "rsqrt": torch.rsqrt, "sqrt": torch.sqrt, "exp": torch.exp,
+    "log": torch.log, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "silu": F.silu,
+    "relu": torch.relu, "reciprocal": torch.reciprocal, "abs": torch.abs, "cos": torch.cos,
+    "sin": torch.sin, "erf": torch.erf, "logical_not": torch.logical_not,
+    "bitwise_not": torch.bitwise_not,
+}
+for _name, _fn in _UNARY.items():
+    register(_name, 1, ref=(lambda fn: lambda xs, a: fn(xs[0]))(_fn), category="elementwise",
+             shape="same", dtype="bool" if _name == "logical_not" else "same")
+register("gelu", 1, "approximate:str",
+         ref=lambda xs, a: F.gelu(xs[0], approximate=a["approximate"]),
+         category="elementwise", shape="same")
+register("triu", 1, "diagonal:int", ref=lambda xs, a: torch.triu(xs[0], a["diagonal"]),
+         category="elementwise", shape="same")
+register("tril", 1, "diagonal:int", ref=lambda xs, a: torch.tril(xs[0], a["diagonal"]),
+         category="elementwise", shape="same")
+
+# --- reductions and normalisations -----------------------------------------------------------
+register("sum", 1, "dims:ints keepdim:bool",
+         ref=lambda xs, a: torch.sum(xs[0], a["dims"], keepdim=a["keepdim"]),
+         category="reduction", shape="reduce")
+register("mean", 1, "dims:ints keepdim:bool",
+         ref=lambda xs, a: torch.mean(xs[0], a["dims"], keepdim=a["keepdim"]),
+         category="reduction", shape="reduce")
+register("amax", 1, "dims:ints keepdim:bool",
+         ref=lambda xs, a: torch.amax(xs[0], a["dims"], keepdim=a["keepdim"]),
+         category="reduction", shape="reduce")
+register("amin", 1, "dims:ints keepdim:bool",
+         ref=lambda xs, a: torch.amin(xs[0], a["dims"], keepdim=a["keepdim"]),
+         category="reduction", shape="reduce")
+register("softmax", 1, "dim:int", ref=lambda xs, a: torch.softmax(xs[0], a["dim"]),
+         category="reduction", shape="same")
+register("log_softmax", 1, "dim:int", ref=lambda xs, a: torch.log_softmax(xs[0], a["dim"]),
+         category="reduction", shape="same")
+register("cumsum", 1, "dim:int", ref=lambda xs, a: torch.cumsum(xs[0], a["dim"]),
+         category="reduction", shape="same", dtype="given")
+register("layer_norm", 3, "normalized_shape:ints eps:float",
+         ref=lambda xs, a: F.layer_norm(xs[0], a["normalized_shape"], xs[1], xs[2], a["eps"]),
+         category="reduction", shape="same")
+
+# --- gathers, attention ----------------------------------------------------------------------
+register("embedding", 2, ref=lambda xs, a: F.embedding(xs[1], xs[0]), category="layout",
+         shape="embedding")
+register("index_select", 2, "dim:int",
+         ref=lambda xs, a: torch.index_select(xs[0], a["dim"], xs[1]), category="layout",
+         shape="given")
+register("index", None, "positions:ints", ref=lambda xs, a: _index(xs, a["positions"]),
+         category="layout", shape="given", dtype="same")
+
+
+def _index(xs: list[Any], positions: list[int]) -> Any:
+    # aten.index with tensors at `positions` and full slices (None) elsewhere
+    indices: list[Any] = [None] * (max(positions) + 1)
+    for p, t in zip(positions, xs[1:]):
+        indices[p] = t
+    return aten.index.Tensor(xs[0], indices)
+
+
+register("sdpa", 3, "is_causal:bool scale:float",
+         ref=lambda xs, a: F.scaled_dot_product_attention(
+             *xs, is_causal=a["is_causal"], scale=a["scale"]),
+         category="attention", shape="sdpa")
+register("sdpa_masked", 4, "scale:float",
+         ref=lambda xs, a: F.scaled_dot_product_attention(
+             xs[0], xs[1], xs[2], attn_mask=xs[3], scale=a["scale"]),
+         category="attention", shape="sdpa")
+
+# --- fallback: an op outside the registry, run by torch as captured -----------------------
+# attrs: "target" (the op's name, for reports and the e-graph), "key" (the node's identity
+# in the e-graph), and "fn"/"template" (the callable and its argument structure; not encoded).
+register("fallback", None, "target:str key:int", category="fallback", shape="given",
+         dtype="given", infer=_leaf_type)
+
+LEAF_OPS = frozenset({"input", "param", "const"})
