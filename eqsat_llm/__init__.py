@@ -1,0 +1,24 @@
+"""eqsat-llm: an equality-saturation optimizer for LLM inference graphs.
+
+    compiled = eqsat_llm.optimize(model, example_inputs)
+    out = compiled(*inputs)
+    print(compiled.report.summary())
+"""
+
+from .api import Compiled, FallbackWarning, optimize, optimize_graph
+from .errors import CaptureError, EncodeError, EqsatError, GraphError, RuleError
+from .report import Report
+from .saturate import Limits
+
+__all__ = ["Compiled", "FallbackWarning", "optimize", "optimize_graph", "Report", "Limits",
+           "EqsatError", "CaptureError", "EncodeError", "GraphError", "RuleError"]
+__version__ = "0.1.0"
+
+
+def _register_dynamo_backend() -> None:
+    from .dynamo import register
+
+    register()
+
+
+_register_dynamo_backend()

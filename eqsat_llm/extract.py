@@ -7,7 +7,7 @@ a program from it here. Two greedy extractors are provided:
 * :func:`extract_tree_greedy` minimises each class's *tree* cost (shared subterms counted
   once per use). It is exact for tree cost and fast, but blind to sharing.
 * :func:`extract_dag_greedy` is the "faster greedy DAG" heuristic of extraction-gym: it
-  tracks, per class, the set of classes its best program needs, so shared subterms are
+  tracks, per class, the set of nodes its best program needs, so shared subterms are
   counted once. It usually beats tree-greedy on DAG cost, which is what inference
   actually pays (a shared tensor is computed once).
 
@@ -20,13 +20,17 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import numbers
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .errors import EqsatError
 
 __all__ = [
     "CostFn",
@@ -45,11 +49,11 @@ __all__ = [
 ]
 
 
-class EGraphFormatError(ValueError):
+class EGraphFormatError(EqsatError, ValueError):
     """The input is not a well-formed egraph-serialize e-graph (message names the culprit)."""
 
 
-class ExtractionError(ValueError):
+class ExtractionError(EqsatError, ValueError):
     """An extraction is impossible or a given choice map is not a valid program."""
 
 
@@ -92,6 +96,8 @@ class Extraction:
     lower_bound: float | None = None
 
 
+_LITTLE_ENDIAN = sys.byteorder == "little"  # _sum_bits reads ints as native 64-bit words
+
 CostFn = Callable[[ENode], float]
 """A cost model: maps an e-node to a finite, non-negative cost (overrides ``node.cost``)."""
 
@@ -129,7 +135,7 @@ def _as_id(value: Any, where: str, what: str) -> str:
 
 
 def _check_cost(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise EGraphFormatError(f"{where}: cost must be a number, got {value!r}")
     cost = float(value)
     if math.isnan(cost) or math.isinf(cost) or cost < 0:
@@ -139,7 +145,9 @@ def _check_cost(value: Any, where: str) -> float:
 
 def _parse(data: Any, src: str) -> EGraph:
     if not isinstance(data, Mapping):
-        raise EGraphFormatError(f"{src}: top level must be a JSON object, got {type(data).__name__}")
+        raise EGraphFormatError(
+            f"{src}: top level must be a JSON object, got {type(data).__name__}"
+        )
     if "nodes" not in data:
         raise EGraphFormatError(f"{src}: missing key 'nodes'")
     raw_nodes = data["nodes"]
@@ -215,7 +223,7 @@ def _roots(egraph: EGraph, roots: Iterable[str] | None) -> list[str]:
 
 def _cycle_message(stack: list[tuple[str, Any]], start: str) -> str:
     path = [cls for cls, _ in stack]
-    cycle = path[path.index(start):] + [start]
+    cycle = path[path.index(start) :] + [start]
     return "chosen program has a cycle through classes " + " -> ".join(map(repr, cycle))
 
 
@@ -322,7 +330,7 @@ def _node_costs(egraph: EGraph, cost: CostFn | None) -> dict[str, float]:
         if node.subsumed:
             continue
         value = cost(node)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise ExtractionError(f"cost model returned {value!r} for node {nid!r}: not a number")
         value = float(value)
         if not (0.0 <= value < math.inf):  # also rejects NaN
@@ -331,6 +339,15 @@ def _node_costs(egraph: EGraph, cost: CostFn | None) -> dict[str, float]:
             )
         out[nid] = value
     return out
+
+
+def _require_roots(roots: list[str], choice: Mapping[str, str]) -> None:
+    for r in roots:
+        if r not in choice:
+            raise ExtractionError(
+                f"root class {r!r} has no finite-cost choice (every program for it is cyclic "
+                "or uses subsumed nodes)"
+            )
 
 
 def _finish(
@@ -342,12 +359,7 @@ def _finish(
     start: float,
 ) -> Extraction:
     """Restrict ``choice`` to the classes reachable from the roots and price the result."""
-    for r in roots:
-        if r not in choice:
-            raise ExtractionError(
-                f"root class {r!r} has no finite-cost choice (every program for it is cyclic "
-                "or uses subsumed nodes)"
-            )
+    _require_roots(roots, choice)
     order = reachable_classes(egraph, choice, roots)
     choices = {c: choice[c] for c in order}
     total = math.fsum(node_cost[choices[c]] for c in order)
@@ -420,20 +432,37 @@ def extract_dag_greedy(
 ) -> Extraction:
     """Greedy DAG extraction (extraction-gym's "faster greedy DAG").
 
-    Each class keeps a *cost set*: class -> node cost for every class its best program
-    needs (union of the children's sets plus itself), and picks the node minimising the
-    set's total, so shared subterms are counted once. A worklist re-prices the parents of
-    a class whenever its total drops. A node is priced only once all its child classes
-    have sets, and rejected when its own class appears among its children or in the union
-    (it would be cyclic). Because a class keeps a set computed from its children's
-    *earlier* choices when a re-priced set is not cheaper, stale sets can in rare cases
-    still close a cycle; :func:`_break_cycles` repairs that, so the result is always a
-    valid acyclic program.
+    Each class keeps a *cost set*: the nodes its best program needs (its chosen node plus
+    the union of its children's sets), and picks the node minimising the set's total, so
+    shared subterms are counted once. A FIFO worklist re-prices the parents of a class
+    whenever its total drops. A node is priced only once all its child classes have sets,
+    and is rejected when its own class is among its children or its union already holds
+    a node of its class (it would be cyclic).
+
+    Sets are bitsets over node indices (Python ints): a union is one C-speed OR and a set
+    costs n/8 bytes, so deep graphs (a chain of 20k classes) stay fast and small, where
+    extraction-gym's per-class hash maps grow quadratically. The total is the sum of the
+    member nodes' costs. Where two children's sets hold different nodes of one class (a
+    stale view of a class whose choice changed), both are counted, not one arbitrary one:
+    this keeps a set's total >= each child's, which is what makes the choices acyclic by
+    construction. :func:`_break_cycles` stays as a safety net (float ties).
     """
     start = time.perf_counter()
     root_list = _roots(egraph, roots)
     node_cost = _node_costs(egraph, cost)
     nodes = egraph.nodes
+
+    # Index the choosable nodes grouped by class, so a class is a contiguous bit span.
+    index: dict[str, int] = {}
+    weights: list[float] = []
+    span: dict[str, tuple[int, int]] = {}  # class -> (first bit, mask of its nodes' bits)
+    for cls, nids in egraph.classes.items():
+        first = len(weights)
+        for nid in nids:
+            if nid in node_cost:
+                index[nid] = len(weights)
+                weights.append(node_cost[nid])
+        span[cls] = (first, (1 << (len(weights) - first)) - 1)
 
     kid_classes: dict[str, tuple[str, ...]] = {}
     parents: dict[str, list[str]] = {c: [] for c in egraph.classes}
@@ -447,7 +476,8 @@ def extract_dag_greedy(
             queue.append(nid)
     queued = set(queue)
 
-    sets: dict[str, dict[str, float]] = {}
+    bits: dict[str, int] = {}  # class -> its cost set
+    size: dict[str, int] = {}  # class -> popcount of its cost set
     totals: dict[str, float] = {}
     choice: dict[str, str] = {}
     inf = math.inf
@@ -458,32 +488,35 @@ def extract_dag_greedy(
         cls = nodes[nid].eclass
         prev = totals.get(cls, inf)
         c = node_cost[nid]
+        me = 1 << index[nid]
         if not kids:
-            new = {cls: c}
-            total = c
+            new, total = me, c
         else:
-            if cls in kids:
-                continue
-            try:
-                kid_sets = [sets[k] for k in kids]
-            except KeyError:
-                continue  # some child class has no program yet
+            if cls in kids or any(k not in bits for k in kids):
+                continue  # self-loop, or some child class has no program yet
             if len(kids) == 1:
-                if c + totals[kids[0]] > prev:
-                    continue  # cannot beat the current choice
-                new = kid_sets[0].copy()
+                k = kids[0]
+                total = totals[k] + c
+                if total >= prev:
+                    continue
+                union = bits[k]
             else:
-                biggest = max(range(len(kids)), key=lambda i: len(kid_sets[i]))
-                new = kid_sets[biggest].copy()
-                for i, s in enumerate(kid_sets):
-                    if i != biggest:
-                        new.update(s)
-            if cls in new:
+                big = max(kids, key=size.__getitem__)
+                if max(totals[k] for k in kids) + c >= prev:
+                    continue  # the union costs at least its dearest child
+                union = 0
+                for k in kids:
+                    union |= bits[k]
+                total = _sum_bits(union ^ bits[big], weights, totals[big] + c, prev)
+                if total >= prev:
+                    continue
+            first, mask = span[cls]
+            if (union >> first) & mask:
                 continue  # the children's programs already need this class: cyclic
-            new[cls] = c
-            total = sum(new.values())
+            new = union | me
         if total < prev:
-            sets[cls] = new
+            bits[cls] = new
+            size[cls] = new.bit_count()
             totals[cls] = total
             choice[cls] = nid
             for p in parents[cls]:
@@ -491,14 +524,33 @@ def extract_dag_greedy(
                     queued.add(p)
                     queue.append(p)
 
-    for r in root_list:
-        if r not in choice:
-            raise ExtractionError(
-                f"root class {r!r} has no finite-cost choice (every program for it is cyclic "
-                "or uses subsumed nodes)"
-            )
+    _require_roots(root_list, choice)
     _break_cycles(egraph, root_list, choice, node_cost)
     return _finish(egraph, root_list, choice, node_cost, "dag-greedy", start)
+
+
+def _sum_bits(d: int, weights: list[float], total: float, limit: float) -> float:
+    """``total`` plus the weights of the set bits of ``d``; stops once it reaches ``limit``.
+
+    Few bits: peel the lowest bit off at a time. Many: scan 64-bit words of the bytes,
+    which is linear in the width instead of (bits x width)."""
+    if d.bit_count() <= 16 or not _LITTLE_ENDIAN:
+        while d:
+            low = d & -d
+            total += weights[low.bit_length() - 1]
+            d ^= low
+        return total
+    words = memoryview(d.to_bytes((d.bit_length() + 63) // 64 * 8, "little")).cast("Q")
+    for w_index, w in enumerate(words):
+        if w:
+            base = w_index * 64
+            while w:
+                low = w & -w
+                total += weights[base + low.bit_length() - 1]
+                w ^= low
+            if total >= limit:
+                return total
+    return total
 
 
 def _safe_choices(egraph: EGraph, node_cost: Mapping[str, float]) -> dict[str, str]:
@@ -549,7 +601,7 @@ def _find_cycle(egraph: EGraph, roots: list[str], choice: Mapping[str, str]) -> 
                     break
                 if s == 1:
                     path = [c for c, _ in stack]
-                    return path[path.index(child):]
+                    return path[path.index(child) :]
             else:
                 stack.pop()
                 state[cls] = 2

@@ -84,6 +84,15 @@ def cat_size(xs: Vec[Tensor], dim: i64) -> i64:
     """Total size along dim of the tensors xs."""
 
 
+# iota(n): [0, 1, ..., n-1], to recognise identity permutations and build permutations
+iota_step = relation("iota_step", i64, i64, Vec[i64])
+
+
+@function(merge=lambda old, new: old)
+def iota(n: i64) -> Vec[i64]:
+    """The identity permutation of rank n."""
+
+
 is_float_dtype = relation("is_float_dtype", String)
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 WEAK_DTYPES = ("py_float", "py_int", "py_bool")
@@ -132,6 +141,9 @@ def vector_functions(a: Vec[i64], b: Vec[i64], s: Vec[i64], idx: Vec[i64], acc: 
         insert_step(s, d, v, i + 1, acc.push(s[i - 1])))
     yield rule(insert_step(s, d, v, i, acc), eq(i).to(s.length() + 1)).then(
         set_(inserted(s, d, v)).to(acc))
+    # iota
+    yield rule(iota_step(n, i, acc), i < n).then(iota_step(n, i + 1, acc.push(i)))
+    yield rule(iota_step(n, i, acc), eq(i).to(n)).then(set_(iota(n)).to(acc))
     # cat sizes
     yield rule(cat_step(xs, d, i, total), i < xs.length(), eq(s).to(shape(xs[i]))).then(
         cat_step(xs, d, i + 1, total + s[d]))
@@ -243,6 +255,16 @@ def _dtype_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
         raise ValueError(f"op {opdef.name}: unknown dtype rule {kind!r}")
 
 
+@ruleset
+def layout_demands(x: Tensor, p: Vec[i64], q: Vec[i64], s: Vec[i64], d: i64,
+                   e: i64) -> Iterator[RewriteOrRule]:
+    # Values that the layout rules look up: composed and identity permutations.
+    yield rule(E.permute(E.permute(x, p), q)).then(gather_step(p, q, i64(0), Vec[i64].empty()))
+    yield rule(E.permute(x, p)).then(iota_step(p.length(), i64(0), Vec[i64].empty()))
+    yield rule(E.transpose(x, d, e), eq(s).to(shape(x))).then(
+        iota_step(s.length(), i64(0), Vec[i64].empty()))
+
+
 def _build_analysis():
     rules: list[RewriteOrRule] = []
     for opdef in REGISTRY.values():
@@ -252,7 +274,7 @@ def _build_analysis():
 
 
 # The analysis: run it to saturation before each round of rewrites (see saturate.py).
-analysis = _build_analysis() | vector_functions
+analysis = _build_analysis() | vector_functions | layout_demands
 
 
 def shape_literal(shape_: tuple[int, ...]) -> Vec[i64]:

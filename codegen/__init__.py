@@ -1,0 +1,6 @@
+"""Backends that run an optimized IR program: the reference runtime (torch ops, one per node);
+the C and Triton backends follow the same interface: `Backend(graph).run(inputs) -> outputs`."""
+
+from .reference import ReferenceRuntime
+
+__all__ = ["ReferenceRuntime"]

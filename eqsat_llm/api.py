@@ -1,0 +1,133 @@
+"""`optimize()`: model in, faster equivalent program out, with a report of what was done."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from . import extract as extractors
+from .cost import op_cost
+from .egraph.decode import decode, let_classes, program_view, serialize
+from .egraph.encode import encode, let_name
+from .errors import EqsatError
+from .frontend import Captured, capture
+from .ir import Graph, TensorType
+from .report import Report, RuleStat
+from .rulebook import Rule, resolve
+from .saturate import Limits, saturate
+
+BACKENDS = ("reference",)
+EXTRACTORS = {"tree": extractors.extract_tree_greedy, "dag": extractors.extract_dag_greedy}
+
+
+class FallbackWarning(UserWarning):
+    """Some ops of the model are outside the registry and run in torch."""
+
+
+class Compiled:
+    """The optimized program: call it like the model."""
+
+    def __init__(self, graph: Graph, captured: Captured, report: Report):
+        from .codegen import ReferenceRuntime
+
+        self.graph = graph
+        self.captured = captured
+        self.report = report
+        self._runtime = ReferenceRuntime(graph)
+        self._input_types = [captured.graph.type_of(i) for i in captured.graph.input_ids]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self.captured.in_spec:
+            raise EqsatError(f"called with arguments structured as {spec}, but the model was "
+                             f"optimized for {self.captured.in_spec}")
+        for k, (x, t) in enumerate(zip(flat, self._input_types)):
+            if not isinstance(x, torch.Tensor) or (tuple(x.shape), str(x.dtype)[6:]) != (
+                    t.shape, t.dtype):
+                got = f"{x.dtype}{list(x.shape)}" if isinstance(x, torch.Tensor) else type(x)
+                raise EqsatError(f"input {k}: expected {t}, got {got}; shapes are static: "
+                                 "optimize again for new shapes")
+        with torch.no_grad():
+            outs = self._runtime.run(flat)
+        return pytree.tree_unflatten(outs, self.captured.out_spec)
+
+
+@contextmanager
+def _phase(timings: dict[str, float], name: str):
+    t = time.perf_counter()
+    yield
+    timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
+
+
+def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
+             example_kwargs: dict | None = None,
+             rules: Iterable[str | Rule] | None = None,
+             backend: str = "reference",
+             extractor: str = "dag",
+             limits: Limits = Limits(),
+             progress: Callable[[str], None] | None = None) -> Compiled:
+    """Optimize a model (nn.Module, fx.GraphModule or ExportedProgram) for the example inputs'
+    shapes. `rules`: family names ("all" by default) or Rule objects; [] runs no rules."""
+    if backend not in BACKENDS:
+        raise EqsatError(f"unknown backend {backend!r}; available: {BACKENDS}")
+    if extractor not in EXTRACTORS:
+        raise EqsatError(f"unknown extractor {extractor!r}; available: {sorted(EXTRACTORS)}")
+    report = Report(backend=backend, extraction_method=extractor)
+    timings = report.timings
+    with _phase(timings, "capture"):
+        captured = capture(model, tuple(example_inputs), example_kwargs)
+    if captured.fallback_ops:
+        warnings.warn("these ops are not in the registry and run in torch (fallback): "
+                      + ", ".join(captured.fallback_ops), FallbackWarning, stacklevel=2)
+    rule_list = resolve(rules) if rules is None or list(rules) else []
+    graph = optimize_graph(captured.graph, rule_list, extractor, limits, report, progress)
+    report.aten_op_counts = captured.aten_op_counts
+    report.fallback_ops = captured.fallback_ops
+    return Compiled(graph, captured, report)
+
+
+def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "dag",
+                   limits: Limits = Limits(), report: Report | None = None,
+                   progress: Callable[[str], None] | None = None) -> Graph:
+    """The graph-to-graph core: encode, saturate, extract, decode."""
+    report = report if report is not None else Report()
+    timings = report.timings
+    with _phase(timings, "encode"):
+        enc = encode(graph)
+    with _phase(timings, "saturate"):
+        sat = saturate(enc.egraph, rules, limits, progress)
+    with _phase(timings, "serialize"):
+        serialized = serialize(enc.egraph)
+        classes = let_classes(serialized)
+        roots = [classes[let_name(i)] for i in graph.outputs]
+        view = program_view(serialized, roots)
+    with _phase(timings, "extract"):
+        egraph = extractors.load_egraph(view)
+        result = EXTRACTORS[extractor](egraph, roots, cost=lambda n: op_cost(n.op))
+    with _phase(timings, "decode"):
+        class_types = {classes[let_name(n.id)]: n.type for n in graph.nodes
+                       if let_name(n.id) in classes}
+        out, out_ids = decode(view, result.choices, roots, graph, class_types)
+        out.outputs = out_ids
+    for gid, oid in zip(graph.outputs, out_ids):
+        if isinstance(graph.node(gid).type, TensorType) and graph.node(gid).type != out.node(
+                oid).type:
+            raise EqsatError(f"output %{gid} changed type during optimization")
+    report.op_counts_before = graph.op_counts()
+    report.op_counts_after = out.op_counts()
+    report.iterations = sat.iterations
+    report.stop_reason = sat.stop_reason
+    report.egraph_size_per_iteration = sat.enodes_per_iteration
+    report.eclasses = len(egraph.classes)
+    report.enodes = len(egraph.nodes)
+    report.rules = [RuleStat(r.name, r.family, r.soundness, sat.matches.get(r.name, 0))
+                    for r in rules]
+    report.cost_before = sum(op_cost(graph.node(i).op) for i in graph.live_ids())
+    report.cost_after = result.cost
+    return out

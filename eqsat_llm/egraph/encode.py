@@ -1,0 +1,73 @@
+"""IR graph -> egglog e-graph, one `let` per node.
+
+LLM graphs are thousands of nodes deep; egglog-python converts nested terms recursively, so
+each node is bound to its own `let` and refers to its inputs by their let names. Shapes are
+asserted only for leaves and for ops whose shape the e-graph cannot derive ("given" rules);
+everything else is computed by the analysis (analysis.py). Dtypes are asserted for every node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from egglog import EGraph, String, Vec, f64, i64, set_
+
+from ..errors import EncodeError
+from ..ir import Graph, TensorType
+from ..ops import get_op
+from .analysis import dtype_facts, shape_literal
+from .language import E, Tensor, dtype, shape
+
+
+@dataclass
+class Encoded:
+    egraph: EGraph
+    graph: Graph
+    let_names: dict[int, str] = field(default_factory=dict)  # IR node id -> let name
+    exprs: dict[int, Tensor] = field(default_factory=dict)  # IR node id -> let expression
+
+
+def attr_literal(kind: str, value: Any) -> Any:
+    if kind in ("int", "bool"):
+        return i64(int(value))
+    if kind == "float":
+        return f64(float(value))
+    if kind == "ints":
+        return Vec[i64](*(int(v) for v in value)) if len(value) else Vec[i64].empty()
+    if kind == "str":
+        return String(str(value))
+    raise EncodeError(f"unknown attribute kind {kind!r}")
+
+
+def let_name(node_id: int) -> str:
+    return f"n{node_id}"
+
+
+def encode(graph: Graph, *, assert_shapes: bool = False) -> Encoded:
+    """Encode the live part of `graph`. With `assert_shapes`, every node's shape is asserted
+    (used only to compare against the analysis in tests: normally the analysis derives them)."""
+    egraph = EGraph()
+    enc = Encoded(egraph, graph)
+    facts: list[Any] = list(dtype_facts())
+    live = graph.live_ids()
+    for node in graph.nodes:
+        if node.id not in live:
+            continue
+        opdef = get_op(node.op)
+        inputs = [enc.exprs[i] for i in node.inputs]
+        if opdef.arity is None:
+            inputs = [Vec[Tensor](*inputs) if inputs else Vec[Tensor].empty()]
+        attrs = [attr_literal(kind, node.attrs[name]) for name, kind in opdef.attrs]
+        expr = egraph.let(let_name(node.id), getattr(E, node.op)(*inputs, *attrs))
+        enc.let_names[node.id] = let_name(node.id)
+        enc.exprs[node.id] = expr
+        if isinstance(node.type, TensorType):
+            if 0 in node.type.shape:
+                raise EncodeError(f"%{node.id} ({node.op}) has a size-0 dimension; "
+                                  "empty tensors are not supported")
+            if assert_shapes or opdef.shape_rule == "given":
+                facts.append(set_(shape(expr)).to(shape_literal(node.type.shape)))
+            facts.append(set_(dtype(expr)).to(String(node.type.dtype)))
+    egraph.register(*facts)
+    return enc

@@ -1,0 +1,71 @@
+"""What the optimizer did, for people (`summary()`) and for tools (`to_dict()`).
+
+`to_dict()` keys are stable: capture, e-graph, rules, extraction, op counts, timings and
+fallbacks; see docs/report.md for their meaning.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class RuleStat:
+    name: str
+    family: str
+    soundness: str
+    matches: int
+
+
+@dataclass
+class Report:
+    op_counts_before: Counter[str] = field(default_factory=Counter)
+    op_counts_after: Counter[str] = field(default_factory=Counter)
+    aten_op_counts: dict[str, int] = field(default_factory=dict)
+    fallback_ops: list[str] = field(default_factory=list)
+    iterations: int = 0
+    stop_reason: str = ""
+    egraph_size_per_iteration: list[int] = field(default_factory=list)
+    eclasses: int = 0
+    enodes: int = 0
+    rules: list[RuleStat] = field(default_factory=list)
+    extraction_method: str = ""
+    cost_before: float = 0.0
+    cost_after: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+    backend: str = "reference"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["op_counts_before"] = dict(self.op_counts_before)
+        d["op_counts_after"] = dict(self.op_counts_after)
+        d["nodes_before"] = sum(self.op_counts_before.values())
+        d["nodes_after"] = sum(self.op_counts_after.values())
+        return d
+
+    def summary(self) -> str:
+        lines = ["eqsat-llm report", "================"]
+        before, after = sum(self.op_counts_before.values()), sum(self.op_counts_after.values())
+        lines.append(f"ops: {before} -> {after}    predicted cost: {self.cost_before:g} -> "
+                     f"{self.cost_after:g} ({self.extraction_method} extraction)")
+        lines.append(f"e-graph: {self.eclasses} classes, {self.enodes} nodes after "
+                     f"{self.iterations} iterations; stopped: {self.stop_reason}")
+        if self.fallback_ops:
+            lines.append("fallback to torch: " + ", ".join(self.fallback_ops))
+        lines.append("")
+        lines.append(f"{'op':<16}{'before':>8}{'after':>8}")
+        for op in sorted(set(self.op_counts_before) | set(self.op_counts_after),
+                         key=lambda o: (-self.op_counts_before.get(o, 0), o)):
+            b, a = self.op_counts_before.get(op, 0), self.op_counts_after.get(op, 0)
+            lines.append(f"{op:<16}{b:>8}{a:>8}")
+        fired = [r for r in self.rules if r.matches]
+        lines.append("")
+        lines.append(f"rules fired ({len(fired)} of {len(self.rules)}):")
+        for r in sorted(fired, key=lambda r: -r.matches):
+            lines.append(f"  {r.name:<24}{r.family:<10}{r.soundness:<14}{r.matches:>6} matches")
+        lines.append("")
+        lines.append("time per phase: " + ", ".join(f"{k} {v * 1000:.0f} ms"
+                                                   for k, v in self.timings.items()))
+        return "\n".join(lines)

@@ -1,0 +1,7 @@
+"""The rule library, one module per family (installed as `eqsat_llm.rules`).
+
+Importing this package registers every family with `eqsat_llm.rulebook`."""
+
+from . import algebra, layout
+
+__all__ = ["algebra", "layout"]
