@@ -1,0 +1,38 @@
+import os
+import warnings
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from eqsat_llm.frontend import capture  # noqa: E402
+from eqsat_llm.workloads import WORKLOADS  # noqa: E402
+
+torch.set_num_threads(2)
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+WORKLOAD_NAMES = list(WORKLOADS)
+
+
+@pytest.fixture(scope="session")
+def workload_cache():
+    return {}
+
+
+@pytest.fixture(params=WORKLOAD_NAMES)
+def workload(request, workload_cache):
+    """(name, model, inputs, captured) for each reference workload, built once per session."""
+    name = request.param
+    if name not in workload_cache:
+        model, inputs = WORKLOADS[name]()
+        workload_cache[name] = (name, model, inputs, capture(model, inputs))
+    return workload_cache[name]
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def max_error(expected, got) -> float:
+    return max((a - b).abs().max().item() for a, b in zip(as_tuple(expected), as_tuple(got)))
