@@ -32,11 +32,13 @@ class ReferenceRuntime:
         for i, pos in last_use.items():
             if i not in outputs:
                 self.free_after[pos].append(i)
-        self.n_inputs = len(graph.input_ids)
+        # inputs are bound by index; ones the program no longer reads may be missing from it
+        self.n_inputs = 1 + max((n.attrs["index"] for n in self.order if n.op == "input"),
+                                default=-1)
 
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        if len(inputs) != self.n_inputs:
-            raise GraphError(f"the program takes {self.n_inputs} inputs, got {len(inputs)}")
+        if len(inputs) < self.n_inputs:
+            raise GraphError(f"the program reads {self.n_inputs} inputs, got {len(inputs)}")
         values: dict[int, Any] = {}
         constants = self.graph.constants
         for pos, node in enumerate(self.order):

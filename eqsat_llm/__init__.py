@@ -10,8 +10,19 @@ from .errors import CaptureError, EncodeError, EqsatError, GraphError, RuleError
 from .report import Report
 from .saturate import Limits
 
-__all__ = ["Compiled", "FallbackWarning", "optimize", "optimize_graph", "Report", "Limits",
-           "EqsatError", "CaptureError", "EncodeError", "GraphError", "RuleError"]
+__all__ = [
+    "CaptureError",
+    "Compiled",
+    "EncodeError",
+    "EqsatError",
+    "FallbackWarning",
+    "GraphError",
+    "Limits",
+    "Report",
+    "RuleError",
+    "optimize",
+    "optimize_graph",
+]
 __version__ = "0.1.0"
 
 

@@ -70,7 +70,7 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
              rules: Iterable[str | Rule] | None = None,
              backend: str = "reference",
              extractor: str = "dag",
-             limits: Limits = Limits(),
+             limits: Limits | None = None,
              progress: Callable[[str], None] | None = None) -> Compiled:
     """Optimize a model (nn.Module, fx.GraphModule or ExportedProgram) for the example inputs'
     shapes. `rules`: family names ("all" by default) or Rule objects; [] runs no rules."""
@@ -93,7 +93,7 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
 
 
 def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "dag",
-                   limits: Limits = Limits(), report: Report | None = None,
+                   limits: Limits | None = None, report: Report | None = None,
                    progress: Callable[[str], None] | None = None) -> Graph:
     """The graph-to-graph core: encode, saturate, extract, decode."""
     report = report if report is not None else Report()
@@ -101,7 +101,7 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "dag",
     with _phase(timings, "encode"):
         enc = encode(graph)
     with _phase(timings, "saturate"):
-        sat = saturate(enc.egraph, rules, limits, progress)
+        sat = saturate(enc.egraph, rules, limits or Limits(), progress)
     with _phase(timings, "serialize"):
         serialized = serialize(enc.egraph)
         classes = let_classes(serialized)

@@ -44,8 +44,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         worst = max(worst, err)
         print(compiled.report.summary())
         with torch.no_grad():
-            eager_ms = _median_ms(lambda: model(*inputs), args.rounds)
-            ours_ms = _median_ms(lambda: compiled(*inputs), args.rounds)
+            eager_ms = _median_ms(lambda m=model, x=inputs: m(*x), args.rounds)
+            ours_ms = _median_ms(lambda c=compiled, x=inputs: c(*x), args.rounds)
         print(f"\nmax |eqsat - eager| = {err:.2e}   (tolerance 1e-5)")
         print(f"median time: eager {eager_ms:.3f} ms, eqsat-llm ({compiled.report.backend} "
               f"backend) {ours_ms:.3f} ms -> {eager_ms / ours_ms:.2f}x eager")

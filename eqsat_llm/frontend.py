@@ -59,7 +59,7 @@ def export(model: Any, example_inputs: tuple, example_kwargs: dict | None = None
                 ep = torch.export.export(model, tuple(example_inputs), example_kwargs or None,
                                          strict=strict)
                 break
-            except Exception as exc:  # export's own message says which construct failed
+            except Exception as exc:  # noqa: BLE001 - export's message names the construct
                 errors.append(f"strict={strict}: {type(exc).__name__}: {exc}")
         if ep is None:
             raise CaptureError("torch.export could not capture the model:\n" + "\n".join(errors))

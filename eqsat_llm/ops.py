@@ -240,8 +240,12 @@ _UNARY = {
     "sin": torch.sin, "erf": torch.erf, "logical_not": torch.logical_not,
     "bitwise_not": torch.bitwise_not,
 }
+def _unary(fn: Callable[[Any], Any]) -> Callable[[list[Any], dict[str, Any]], Any]:
+    return lambda xs, a: fn(xs[0])
+
+
 for _name, _fn in _UNARY.items():
-    register(_name, 1, ref=(lambda fn: lambda xs, a: fn(xs[0]))(_fn), category="elementwise",
+    register(_name, 1, ref=_unary(_fn), category="elementwise",
              shape="same", dtype="bool" if _name == "logical_not" else "same")
 register("gelu", 1, "approximate:str",
          ref=lambda xs, a: F.gelu(xs[0], approximate=a["approximate"]),
@@ -252,18 +256,17 @@ register("tril", 1, "diagonal:int", ref=lambda xs, a: torch.tril(xs[0], a["diago
          category="elementwise", shape="same")
 
 # --- reductions and normalisations -----------------------------------------------------------
-register("sum", 1, "dims:ints keepdim:bool",
-         ref=lambda xs, a: torch.sum(xs[0], a["dims"], keepdim=a["keepdim"]),
-         category="reduction", shape="reduce")
-register("mean", 1, "dims:ints keepdim:bool",
-         ref=lambda xs, a: torch.mean(xs[0], a["dims"], keepdim=a["keepdim"]),
-         category="reduction", shape="reduce")
-register("amax", 1, "dims:ints keepdim:bool",
-         ref=lambda xs, a: torch.amax(xs[0], a["dims"], keepdim=a["keepdim"]),
-         category="reduction", shape="reduce")
-register("amin", 1, "dims:ints keepdim:bool",
-         ref=lambda xs, a: torch.amin(xs[0], a["dims"], keepdim=a["keepdim"]),
-         category="reduction", shape="reduce")
+_REDUCTIONS = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin}
+
+
+def _reduction(fn: Callable[..., Any]) -> Callable[[list[Any], dict[str, Any]], Any]:
+    return lambda xs, a: fn(xs[0], a["dims"], keepdim=a["keepdim"])
+
+
+for _name, _fn in _REDUCTIONS.items():
+    # sum promotes bool/int to int64, so its dtype is not always its input's
+    register(_name, 1, "dims:ints keepdim:bool", ref=_reduction(_fn), category="reduction",
+             shape="reduce", dtype="given" if _name == "sum" else "same")
 register("softmax", 1, "dim:int", ref=lambda xs, a: torch.softmax(xs[0], a["dim"]),
          category="reduction", shape="same")
 register("log_softmax", 1, "dim:int", ref=lambda xs, a: torch.log_softmax(xs[0], a["dim"]),

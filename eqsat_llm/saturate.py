@@ -40,8 +40,9 @@ def egraph_size(egraph: EGraph) -> int:
     return sum(size for _, size in egraph.all_function_sizes())
 
 
-def saturate(egraph: EGraph, rules: list[Rule], limits: Limits = Limits(),
+def saturate(egraph: EGraph, rules: list[Rule], limits: Limits | None = None,
              progress: Callable[[str], None] | None = None) -> SaturationResult:
+    limits = limits or Limits()
     start = time.perf_counter()
     by_key = {r.key: r.name for r in rules}
     result = SaturationResult(0, "saturated")

@@ -4,7 +4,7 @@ Rules that drop an op guard on dtype, so that a promotion (int tensor + 0.0 -> f
 never rewritten away.
 """
 
-from egglog import String, eq, f64, ne, rewrite, rule, union, Vec, i64
+from egglog import String, Vec, eq, f64, i64, ne, rewrite, rule, union
 
 from eqsat_llm.egraph.analysis import is_float_dtype
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape

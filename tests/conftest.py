@@ -3,11 +3,11 @@ import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from eqsat_llm.frontend import capture  # noqa: E402
-from eqsat_llm.workloads import WORKLOADS  # noqa: E402
+from eqsat_llm.frontend import capture
+from eqsat_llm.workloads import WORKLOADS
 
 torch.set_num_threads(2)
 warnings.filterwarnings("ignore", category=FutureWarning)

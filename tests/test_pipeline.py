@@ -1,5 +1,6 @@
 """End to end: optimize the reference workloads and compare with eager PyTorch."""
 
+import pytest
 import torch
 
 from eqsat_llm import optimize
@@ -80,3 +81,24 @@ def test_no_rules_keeps_the_program():
         # bit-identical to the captured program; eager uses other kernels (matmul vs mm)
         assert max_error(tuple(captured), got) == 0.0
         assert max_error(model(*inputs), got) <= 1e-5
+
+
+def _stack_round_trip(depth: int) -> None:
+    from eqsat_llm.workloads import stacked_llama_blocks
+
+    model = stacked_llama_blocks(depth).eval()
+    x = torch.randn(1, 16, 512, generator=torch.Generator().manual_seed(1))
+    compiled = optimize(model, (x,))
+    with torch.no_grad():
+        assert max_error(model(x), compiled(x)) <= 1e-5
+    assert compiled.report.op_counts_after["expand"] == 0
+    assert set(compiled.report.timings) >= {"capture", "encode", "saturate", "extract"}
+
+
+def test_deep_stack_encodes_and_extracts_without_recursion():
+    _stack_round_trip(8)  # ~770 ops deep
+
+
+@pytest.mark.slow
+def test_32_layer_stack():
+    _stack_round_trip(32)  # ~3000 ops; timings in benchmarks/RESULTS.md

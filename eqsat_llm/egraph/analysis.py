@@ -17,8 +17,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from egglog import (
-    Expr, RewriteOrRule, String, StringLike, Vec, eq, f64, function, i64, relation, rule,
-    ruleset, set_, var,
+    Expr,
+    RewriteOrRule,
+    String,
+    StringLike,
+    Vec,
+    eq,
+    f64,
+    function,
+    i64,
+    relation,
+    rule,
+    ruleset,
+    set_,
+    var,
 )
 
 from ..ops import REGISTRY, OpDef
