@@ -8,6 +8,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 
 
@@ -85,6 +86,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # raised inside torch.export's own pytree code in torch 2.13; nothing a user can change
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
     parser = argparse.ArgumentParser(prog="eqsat-llm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="optimize the LLaMA-style block, check it, time it")

@@ -1,0 +1,51 @@
+"""The frontend accepts an nn.Module, an fx.GraphModule and an ExportedProgram."""
+
+import pytest
+import torch
+
+from eqsat_llm import Limits, optimize
+from eqsat_llm.workloads import llama_block_case
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(16, 32)
+        self.down = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x))).transpose(0, 1).transpose(0, 1)
+
+
+@pytest.mark.parametrize("form", ["module", "graph_module", "exported"])
+def test_accepts_each_model_form(form):
+    torch.manual_seed(0)
+    model, x = Mlp().eval(), torch.randn(4, 16)
+    if form == "graph_module":
+        model_in = torch.fx.symbolic_trace(model)
+    elif form == "exported":
+        model_in = torch.export.export(model, (x,))
+    else:
+        model_in = model
+    compiled = optimize(model_in, (x,))
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x), atol=1e-6, rtol=0)
+    assert compiled.graph.op_counts()["transpose"] == 0  # transpose of transpose cancelled
+
+
+def test_saturation_limits_stop_gracefully():
+    model, inputs = llama_block_case("decode")
+    compiled = optimize(model, inputs, limits=Limits(iterations=1))
+    assert compiled.report.stop_reason == "iteration_limit"
+    assert compiled.report.iterations == 1
+    with torch.no_grad():
+        assert (compiled(*inputs) - model(*inputs)).abs().max().item() <= 1e-5
+    tiny = optimize(model, inputs, limits=Limits(enodes=10))
+    assert tiny.report.stop_reason == "enode_limit"
+
+
+def test_progress_is_reported():
+    model, inputs = llama_block_case("decode")
+    lines: list[str] = []
+    optimize(model, inputs, progress=lines.append)
+    assert lines and lines[0].startswith("iteration 1:")
