@@ -49,12 +49,13 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
+def write_section(text: str, section: str = SECTION) -> None:
+    """Replace (or append) the section titled `section` in benchmarks/RESULTS.md."""
     path = Path(__file__).with_name("RESULTS.md")
     old = path.read_text() if path.exists() else "# Benchmark results\n"
-    if SECTION in old:
-        start = old.index(SECTION)
-        nxt = old.find("\n## ", start + len(SECTION))
+    if section in old:
+        start = old.index(section)
+        nxt = old.find("\n## ", start + len(section))
         old = old[:start] + old[nxt + 1:] if nxt != -1 else old[:start]
     path.write_text(old.rstrip() + "\n\n" + text + "\n")
 

@@ -1,0 +1,39 @@
+"""The eqsat-llm command."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eqsat_llm.cli import main
+
+GYM = Path(__file__).resolve().parents[2] / "shared" / "extraction-gym"
+
+
+def test_rules_list(capsys):
+    assert main(["rules", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "view-view" in out and "layout" in out and "reassociates" in out
+
+
+@pytest.mark.skipif(not GYM.exists(), reason="../shared/extraction-gym is not beside the checkout")
+def test_extract_prints_one_json_object(capsys):
+    path = GYM / "egg" / "math_simplify_factor.json"
+    if not path.exists():
+        path = next(GYM.rglob("*.json"))
+    assert main(["extract", str(path), "--method", "dag", "--choices"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["method"] == "dag-greedy" and result["cost"] > 0 and result["choices"]
+
+
+def test_extract_names_a_malformed_file(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"nodes": {"a": {"op": "x", "children": ["missing"], "eclass": "c"}}}')
+    assert main(["extract", str(bad)]) == 2
+    assert "missing" in capsys.readouterr().err
+
+
+def test_demo_checks_against_eager(capsys):
+    assert main(["demo", "--shape", "decode", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "max |eqsat - eager|" in out and "x eager" in out and "rules fired" in out
