@@ -16,6 +16,7 @@ from .cost import op_cost
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import encode, let_name
 from .errors import EqsatError
+from .fold import const_classes, fold_constants
 from .frontend import Captured, capture
 from .ir import Graph, TensorType
 from .report import Report, RuleStat
@@ -107,15 +108,23 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "dag",
         classes = let_classes(serialized)
         roots = [classes[let_name(i)] for i in graph.outputs]
         view = program_view(serialized, roots)
+        constant = const_classes(serialized)
     with _phase(timings, "extract"):
         egraph = extractors.load_egraph(view)
-        result = EXTRACTORS[extractor](egraph, roots, cost=lambda n: op_cost(n.op))
+        # constant classes are folded at compile time: free at run time
+        result = EXTRACTORS[extractor](
+            egraph, roots, cost=lambda n: 0.0 if n.eclass in constant else op_cost(n.op))
     with _phase(timings, "decode"):
         class_types = {classes[let_name(n.id)]: n.type for n in graph.nodes
                        if let_name(n.id) in classes}
         out, out_ids = decode(view, result.choices, roots, graph, class_types)
         out.outputs = out_ids
-    for gid, oid in zip(graph.outputs, out_ids):
+    with _phase(timings, "fold"):
+        folded = fold_constants(out)
+        out = folded.graph
+        report.folded_constants = folded.count
+        report.folded_bytes = folded.nbytes
+    for gid, oid in zip(graph.outputs, out.outputs):
         if isinstance(graph.node(gid).type, TensorType) and graph.node(gid).type != out.node(
                 oid).type:
             raise EqsatError(f"output %{gid} changed type during optimization")

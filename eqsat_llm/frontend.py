@@ -357,7 +357,9 @@ def _addmm(c: _Converter, node: FxNode, bias: FxNode, a: FxNode, b: FxNode, *,
 
 @converts(aten.matmul.default)
 def _matmul(c: _Converter, node: FxNode, a: FxNode, b: FxNode) -> int:
-    return c.g.add("matmul", (c.t(a), c.t(b)))
+    if c.rank(b) > c.rank(a) or c.rank(a) < 2:
+        raise Unsupported  # broadcasting a lower-rank left side: run in torch
+    return c.g.add("matmul", (c.t(a), c.t(b)), alpha=1.0)
 
 
 @converts(aten.linear.default)

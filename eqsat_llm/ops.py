@@ -183,8 +183,11 @@ register("mm", 2, "alpha:float", ref=lambda xs, a: _scaled(torch.mm(xs[0], xs[1]
 register("bmm", 2, "alpha:float",
          ref=lambda xs, a: _scaled(torch.bmm(xs[0], xs[1]), a["alpha"]),
          category="matmul", shape="bmm")
-register("matmul", 2, ref=lambda xs, a: torch.matmul(xs[0], xs[1]), category="matmul",
-         shape="given")
+# matmul: batched over leading dims (b may be 2-D: x @ W); the rules rewrite the
+# view/bmm/view and view/mm/view chains of the decompositions into it
+register("matmul", 2, "alpha:float",
+         ref=lambda xs, a: _scaled(torch.matmul(xs[0], xs[1]), a["alpha"]),
+         category="matmul", shape="matmul")
 register("addmm", 3, "beta:float alpha:float",
          ref=lambda xs, a: torch.addmm(xs[0], xs[1], xs[2], beta=a["beta"], alpha=a["alpha"]),
          category="matmul", shape="addmm")
@@ -303,6 +306,25 @@ register("sdpa_masked", 4, "scale:float",
          ref=lambda xs, a: F.scaled_dot_product_attention(
              xs[0], xs[1], xs[2], attn_mask=xs[3], scale=a["scale"]),
          category="attention", shape="sdpa")
+
+# --- fused ops that the rules recognise (references spell out the decomposition they replace,
+# so a recognised program is bit-identical to the captured one) -----------------------------
+def _rms_norm(xs: list[Any], a: dict[str, Any]) -> Any:
+    x, w = xs
+    return x * torch.rsqrt(torch.mean(torch.pow(x, 2), [-1], keepdim=True) + a["eps"]) * w
+
+
+def _attention(xs: list[Any], a: dict[str, Any]) -> Any:
+    # softmax(q @ k^T * scale + bias) @ v; bias is additive (-inf where masked)
+    q, k, v, bias = xs
+    scores = _scaled(torch.matmul(q, k.transpose(-2, -1)), a["scale"]) + bias
+    return torch.matmul(torch.softmax(scores, -1), v)
+
+
+register("rms_norm", 2, "eps:float", ref=_rms_norm, category="reduction", shape="same")
+register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
+         category="elementwise", shape="broadcast", dtype="same")
+register("attention", 4, "scale:float", ref=_attention, category="attention", shape="sdpa")
 
 # --- fallback: an op outside the registry, run by torch as captured -----------------------
 # attrs: "target" (the op's name, for reports and the e-graph), "key" (the node's identity

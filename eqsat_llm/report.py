@@ -34,6 +34,8 @@ class Report:
     extraction_method: str = ""
     cost_before: float = 0.0
     cost_after: float = 0.0
+    folded_constants: int = 0
+    folded_bytes: int = 0
     timings: dict[str, float] = field(default_factory=dict)
     backend: str = "reference"
 
@@ -52,6 +54,9 @@ class Report:
                      f"{self.cost_after:g} ({self.extraction_method} extraction)")
         lines.append(f"e-graph: {self.eclasses} classes, {self.enodes} nodes after "
                      f"{self.iterations} iterations; stopped: {self.stop_reason}")
+        if self.folded_constants:
+            lines.append(f"constants folded at compile time: {self.folded_constants} values, "
+                         f"{self.folded_bytes / 2**20:.2f} MiB prepared")
         if self.fallback_ops:
             lines.append("fallback to torch: " + ", ".join(self.fallback_ops))
         lines.append("")

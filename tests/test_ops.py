@@ -42,6 +42,13 @@ CASES = {
                               alpha=0.5),
     "linear": lambda g, x: g.add("linear", (x[0], g.add("full", shape=[7, 5], value=0.5,
                                                         dtype=F32))),
+    "matmul": lambda g, x: g.add("matmul", (x[0], g.add("full", shape=[5, 4], value=0.5,
+                                                        dtype=F32)), alpha=2.0),
+    "rms_norm": lambda g, x: g.add("rms_norm", (x[0], g.add("full", shape=[5], value=1.5,
+                                                            dtype=F32)), eps=1e-6),
+    "swiglu": lambda g, x: g.add("swiglu", (x[1], g.add("view", (x[0],), shape=[2, 1, 3, 5]))),
+    "attention": lambda g, x: g.add("attention", (x[0], x[0], x[0], g.add(
+        "full", shape=[3, 3], value=0.0, dtype=F32)), scale=0.5),
     "sdpa": lambda g, x: g.add("sdpa", (x[0], x[0], x[0]), is_causal=True, scale=0.3),
 }
 
@@ -70,6 +77,7 @@ def test_every_op_declares_known_rules():
     for op in REGISTRY.values():
         assert op.shape_rule in {"given", "scalar", "attr", "same", "broadcast", "permute",
                                  "transpose", "unsqueeze", "reduce", "slice", "select", "cat",
-                                 "mm", "bmm", "addmm", "linear", "embedding", "sdpa"}, op.name
+                                 "mm", "bmm", "addmm", "linear", "embedding", "sdpa",
+                                 "matmul"}, op.name
         assert op.dtype_rule in {"same", "promote", "bool", "attr", "given"}, op.name
         assert op.reference is not None or op.name in {"input", "param", "const", "fallback"}

@@ -228,6 +228,10 @@ def _shape_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
         dims = (s0[0], s1[1]) if kind != "bmm" else (s0[0], s0[1], s1[2])
         yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(a)), eq(s1).to(shape(b))).then(
             set_(shape(y)).to(Vec[i64](*dims)))
+    elif kind == "matmul":  # batch dims from the left side: b is 2-D or has a's batch dims
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
+                   eq(s1).to(shape(p["x1"]))).then(
+            set_(shape(y)).to(s0.set(s0.length() - 1, s1[s1.length() - 1])))
     elif kind == "linear":
         yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
                    eq(s1).to(shape(p["x1"]))).then(
@@ -277,16 +281,44 @@ def layout_demands(x: Tensor, p: Vec[i64], q: Vec[i64], s: Vec[i64], d: i64,
         iota_step(s.length(), i64(0), Vec[i64].empty()))
 
 
+# --- constness: a value computed from weights and constants only is folded at compile time --
+is_const = relation("is_const", Tensor)
+consts_from = relation("consts_from", Vec[Tensor], i64)  # xs[i:] are all constant
+CONST_SOURCES = ("param", "const", "scalar", "full", "arange")
+NEVER_CONST = ("input", "fallback")
+
+
+def _const_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
+    y, p = op_pattern(opdef)
+    if opdef.name in CONST_SOURCES:
+        yield rule(y).then(is_const(y))
+    elif opdef.name in NEVER_CONST:
+        return
+    elif opdef.arity is None:
+        xs = p["xs"]
+        yield rule(y).then(consts_from(xs, xs.length()))  # start the walk over the list
+        yield rule(y, consts_from(xs, i64(0))).then(is_const(y))
+    elif opdef.arity > 0:
+        yield rule(y, *(is_const(p[n]) for n in input_names(opdef))).then(is_const(y))
+
+
+@ruleset
+def const_lists(xs: Vec[Tensor], i: i64) -> Iterator[RewriteOrRule]:
+    # walk a tensor list from its end: consts_from(xs, i) holds when xs[i:] are all constant
+    yield rule(consts_from(xs, i), i > 0, is_const(xs[i - 1])).then(consts_from(xs, i - 1))
+
+
 def _build_analysis():
     rules: list[RewriteOrRule] = []
     for opdef in REGISTRY.values():
         rules.extend(_shape_rules(opdef))
         rules.extend(_dtype_rules(opdef))
+        rules.extend(_const_rules(opdef))
     return ruleset(*rules, name="analysis")
 
 
 # The analysis: run it to saturation before each round of rewrites (see saturate.py).
-analysis = _build_analysis() | vector_functions | layout_demands
+analysis = _build_analysis() | vector_functions | layout_demands | const_lists
 
 
 def shape_literal(shape_: tuple[int, ...]) -> Vec[i64]:

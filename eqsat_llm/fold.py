@@ -1,0 +1,69 @@
+"""Constant folding: a pass from graph to graph.
+
+Every value computed only from weights, constants and generated tensors (rotary cos/sin tables,
+masks, transposed or concatenated weights) is evaluated once, at compile time, with the ops'
+reference semantics and becomes a prepared constant (`const` node, tensor in
+`graph.constants`). The e-graph knows which classes are constant (`is_const` in analysis.py)
+and the cost model counts them as free, so extraction prefers programs that fold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .ir import Graph
+from .ops import evaluate
+
+KEEP = frozenset({"input", "param", "const", "scalar", "fallback"})
+
+
+@dataclass
+class Folded:
+    graph: Graph
+    count: int  # nodes evaluated at compile time
+    nbytes: int  # bytes of the prepared constants they became
+
+
+def const_classes(serialized: dict[str, Any]) -> set[str]:
+    """E-classes that the analysis proved constant, read from the serialized e-graph."""
+    nodes = serialized["nodes"]
+    return {nodes[n["children"][0]]["eclass"] for n in nodes.values() if n["op"] == "is_const"}
+
+
+def fold_constants(graph: Graph) -> Folded:
+    out = Graph(constants=dict(graph.constants))
+    remap: dict[int, int] = {}
+    values: dict[int, Any] = {}  # new id -> compile-time value, for constant nodes
+    count = nbytes = 0
+    live = graph.live_ids()
+    with torch.no_grad():
+        for node in graph.nodes:
+            if node.id not in live:
+                continue
+            inputs = tuple(remap[i] for i in node.inputs)
+            if node.op not in KEEP and all(i in values for i in inputs):
+                value = evaluate(node.op, [values[i] for i in inputs], node.attrs)
+                if isinstance(value, torch.Tensor):
+                    name = f"folded.{node.id}"
+                    value = value.contiguous()
+                    out.constants[name] = value
+                    new = out.append("const", (), {"name": name}, node.type)
+                    values[new] = value
+                    remap[node.id] = new
+                    count += 1
+                    nbytes += value.numel() * value.element_size()
+                    continue
+            new = out.append(node.op, inputs, node.attrs, node.type)
+            remap[node.id] = new
+            if node.op in ("param", "const"):
+                values[new] = graph.constants[node.attrs["name"]]
+            elif node.op == "scalar":
+                values[new] = evaluate("scalar", [], node.attrs)
+    out.outputs = [remap[i] for i in graph.outputs]
+    used = {out.node(i).attrs["name"] for i in out.live_ids()
+            if out.node(i).op in ("param", "const")}
+    out.constants = {k: v for k, v in out.constants.items() if k in used}
+    return Folded(out, count, nbytes)
