@@ -16,15 +16,17 @@ from .cost import op_cost
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import encode, let_name
 from .errors import EqsatError
-from .fold import const_classes, fold_constants
+from .fold import Folded, const_classes, fold_constants
 from .frontend import Captured, capture
+from .ilp import extract_ilp
 from .ir import Graph, TensorType
 from .report import Report, RuleStat
 from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
 
 BACKENDS = ("reference",)
-EXTRACTORS = {"tree": extractors.extract_tree_greedy, "dag": extractors.extract_dag_greedy}
+EXTRACTORS = {"tree": extractors.extract_tree_greedy, "dag": extractors.extract_dag_greedy,
+              "ilp": extract_ilp}
 
 
 class FallbackWarning(UserWarning):
@@ -70,7 +72,7 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
              example_kwargs: dict | None = None,
              rules: Iterable[str | Rule] | None = None,
              backend: str = "reference",
-             extractor: str = "dag",
+             extractor: str = "ilp",
              limits: Limits | None = None,
              progress: Callable[[str], None] | None = None) -> Compiled:
     """Optimize a model (nn.Module, fx.GraphModule or ExportedProgram) for the example inputs'
@@ -93,10 +95,11 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     return Compiled(graph, captured, report)
 
 
-def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "dag",
+def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
                    limits: Limits | None = None, report: Report | None = None,
-                   progress: Callable[[str], None] | None = None) -> Graph:
-    """The graph-to-graph core: encode, saturate, extract, decode."""
+                   progress: Callable[[str], None] | None = None, fold: bool = True) -> Graph:
+    """The graph-to-graph core: encode, saturate, extract, decode, and (with `fold`) evaluate
+    constant subgraphs once into prepared constants."""
     report = report if report is not None else Report()
     timings = report.timings
     with _phase(timings, "encode"):
@@ -120,7 +123,7 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "dag",
         out, out_ids = decode(view, result.choices, roots, graph, class_types)
         out.outputs = out_ids
     with _phase(timings, "fold"):
-        folded = fold_constants(out)
+        folded = fold_constants(out) if fold else Folded(out, 0, 0)
         out = folded.graph
         report.folded_constants = folded.count
         report.folded_bytes = folded.nbytes

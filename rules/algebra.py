@@ -27,3 +27,14 @@ def algebra(x: Tensor, y: Tensor, a: Tensor, b: Tensor, c: f64, al: f64, k: Stri
     yield exact("mul-through-view", rewrite(E.mul(E.view(x, s), E.scalar(c, k))).to(E.view(E.mul(x, E.scalar(c, k)), s)))
     yield reassociates("mm-scale", rewrite(E.mul(E.mm(a, b, al), E.scalar(c, "float"))).to(E.mm(a, b, al * c)))
     yield reassociates("bmm-scale", rewrite(E.mul(E.bmm(a, b, al), E.scalar(c, "float"))).to(E.bmm(a, b, al * c)))
+
+
+@family("algebra")
+def algebra_casts_and_masks(x: Tensor, y: Tensor, m: Tensor, a: Tensor, b: Tensor, c: f64,
+                            al: f64, k: String, dt: String):
+    yield exact("to-dtype-noop", rule(eq(y).to(E.to_dtype(x, dt)), eq(dtype(x)).to(dt)).then(union(y).with_(x)))
+    yield exact("div-by-0d-tensor", rule(eq(y).to(E.div(x, E.full(Vec[i64].empty(), c, dt))), eq(dtype(x)).to(dt), is_float_dtype(dt)).then(union(y).with_(E.div(x, E.scalar(c, "float")))))
+    yield exact("where-0d-as-scalar", rule(eq(y).to(E.where(m, E.full(Vec[i64].empty(), c, dt), x)), eq(dtype(x)).to(dt), is_float_dtype(dt)).then(union(y).with_(E.where(m, E.scalar(c, "float"), x))))
+    neg_inf = E.scalar(f64(float("-inf")), k)
+    yield exact("masked-fill-as-bias", rule(eq(y).to(E.where(m, neg_inf, x)), is_float_dtype(dtype(x)), eq(dtype(y)).to(dtype(x))).then(union(y).with_(E.add(x, E.where(m, neg_inf, E.scalar(0.0, "float"))))), note="for x never +inf or nan (x + -inf = -inf); makes a mask an additive bias")
+    yield reassociates("matmul-scale", rewrite(E.mul(E.matmul(a, b, al), E.scalar(c, "float"))).to(E.matmul(a, b, al * c)))

@@ -68,7 +68,7 @@ def test_shape_rule_agrees_with_python_and_runs(case):
     used = [i for i in g.input_ids if i in g.live_ids()]
     assert used
     expected = ReferenceRuntime(g).run(inputs)[0]
-    optimized = optimize_graph(g, [])
+    optimized = optimize_graph(g, [], fold=False)
     assert torch.equal(ReferenceRuntime(optimized).run(inputs)[0], expected)
     assert expected.shape == g.type_of(out).shape
 

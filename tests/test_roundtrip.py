@@ -26,7 +26,7 @@ def structural_keys(g: Graph) -> list:
 def test_round_trip_without_rules_is_identity(workload):
     name, _, _, captured = workload
     g = captured.graph
-    out = optimize_graph(g, [])
+    out = optimize_graph(g, [], fold=False)
     assert structural_keys(out) == structural_keys(g), name
     assert structural_keys(out) != structural_keys(optimize_graph(g, resolve(None))), name
     # every node of the result is an op of the source with the same type and attributes

@@ -308,12 +308,35 @@ def const_lists(xs: Vec[Tensor], i: i64) -> Iterator[RewriteOrRule]:
     yield rule(consts_from(xs, i), i > 0, is_const(xs[i - 1])).then(consts_from(xs, i - 1))
 
 
+# --- weight identity: an order on constant weights, so that merging parallel matmuls builds
+# each concatenation once, in increasing order (fusion.merge_parallel) instead of every
+# permutation and repetition. A weight is numbered by its leaf; layout ops keep the number.
+@function(merge=lambda old, new: old.min(new))
+def lo_id(t: Tensor) -> i64:
+    """Smallest leaf number of the weights concatenated in t."""
+
+
+@function(merge=lambda old, new: old.max(new))
+def hi_id(t: Tensor) -> i64:
+    """Largest leaf number of the weights concatenated in t."""
+
+
+def _weight_id_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
+    if opdef.category != "layout" or opdef.arity != 1:
+        return
+    y, p = op_pattern(opdef)
+    lo, hi = var("lo", i64), var("hi", i64)
+    yield rule(eq(var("y", Tensor)).to(y), eq(lo).to(lo_id(p["x0"])),
+               eq(hi).to(hi_id(p["x0"]))).then(set_(lo_id(y)).to(lo), set_(hi_id(y)).to(hi))
+
+
 def _build_analysis():
     rules: list[RewriteOrRule] = []
     for opdef in REGISTRY.values():
         rules.extend(_shape_rules(opdef))
         rules.extend(_dtype_rules(opdef))
         rules.extend(_const_rules(opdef))
+        rules.extend(_weight_id_rules(opdef))
     return ruleset(*rules, name="analysis")
 
 

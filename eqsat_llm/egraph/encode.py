@@ -16,7 +16,7 @@ from egglog import EGraph, String, Vec, f64, i64, set_
 from ..errors import EncodeError
 from ..ir import Graph, TensorType
 from ..ops import get_op
-from .analysis import dtype_facts, shape_literal
+from .analysis import dtype_facts, hi_id, lo_id, shape_literal
 from .language import E, Tensor, dtype, shape
 
 
@@ -69,5 +69,7 @@ def encode(graph: Graph, *, assert_shapes: bool = False) -> Encoded:
             if assert_shapes or opdef.shape_rule == "given":
                 facts.append(set_(shape(expr)).to(shape_literal(node.type.shape)))
             facts.append(set_(dtype(expr)).to(String(node.type.dtype)))
+        if node.op in ("param", "const"):
+            facts += [set_(lo_id(expr)).to(i64(node.id)), set_(hi_id(expr)).to(i64(node.id))]
     egraph.register(*facts)
     return enc

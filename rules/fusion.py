@@ -1,0 +1,40 @@
+"""Fusion: recognise the decompositions of norms, SwiGLU and attention as one op each, and
+merge matmuls that share their input (Q, K, V; gate and up) into one matmul against
+concatenated weights (which constant folding then prepares once).
+
+The fused ops' reference semantics spell out the decomposition they replace (ops.py), so the
+recognising rules are exact.
+"""
+
+from egglog import String, Vec, eq, f64, i64, rewrite, rule, set_, union
+
+from eqsat_llm.egraph.analysis import hi_id, is_const, lo_id
+from eqsat_llm.egraph.language import E, Tensor, shape
+from eqsat_llm.rulebook import exact, family, reassociates
+
+
+@family("fusion")
+def fusion(x: Tensor, y: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: Tensor,
+           v: Tensor, bias: Tensor, eps: f64, al: f64, k1: String, k2: String, d: Vec[i64],
+           sx: Vec[i64], sw: Vec[i64]):
+    inv_rms = E.rsqrt(E.add(E.mean(E.pow(x, E.scalar(2.0, k1)), d, i64(1)), E.scalar(eps, k2)))
+    last_dim = (eq(sx).to(shape(x)), eq(d).to(Vec[i64](sx.length() - 1)), eq(sw).to(shape(w)), eq(sw).to(Vec[i64](sx[sx.length() - 1])))
+    yield exact("rms-norm", rule(eq(y).to(E.mul(E.mul(x, inv_rms), w)), *last_dim).then(union(y).with_(E.rms_norm(x, w, eps))))
+    yield exact("rms-norm-weight-first", rule(eq(y).to(E.mul(w, E.mul(x, inv_rms))), *last_dim).then(union(y).with_(E.rms_norm(x, w, eps))))
+    yield exact("swiglu", rewrite(E.mul(E.mul(g, E.sigmoid(g)), u)).to(E.swiglu(g, u)))
+    yield exact("silu-mul", rewrite(E.mul(E.silu(g), u)).to(E.swiglu(g, u)), note="silu(g) = g * sigmoid(g) up to rounding of torch's fused silu")
+    scores = E.matmul(q, E.permute(k, Vec[i64](0, 1, 3, 2)), al)
+    yield exact("attention", rewrite(E.matmul(E.softmax(E.add(scores, bias), i64(3)), v, f64(1.0))).to(E.attention(q, k, v, bias, al)))
+
+
+@family("fusion")
+def merge_parallel(x: Tensor, p: Tensor, q: Tensor, wa: Tensor, wb: Tensor, al: f64,
+                   sx: Vec[i64], sa: Vec[i64], sb: Vec[i64], la: i64, ha: i64, lb: i64, hb: i64):
+    # x @ Wa and x @ Wb -> one x @ [Wa | Wb], each product a slice of it. Constant weights only
+    # (their concatenation is folded once at compile time), concatenated in increasing weight
+    # order (analysis.lo_id/hi_id) so that each concatenation is built once.
+    both = (eq(p).to(E.matmul(x, wa, al)), eq(q).to(E.matmul(x, wb, al)), is_const(wa), is_const(wb), eq(la).to(lo_id(wa)), eq(ha).to(hi_id(wa)), eq(lb).to(lo_id(wb)), eq(hb).to(hi_id(wb)), ha < lb, eq(sx).to(shape(x)), eq(sa).to(shape(wa)), eq(sb).to(shape(wb)), eq(sa.length()).to(i64(2)), eq(sb.length()).to(i64(2)))
+    weights = E.cat(Vec[Tensor](wa, wb), i64(1))
+    merged = E.matmul(x, weights, al)
+    last = sx.length() - 1
+    yield reassociates("merge-parallel-matmul", rule(*both).then(set_(lo_id(weights)).to(la), set_(hi_id(weights)).to(hb), union(p).with_(E.slice(merged, last, i64(0), sa[1], i64(1))), union(q).with_(E.slice(merged, last, sa[1], sa[1] + sb[1], i64(1)))), note="a GEMM of another width may block its sums differently")
