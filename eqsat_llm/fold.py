@@ -63,7 +63,20 @@ def fold_constants(graph: Graph) -> Folded:
             elif node.op == "scalar":
                 values[new] = evaluate("scalar", [], node.attrs)
     out.outputs = [remap[i] for i in graph.outputs]
-    used = {out.node(i).attrs["name"] for i in out.live_ids()
-            if out.node(i).op in ("param", "const")}
-    out.constants = {k: v for k, v in out.constants.items() if k in used}
-    return Folded(out, count, nbytes)
+    return Folded(prune(out), count, nbytes)
+
+
+def prune(graph: Graph) -> Graph:
+    """The live part of a graph (folding leaves the intermediate constants dead), with only
+    the constants it still reads."""
+    live = graph.live_ids()
+    out = Graph()
+    remap: dict[int, int] = {}
+    for node in graph.nodes:
+        if node.id in live:
+            remap[node.id] = out.append(node.op, tuple(remap[i] for i in node.inputs),
+                                        node.attrs, node.type)
+    out.outputs = [remap[i] for i in graph.outputs]
+    used = {n.attrs["name"] for n in out.nodes if n.op in ("param", "const")}
+    out.constants = {k: v for k, v in graph.constants.items() if k in used}
+    return out

@@ -39,6 +39,25 @@ from .extract import (
 
 __all__ = ["extract_ilp"]
 
+
+def _new_highs() -> Any:
+    """A HiGHS instance. The first one prints a banner on the process's stdout whatever the
+    options say; it is sent to /dev/null so that reports and JSON output stay clean."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            import highspy
+
+            return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
 _MAX_CUTS_PER_ROUND = 500
 _BOUND_TOL = 1e-6
 
@@ -203,7 +222,7 @@ def extract_ilp(
     ncol = len(col_node)
     costs = np.array([node_cost[n] for n in col_node], dtype=np.float64)
 
-    h = highspy.Highs()
+    h = _new_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("log_to_console", False)
     h.setOptionValue("mip_rel_gap", 0.0)

@@ -15,11 +15,12 @@ floating-point rounding may differ), "approximate" (within a stated tolerance).
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from egglog import RewriteOrRule, ruleset, var
+from egglog import RewriteOrRule, Ruleset, ruleset, var
 
 from .errors import RuleError
 
@@ -62,23 +63,30 @@ def approximate(name: str, command: RewriteOrRule, tolerance: float, note: str =
     return _Pending(name, "approximate", command, tolerance, note)
 
 
+LIBRARY_PACKAGE = "eqsat_llm.rules"
 FAMILIES: dict[str, list[Rule]] = {}
+# Families left out of "all": rules that grow the e-graph without bound (associativity,
+# commutativity, distributivity); saturation limits stop them, at a cost in compile time.
+OPT_IN = frozenset({"algebra-ac"})
 
 
 def family(name: str) -> Callable[[Callable[..., Iterator[_Pending]]], list[Rule]]:
-    """Collect a generator of rules into the family `name` (appending if it exists)."""
+    """Collect a generator of rules into a list of Rules of the family `name`. Families of
+    the library (modules under eqsat_llm.rules) are also registered by name; a user's module
+    passes its rules to optimize() itself."""
 
     def collect(fn: Callable[..., Iterator[_Pending]]) -> list[Rule]:
         hints = typing.get_type_hints(fn)
         variables = [var(p, hints[p]) for p in inspect.signature(fn).parameters]
         rules = [Rule(r.name, name, r.soundness, r.command, r.tolerance, r.note)
                  for r in fn(*variables)]
-        existing = {r.name for rs in FAMILIES.values() for r in rs}
-        for r in rules:
-            if r.name in existing:
-                raise RuleError(f"rule name {r.name!r} is used twice")
-            existing.add(r.name)
-        FAMILIES.setdefault(name, []).extend(rules)
+        if fn.__module__.startswith(LIBRARY_PACKAGE + "."):
+            existing = {r.name for rs in FAMILIES.values() for r in rs}
+            for r in rules:
+                if r.name in existing:
+                    raise RuleError(f"rule name {r.name!r} is used twice")
+                existing.add(r.name)
+            FAMILIES.setdefault(name, []).extend(rules)
         return rules
 
     return collect
@@ -90,8 +98,30 @@ def load_library() -> dict[str, list[Rule]]:
     return FAMILIES
 
 
-def resolve(spec: Iterable[str | Rule] | None) -> list[Rule]:
-    """Rules named by family names (or "all"), or given as Rule objects."""
+RuleSpec = str | Rule | types.ModuleType | Ruleset
+
+
+def rules_of_module(module: types.ModuleType) -> list[Rule]:
+    """The rules a rule module defines: its module-level lists of Rule (what @family returns)."""
+    out: list[Rule] = []
+    for value in vars(module).values():
+        if isinstance(value, list) and value and all(isinstance(r, Rule) for r in value):
+            out.extend(value)
+    return out
+
+
+def rules_of_ruleset(rs: Ruleset, soundness: str = "exact") -> list[Rule]:
+    """Plain egglog rewrites, named by their text; their claimed soundness is checked like any
+    user rule's before use."""
+    decls = rs.__egg_ruleset__.rules
+    name = rs.ident.name if rs.ident is not None else "ruleset"
+    return [Rule(f"{name}[{i}]", "user", soundness, RewriteOrRule(rs._current_egg_decls, d))
+            for i, d in enumerate(decls)]
+
+
+def resolve(spec: Iterable[RuleSpec] | None) -> list[Rule]:
+    """Rules named by family names (or "all"), given as Rule objects, rule modules or egglog
+    rulesets."""
     families = load_library()
     if spec is None:
         spec = ["all"]
@@ -99,8 +129,12 @@ def resolve(spec: Iterable[str | Rule] | None) -> list[Rule]:
     for item in spec:
         if isinstance(item, Rule):
             out.append(item)
+        elif isinstance(item, types.ModuleType):
+            out.extend(rules_of_module(item))
+        elif isinstance(item, Ruleset):
+            out.extend(rules_of_ruleset(item))
         elif item == "all":
-            out.extend(r for rs in families.values() for r in rs)
+            out.extend(r for f, rs in families.items() if f not in OPT_IN for r in rs)
         elif item in families:
             out.extend(families[item])
         else:

@@ -4,7 +4,7 @@ Rules that drop an op guard on dtype, so that a promotion (int tensor + 0.0 -> f
 never rewritten away.
 """
 
-from egglog import String, Vec, eq, f64, i64, ne, rewrite, rule, union
+from egglog import String, Vec, eq, f64, i64, ne, rewrite, rule, union, var
 
 from eqsat_llm.egraph.analysis import is_float_dtype
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
@@ -38,3 +38,28 @@ def algebra_casts_and_masks(x: Tensor, y: Tensor, m: Tensor, a: Tensor, b: Tenso
     neg_inf = E.scalar(f64(float("-inf")), k)
     yield exact("masked-fill-as-bias", rule(eq(y).to(E.where(m, neg_inf, x)), is_float_dtype(dtype(x)), eq(dtype(y)).to(dtype(x))).then(union(y).with_(E.add(x, E.where(m, neg_inf, E.scalar(0.0, "float"))))), note="for x never +inf or nan (x + -inf = -inf); makes a mask an additive bias")
     yield reassociates("matmul-scale", rewrite(E.mul(E.matmul(a, b, al), E.scalar(c, "float"))).to(E.matmul(a, b, al * c)))
+
+
+@family("algebra")
+def algebra_normal_forms(x: Tensor, y: Tensor, a: Tensor, b: Tensor, c: f64, al: f64,
+                         k: String, d: i64):
+    swap = Vec[i64](1, 0)
+    yield exact("neg-neg", rewrite(E.neg(E.neg(x))).to(x))
+    yield exact("mul-minus-one", rule(eq(y).to(E.mul(x, E.scalar(-1.0, k))), eq(dtype(y)).to(dtype(x)), is_float_dtype(dtype(x))).then(union(y).with_(E.neg(x))))
+    yield exact("sub-as-add-neg", rule(eq(y).to(E.sub(a, b)), is_float_dtype(dtype(b))).then(union(y).with_(E.add(a, E.neg(b)))), note="a - b == a + (-b) in IEEE arithmetic (b a float tensor)")
+    yield exact("neg-through-view", rewrite(E.neg(E.view(x, var("s", Vec[i64])))).to(E.view(E.neg(x), var("s", Vec[i64]))))
+    yield reassociates("scale-left-through-mm", rewrite(E.mm(E.mul(a, E.scalar(c, "float")), b, al)).to(E.mm(a, b, al * c)))
+    yield reassociates("scale-left-through-matmul", rewrite(E.matmul(E.mul(a, E.scalar(c, "float")), b, al)).to(E.matmul(a, b, al * c)))
+    yield reassociates("mm-transpose", rewrite(E.permute(E.mm(a, b, al), swap)).to(E.mm(E.permute(b, swap), E.permute(a, swap), al)), note="(A @ B)^T = B^T @ A^T")
+    yield reassociates("softmax-shift", rewrite(E.softmax(E.add(x, E.scalar(c, "float")), d)).to(E.softmax(x, d)), note="softmax is invariant to adding a constant")
+
+
+@family("algebra-ac")
+def algebra_ac(a: Tensor, b: Tensor, c: Tensor, al: f64):
+    # Opt-in ("all" leaves them out): they grow the e-graph until a saturation limit stops it.
+    yield exact("add-commute", rewrite(E.add(a, b)).to(E.add(b, a)))
+    yield exact("mul-commute", rewrite(E.mul(a, b)).to(E.mul(b, a)))
+    yield reassociates("add-assoc", rewrite(E.add(E.add(a, b), c)).to(E.add(a, E.add(b, c))))
+    yield reassociates("mul-assoc", rewrite(E.mul(E.mul(a, b), c)).to(E.mul(a, E.mul(b, c))))
+    yield reassociates("mul-distribute", rewrite(E.mul(E.add(a, b), c)).to(E.add(E.mul(a, c), E.mul(b, c))))
+    yield reassociates("mm-reassociate", rewrite(E.mm(E.mm(a, b, 1.0), c, 1.0)).to(E.mm(a, E.mm(b, c, 1.0), 1.0)), note="which order is cheaper depends on the shapes: the cost model decides")
