@@ -58,6 +58,46 @@ def let_classes(serialized: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def class_types(serialized: dict[str, Any]) -> dict[str, TensorType]:
+    """The type of every tensor e-class whose shape and dtype the analysis computed, read from
+    the serialized `shape(t)` and `dtype(t)` nodes (for the cost model)."""
+    nodes = serialized["nodes"]
+    literal_of: dict[str, dict[str, Any]] = {}
+    for n in nodes.values():
+        if is_literal(n["op"]):
+            literal_of.setdefault(n["eclass"], n)
+    shapes: dict[str, tuple[int, ...]] = {}
+    dtypes: dict[str, str] = {}
+    for n in nodes.values():
+        if n["op"] not in ("shape", "dtype") or not n["children"]:
+            continue
+        tensor_class = nodes[n["children"][0]]["eclass"]
+        lit = literal_of.get(n["eclass"])
+        if lit is None:
+            continue
+        if n["op"] == "shape":
+            shapes[tensor_class] = tuple(
+                int(literal_of[nodes[c]["eclass"]]["op"]) for c in lit["children"])
+        else:
+            dtypes[tensor_class] = json.loads(lit["op"])
+    return {c: TensorType(shapes[c], dtypes[c]) for c in shapes if c in dtypes}
+
+
+def node_attrs(view: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """The attribute values of one e-node, from the literals among its children."""
+    nodes = view["nodes"]
+    opdef = get_op(node["op"])
+    attr_nodes = node["children"][1 if opdef.arity is None else opdef.arity:]
+    attrs: dict[str, Any] = {}
+    for (name, kind), child in zip(opdef.attrs, attr_nodes):
+        lit = nodes[child]
+        if kind == "ints":
+            attrs[name] = [int(nodes[c]["op"]) for c in lit["children"]]
+        else:
+            attrs[name] = _literal(lit["op"], kind)
+    return attrs
+
+
 def _literal(op: str, kind: str) -> Any:
     if kind in ("int", "bool"):
         v = int(op)
