@@ -21,6 +21,7 @@ from .frontend import Captured, capture
 from .ilp import extract_ilp
 from .ir import Graph, TensorType
 from .report import Report, RuleStat
+from .rule_usage import rule_used
 from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
 
@@ -122,6 +123,7 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
                        if let_name(n.id) in classes}
         out, out_ids = decode(view, result.choices, roots, graph, class_types)
         out.outputs = out_ids
+    decoded = out  # before folding: rule results that fold into constants still show
     with _phase(timings, "fold"):
         folded = fold_constants(out) if fold else Folded(out, 0, 0)
         out = folded.graph
@@ -138,7 +140,8 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
     report.egraph_size_per_iteration = sat.enodes_per_iteration
     report.eclasses = len(egraph.classes)
     report.enodes = len(egraph.nodes)
-    report.rules = [RuleStat(r.name, r.family, r.soundness, sat.matches.get(r.name, 0))
+    report.rules = [RuleStat(r.name, r.family, r.soundness, sat.matches.get(r.name, 0),
+                             sat.matches.get(r.name, 0) > 0 and rule_used(r, graph, decoded))
                     for r in rules]
     report.cost_before = sum(op_cost(graph.node(i).op) for i in graph.live_ids())
     report.cost_after = result.cost

@@ -17,6 +17,7 @@ class RuleStat:
     family: str
     soundness: str
     matches: int
+    used: bool = False  # the extracted program uses its result (see rule_usage.py)
 
 
 @dataclass
@@ -67,9 +68,12 @@ class Report:
             lines.append(f"{op:<16}{b:>8}{a:>8}")
         fired = [r for r in self.rules if r.matches]
         lines.append("")
-        lines.append(f"rules fired ({len(fired)} of {len(self.rules)}):")
-        for r in sorted(fired, key=lambda r: -r.matches):
-            lines.append(f"  {r.name:<24}{r.family:<10}{r.soundness:<14}{r.matches:>6} matches")
+        lines.append(f"rules fired ({len(fired)} of {len(self.rules)}; "
+                     f"{sum(r.used for r in fired)} used by the extracted program):")
+        for r in sorted(fired, key=lambda r: (not r.used, -r.matches)):
+            used = "used" if r.used else "not used"
+            lines.append(f"  {r.name:<24}{r.family:<10}{r.soundness:<14}{r.matches:>6} matches"
+                         f"  {used}")
         lines.append("")
         lines.append("time per phase: " + ", ".join(f"{k} {v * 1000:.0f} ms"
                                                    for k, v in self.timings.items()))

@@ -79,6 +79,11 @@ def test_fusions_are_used_in_the_extracted_program(workload):
     # rotary tables and masks are folded into prepared constants
     assert not any(ops[o] for o in MASK_AND_ROTARY_OPS), (name, ops)
     assert compiled.report.folded_constants > 0
+    used = {r.name for r in compiled.report.rules if r.used}
+    assert "attention" in used and ("rms-norm" in used or "rms-norm-weight-first" in used
+                                    or name == "gpt2")
+    assert ("merge-parallel-matmul" in used) == bool(merged)
+    assert all(r.matches > 0 for r in compiled.report.rules if r.used)
     assert ops["softmax"] == 0 and ops["bmm"] == 0 and ops["mm"] == 0
     with torch.no_grad():
         assert max_error(model(*inputs), compiled(*inputs)) <= 1e-5

@@ -1,0 +1,70 @@
+"""Whether the extracted program uses what a rule produced.
+
+egglog records how often a rule matched, not which e-nodes it created, so use is judged on
+the extracted program by the shape of the rule's result: a rule whose result is a new term
+(`... .to(E.rms_norm(x, w, eps))`) is used when the program contains that term's op skeleton
+(ops only; variables and attributes match anything); a rule that only merges a term with an
+existing one (`x * 1 -> x`) is used when the input program had its left side and the output
+no longer does. It is a heuristic: a skeleton can also be present for another reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from egglog.declarations import CallDecl, EqDecl, RewriteDecl, RuleDecl, UnionDecl
+
+from .ir import Graph
+from .ops import REGISTRY
+from .rulebook import Rule
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    op: str
+    children: tuple[Skeleton | None, ...]  # None: matches anything
+
+
+def _skeleton(expr: Any) -> Skeleton | None:
+    if isinstance(expr, CallDecl) and hasattr(expr.callable, "ident"):
+        name = expr.callable.ident.name
+        if name in REGISTRY:
+            return Skeleton(name, tuple(_skeleton(a.expr) for a in expr.args))
+    return None
+
+
+def result_and_pattern(rule: Rule) -> tuple[list[Skeleton], list[Skeleton]]:
+    """Skeletons of what the rule builds, and of the patterns it matches."""
+    decl = rule.command.decl
+    if isinstance(decl, RewriteDecl):
+        built, matched = [_skeleton(decl.rhs)], [_skeleton(decl.lhs)]
+    elif isinstance(decl, RuleDecl):
+        built = [_skeleton(a.rhs) for a in decl.head if isinstance(a, UnionDecl)]
+        matched = [_skeleton(f.right) for f in decl.body if isinstance(f, EqDecl)]
+    else:
+        return [], []
+    return [s for s in built if s], [s for s in matched if s]
+
+
+def _matches(graph: Graph, node_id: int, skel: Skeleton) -> bool:
+    node = graph.node(node_id)
+    if node.op != skel.op:
+        return False
+    for i, child in enumerate(skel.children):
+        if child is not None and (i >= len(node.inputs)
+                                  or not _matches(graph, node.inputs[i], child)):
+            return False
+    return True
+
+
+def contains(graph: Graph, skel: Skeleton) -> bool:
+    live = graph.live_ids()
+    return any(_matches(graph, n.id, skel) for n in graph.nodes if n.id in live)
+
+
+def rule_used(rule: Rule, before: Graph, after: Graph) -> bool:
+    built, matched = result_and_pattern(rule)
+    if built:
+        return any(contains(after, s) for s in built)
+    return any(contains(before, s) and not contains(after, s) for s in matched)
