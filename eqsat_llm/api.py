@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -20,7 +21,8 @@ from .fold import Folded, const_classes, fold_constants
 from .frontend import Captured, capture
 from .ilp import extract_ilp
 from .ir import Graph, TensorType
-from .report import Report, RuleStat
+from .plan import plan_memory
+from .report import Report, RuleStat, memory_summary
 from .rule_usage import rule_used
 from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
@@ -38,12 +40,17 @@ class Compiled:
     """The optimized program: call it like the model."""
 
     def __init__(self, graph: Graph, captured: Captured, report: Report):
-        from .codegen import ReferenceRuntime
+        from .codegen.planned import PlannedRuntime
 
         self.graph = graph
         self.captured = captured
         self.report = report
-        self._runtime = ReferenceRuntime(graph)
+        with _phase(report.timings, "plan"):
+            self.plan = plan_memory(graph)
+            # every intermediate is a view into one arena allocated here, once
+            self._runtime = PlannedRuntime(graph, self.plan, check=True)
+        report.memory = memory_summary(self.plan, self._runtime.copy_in_ops)
+        self._lock = threading.Lock()  # the arena is shared state: one call at a time
         self._input_types = [captured.graph.type_of(i) for i in captured.graph.input_ids]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -57,7 +64,7 @@ class Compiled:
                 got = f"{x.dtype}{list(x.shape)}" if isinstance(x, torch.Tensor) else type(x)
                 raise EqsatError(f"input {k}: expected {t}, got {got}; shapes are static: "
                                  "optimize again for new shapes")
-        with torch.no_grad():
+        with self._lock, torch.no_grad():
             outs = self._runtime.run(flat)
         return pytree.tree_unflatten(outs, self.captured.out_spec)
 
@@ -75,9 +82,12 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
              backend: str = "reference",
              extractor: str = "ilp",
              limits: Limits | None = None,
-             progress: Callable[[str], None] | None = None) -> Compiled:
+             progress: Callable[[str], None] | None = None,
+             measure_eager: bool = True) -> Compiled:
     """Optimize a model (nn.Module, fx.GraphModule or ExportedProgram) for the example inputs'
-    shapes. `rules`: family names ("all" by default) or Rule objects; [] runs no rules."""
+    shapes. `rules`: family names ("all" by default), Rule objects, rule modules or egglog
+    rulesets; [] runs no rules. `measure_eager` runs the model once under the profiler to
+    report eager PyTorch's peak memory beside the arena."""
     if backend not in BACKENDS:
         raise EqsatError(f"unknown backend {backend!r}; available: {BACKENDS}")
     if extractor not in EXTRACTORS:
@@ -93,7 +103,16 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     graph = optimize_graph(captured.graph, rule_list, extractor, limits, report, progress)
     report.aten_op_counts = captured.aten_op_counts
     report.fallback_ops = captured.fallback_ops
-    return Compiled(graph, captured, report)
+    compiled = Compiled(graph, captured, report)
+    if isinstance(model, torch.export.ExportedProgram):
+        model = model.module()
+    if measure_eager and callable(model):
+        from .codegen.planned import peak_bytes
+
+        with torch.no_grad():
+            report.memory["eager_peak_bytes"] = peak_bytes(
+                lambda: model(*example_inputs, **(example_kwargs or {})))
+    return compiled
 
 
 def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",

@@ -11,6 +11,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f} KiB"
+
+
+def memory_summary(plan: Any, copy_in_ops: Any) -> dict[str, Any]:
+    """The report's memory entry from a MemoryPlan (eqsat_llm.plan)."""
+    return {"arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
+            "naive_bytes": plan.naive_bytes, "inplace": plan.inplace_count,
+            "views": plan.alias_count, "schedule": plan.schedule,
+            "copy_in_ops": sorted(copy_in_ops)}
+
+
 @dataclass
 class RuleStat:
     name: str
@@ -39,6 +51,7 @@ class Report:
     folded_bytes: int = 0
     timings: dict[str, float] = field(default_factory=dict)
     backend: str = "reference"
+    memory: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -66,6 +79,14 @@ class Report:
                          key=lambda o: (-self.op_counts_before.get(o, 0), o)):
             b, a = self.op_counts_before.get(op, 0), self.op_counts_after.get(op, 0)
             lines.append(f"{op:<16}{b:>8}{a:>8}")
+        if self.memory:
+            m = self.memory
+            eager = m.get("eager_peak_bytes")
+            lines.append("")
+            lines.append(f"memory: arena {_kib(m['arena_bytes'])} (liveness lower bound "
+                         f"{_kib(m['lower_bound_bytes'])}, naive sum {_kib(m['naive_bytes'])}"
+                         + (f", eager peak {_kib(eager)}" if eager is not None else "") + "); "
+                         f"{m['inplace']} in place, {m['views']} views")
         fired = [r for r in self.rules if r.matches]
         lines.append("")
         lines.append(f"rules fired ({len(fired)} of {len(self.rules)}; "

@@ -1,0 +1,364 @@
+"""The planned runtime: runs an IR program inside one arena laid out by a `MemoryPlan`.
+
+The arena (one uint8 tensor, 64-byte aligned) is allocated at construction, and so is every
+intermediate: a strided view of the arena at its planned offset, and every view of one (the
+plan says which layout ops torch returns as views). A call then only runs kernels that write
+into those views through their `out=` variants (or in place); Python numbers that torch would
+wrap into a fresh 0-dim tensor on every call are prepared once, in the dtype torch would
+convert them to, so the kernels and the values are the reference runtime's own.
+
+What still allocates per call, by design: the outputs (returned to the caller; a buffer that
+an output views whole is allocated with them, one that it views in part is copied out of the
+arena), and the ops of `COPY_IN_OPS` plus fallbacks, which
+have no allocation-free out= kernel in torch: they are computed into a torch temporary and
+copied into their buffer. Kernels may also allocate internally where the reference does too
+(a dtype conversion of a mixed-dtype input, a half-precision scalar). docs/memory.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._C._profiler import _EventType
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from ..errors import GraphError
+from ..frontend import run_fallback
+from ..ir import Graph, Node, TensorType, dtype_of
+from ..ops import _number, _weak_dtype, evaluate
+from ..plan import (
+    ALIAS,
+    ARENA,
+    COPY_OUT,
+    EXTERN_VIEW,
+    LEAF,
+    OUTPUT,
+    SCALAR,
+    TEMP,
+    MemoryPlan,
+    analyse_layout,
+    check_plan,
+    plan_memory,
+)
+
+aten = torch.ops.aten
+Writer = Callable[[torch.Tensor, list[Any], dict[str, Any]], Any]
+
+# --- writers: op(out, inputs, attrs) computes the reference result into `out` ---------------
+BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
+          "ge", "logical_and", "logical_or", "bitwise_and", "bitwise_or")
+UNARY = ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "reciprocal", "abs", "cos",
+         "sin", "erf", "logical_not", "bitwise_not")
+# No out= kernel that writes without allocating: computed by the reference, then copied in.
+# (aten.native_layer_norm.out is generated: it runs the functional op and copies, too.)
+COPY_IN_OPS = frozenset({"layer_norm", "sdpa", "sdpa_masked", "fallback", "getitem"})
+
+
+def _fn_writer(fn: Callable[..., Any]) -> Writer:
+    return lambda out, xs, a: fn(*xs, out=out)
+
+
+def _mm_writer(fn: Callable[..., Any]) -> Writer:
+    def write(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
+        fn(xs[0], xs[1], out=out)
+        if a["alpha"] != 1.0:  # the reference multiplies the product by alpha (ops._scaled)
+            out.mul_(xs[2])
+    return write
+
+
+def _reduce_writer(fn: Callable[..., Any]) -> Writer:
+    def write(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
+        kw = {"dtype": out.dtype} if xs[0].dtype != out.dtype else {}
+        fn(xs[0], a["dims"], a["keepdim"], out=out, **kw)
+    return write
+
+
+def _mean(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
+    if len(xs) == 1:  # reduced precision: torch's own mean (a scalar wrapper per call)
+        torch.mean(xs[0], a["dims"], a["keepdim"], out=out)
+    else:  # what mean.out does for float32/64 (sum, then divide by the count), count prepared
+        torch.sum(xs[0], a["dims"], a["keepdim"], out=out).div_(xs[1])
+
+
+def _cumsum(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
+    if xs[0].dtype == out.dtype:
+        torch.cumsum(xs[0], a["dim"], out=out)
+    else:  # convert into the buffer first; cumsum would allocate the converted input
+        out.copy_(xs[0])
+        out.cumsum_(a["dim"])
+
+
+def _reshape_copy(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
+    out.view(xs[0].shape).copy_(xs[0])  # torch.reshape's copy is contiguous, and so is out
+
+
+def _embedding(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
+    weight, idx = xs  # F.embedding is index_select on the flattened indices
+    torch.index_select(weight, 0, idx.reshape(-1), out=out.view(-1, weight.shape[1]))
+
+
+WRITERS: dict[str, Writer] = {
+    **{op: _fn_writer(getattr(torch, op)) for op in BINARY},
+    **{op: _fn_writer(getattr(torch, op)) for op in UNARY},
+    "where": _fn_writer(torch.where),
+    "relu": lambda out, xs, a: torch.clamp_min(xs[0], 0, out=out),  # relu is clamp_min(x, 0)
+    "silu": _fn_writer(aten.silu.out),
+    "gelu": lambda out, xs, a: aten.gelu.out(xs[0], approximate=a["approximate"], out=out),
+    "triu": lambda out, xs, a: torch.triu(xs[0], a["diagonal"], out=out),
+    "tril": lambda out, xs, a: torch.tril(xs[0], a["diagonal"], out=out),
+    "to_dtype": lambda out, xs, a: out.copy_(xs[0]),
+    "clone": lambda out, xs, a: out.copy_(xs[0]),
+    "view": _reshape_copy,
+    "cat": lambda out, xs, a: torch.cat(xs, a["dim"], out=out),
+    "mm": _mm_writer(torch.mm),
+    "bmm": _mm_writer(torch.bmm),
+    "matmul": _fn_writer(torch.matmul),
+    "addmm": lambda out, xs, a: torch.addmm(*xs, beta=a["beta"], alpha=a["alpha"], out=out),
+    "linear": lambda out, xs, a: aten.linear.out(xs[0], xs[1], None, out=out),
+    "linear_bias": lambda out, xs, a: aten.linear.out(*xs, out=out),
+    "sum": _reduce_writer(torch.sum),
+    "amax": lambda out, xs, a: torch.amax(xs[0], a["dims"], a["keepdim"], out=out),
+    "amin": lambda out, xs, a: torch.amin(xs[0], a["dims"], a["keepdim"], out=out),
+    "mean": _mean,
+    "softmax": lambda out, xs, a: aten._softmax.out(xs[0], a["dim"], False, out=out),
+    "log_softmax": lambda out, xs, a: aten._log_softmax.out(xs[0], a["dim"], False, out=out),
+    "cumsum": _cumsum,
+    "embedding": _embedding,
+    "index_select": lambda out, xs, a: torch.index_select(xs[0], a["dim"], xs[1], out=out),
+    "index": lambda out, xs, a: aten.index.Tensor_out(xs[0], _index_list(xs, a), out=out),
+    "full": lambda out, xs, a: out.fill_(_number(a["value"], a["dtype"])),
+    "arange": lambda out, xs, a: torch.arange(*(_number(a[k], a["dtype"])
+                                                for k in ("start", "end", "step")), out=out),
+}
+
+
+def _index_list(xs: list[Any], a: dict[str, Any]) -> list[Any]:
+    indices: list[Any] = [None] * (max(a["positions"]) + 1)
+    for p, t in zip(a["positions"], xs[1:]):
+        indices[p] = t
+    return indices
+
+
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"})
+# inputs that are indices or conditions, not values to convert: op -> positions that are values
+VALUE_INPUTS: dict[str, slice] = {"where": slice(1, 3), "index": slice(0, 1),
+                                  "index_select": slice(0, 1), "embedding": slice(0, 1)}
+
+
+def _may_convert(op: str, metas: list[Any], prep: dict[int, Any], out: torch.dtype) -> bool:
+    """Whether torch converts an input to another dtype inside this kernel (a temporary the
+    reference makes too): the value inputs disagree on a dtype, or differ from the result's
+    (except for comparisons, and ops that convert as they copy)."""
+    values = [prep.get(k, m) for k, m in enumerate(metas)][VALUE_INPUTS.get(op, slice(None))]
+    dtypes = {v.dtype for v in values if isinstance(v, torch.Tensor)}
+    if len(dtypes) > 1:
+        return True
+    if op in COMPARISONS or op in ("to_dtype", "clone", "cumsum"):
+        return False
+    return bool(dtypes) and dtypes != {out}
+
+
+def _exact_scalar_dtype(dt: torch.dtype) -> bool:
+    """Dtypes whose kernels compute in the dtype itself, so a number stored in it has the value
+    the kernel would use (for half/bfloat16 the kernel computes in float32 from the double)."""
+    return dt in (torch.float32, torch.float64) or not (dt.is_floating_point or dt.is_complex)
+
+
+def _prepared_inputs(node: Node, xs: list[Any], out_dtype: torch.dtype) -> dict[int, Any]:
+    """Constant stand-ins for some inputs (by position), made once: the 0-dim tensors that torch
+    would otherwise build from Python numbers on every call, and extra kernel arguments."""
+    op, a = node.op, node.attrs
+    prep: dict[int, Any] = {}
+    if op in BINARY:
+        x, y = xs
+        if not isinstance(x, torch.Tensor):  # exactly the reference's own stand-in
+            prep[0] = torch.scalar_tensor(x, dtype=_weak_dtype(x, y))
+        elif not isinstance(y, torch.Tensor) and op != "pow":  # pow(x, number): no wrapper
+            common = torch.result_type(x, y)
+            if _exact_scalar_dtype(common):
+                prep[1] = torch.tensor(y, dtype=common)
+    elif op == "where":
+        for k in (1, 2):
+            if not isinstance(xs[k], torch.Tensor):
+                prep[k] = torch.tensor(xs[k], dtype=out_dtype)
+    elif op in ("mm", "bmm"):
+        alpha = a["alpha"]
+        prep[2] = torch.tensor(alpha, dtype=out_dtype) if _exact_scalar_dtype(out_dtype) \
+            else alpha
+    elif op == "mean" and out_dtype in (torch.float32, torch.float64):
+        shape = xs[0].shape
+        count = 1
+        for d in (a["dims"] or range(len(shape))):
+            count *= shape[d]
+        prep[1] = torch.tensor(float(count), dtype=out_dtype)
+    return prep
+
+
+# --- the runtime ----------------------------------------------------------------------------------
+class PlannedRuntime:
+    """Same interface as ReferenceRuntime: `run(inputs) -> outputs`, the same outputs."""
+
+    def __init__(self, graph: Graph, plan: MemoryPlan | None = None, *, check: bool = False):
+        self.graph = graph
+        self.plan = plan = plan if plan is not None else plan_memory(graph)
+        if check:
+            check_plan(graph, plan)
+        self.arena = _aligned_bytes(plan.arena_bytes)
+        self.copy_in_nodes: list[int] = []  # nodes computed into a torch temporary per call
+        self.converting_nodes: list[int] = []  # kernels that may convert an input (temporary)
+        self.label_steps = False  # wrap each step in record_function("node:%d") (profiling)
+        layout = analyse_layout(graph)  # meta values: the scalars' partners' dtypes
+        n = max((nd.id for nd in graph.nodes), default=-1) + 1
+        self._static: list[Any] = [None] * n
+        self._steps: list[tuple[Node, str, list[int], dict[int, Any], Writer | None]] = []
+        for nid in plan.order:
+            node = graph.node(nid)
+            kind = plan.kinds[nid]
+            if kind == SCALAR:
+                self._static[nid] = evaluate("scalar", [], node.attrs)
+            elif node.op in ("param", "const"):
+                self._static[nid] = graph.constants[node.attrs["name"]]
+            elif kind == ARENA:
+                self._static[nid] = self._buffer_tensor(nid, node.type)
+            elif kind in (ALIAS, COPY_OUT):
+                self._static[nid] = self._alias_tensor(node)
+            if kind in (ARENA, OUTPUT, COPY_OUT, EXTERN_VIEW, TEMP) or node.op == "input":
+                writer = WRITERS.get(node.op) if kind in (ARENA, OUTPUT) else None
+                if kind in (ARENA, OUTPUT) and (writer is None or node.op in COPY_IN_OPS):
+                    writer = None
+                    self.copy_in_nodes.append(nid)
+                out_dtype = (dtype_of(node.type.dtype) if isinstance(node.type, TensorType)
+                             and kind in (ARENA, OUTPUT) else torch.float32)
+                metas = [layout.meta.get(i) for i in node.inputs]
+                prep = _prepared_inputs(node, metas, out_dtype) if writer else {}
+                if writer and _may_convert(node.op, metas, prep, out_dtype):
+                    self.converting_nodes.append(nid)
+                self._steps.append((node, kind, list(node.inputs), prep, writer))
+        # temporaries (fallback results) are dropped after their last use
+        last: dict[int, int] = {}
+        for p, (node, *_rest) in enumerate(self._steps):
+            for i in node.inputs:
+                last[i] = p
+        self._free_after: list[list[int]] = [[] for _ in self._steps]
+        for i, p in last.items():
+            if plan.kinds.get(i) == TEMP and i not in set(graph.outputs):
+                self._free_after[p].append(i)
+        self.copy_in_ops = sorted({graph.node(i).op for i in self.copy_in_nodes})
+        self.n_inputs = 1 + max((nd.attrs["index"] for nd in graph.nodes
+                                 if nd.op == "input" and plan.kinds.get(nd.id) == LEAF),
+                                default=-1)
+
+    def _buffer_tensor(self, nid: int, t: Any) -> torch.Tensor:
+        b = self.plan.buffers[nid]
+        dt = dtype_of(t.dtype)
+        raw = self.arena[b.offset:b.offset + t.numel * dt.itemsize]
+        return raw.view(dt).as_strided(t.shape, self.plan.strides[nid])
+
+    def _alias_tensor(self, node: Node) -> torch.Tensor:
+        xs = [self._static[i] for i in node.inputs]
+        v = evaluate(node.op, xs, node.attrs)
+        b = self.plan.buffers[node.id]
+        start = v.data_ptr() - self.arena.data_ptr()
+        if v.untyped_storage().data_ptr() != self.arena.untyped_storage().data_ptr() or \
+                start != b.offset:
+            raise GraphError(f"%{node.id} = {node.op}: planned as a view at arena offset "
+                             f"{b.offset}, but torch did not return that view")
+        return v
+
+    @torch.no_grad()  # out= kernels do not record autograd history; this is inference only
+    def run(self, inputs: list[torch.Tensor]) -> list[Any]:
+        if len(inputs) < self.n_inputs:
+            raise GraphError(f"the program reads {self.n_inputs} inputs, got {len(inputs)}")
+        values = list(self._static)
+        copies: dict[int, torch.Tensor] = {}
+        for p, step in enumerate(self._steps):
+            if self.label_steps:
+                with record_function(f"node:{step[0].id}"):
+                    self._run_step(step, values, inputs, copies)
+            else:
+                self._run_step(step, values, inputs, copies)
+            for i in self._free_after[p]:
+                values[i] = None
+        return [copies[i] if i in copies else values[i] for i in self.graph.outputs]
+
+    def _run_step(self, step: tuple, values: list[Any], inputs: list[torch.Tensor],
+                  copies: dict[int, torch.Tensor]) -> None:
+        node, kind, srcs, prep, writer = step
+        nid = node.id
+        if node.op == "input":
+            values[nid] = inputs[node.attrs["index"]]
+            return
+        if kind == COPY_OUT:  # the caller gets its own copy; the arena is reused next call
+            copies[nid] = values[nid].clone()
+            return
+        xs = [prep[k] if k in prep else values[i] for k, i in enumerate(srcs)]
+        if kind in (EXTERN_VIEW, TEMP) or (kind == OUTPUT and writer is None):
+            values[nid] = run_fallback(node.attrs, xs) if node.op == "fallback" \
+                else evaluate(node.op, xs, node.attrs)
+            return
+        if kind == OUTPUT:
+            t = node.type
+            values[nid] = torch.empty_strided(t.shape, self.plan.strides[nid],
+                                              dtype=dtype_of(t.dtype))
+        out = values[nid]
+        if writer is None:  # copy-in: a torch temporary, copied into the buffer
+            tmp = run_fallback(node.attrs, xs) if node.op == "fallback" \
+                else evaluate(node.op, xs, node.attrs)
+            out.copy_(tmp)
+        else:
+            writer(out, xs + [prep[k] for k in sorted(prep) if k >= len(srcs)],
+                   node.attrs)
+
+
+def _aligned_bytes(n: int) -> torch.Tensor:
+    raw = torch.empty(n + 64, dtype=torch.uint8)
+    skip = -raw.data_ptr() % 64
+    return raw[skip:skip + n]
+
+
+# --- measuring allocations ------------------------------------------------------------------------
+def memory_events(fn: Callable[[], Any]) -> list[tuple[int, int, str | None]]:
+    """Every storage allocation (+bytes) and free (-bytes) torch makes on the CPU while `fn`
+    runs, in time order, each with the innermost enclosing `record_function` label (or None)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events: list[tuple[int, int, str | None]] = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        e = stack.pop()
+        stack.extend(e.children)
+        if e.typed[0] == _EventType.Allocation:
+            label, parent = None, e.parent
+            while parent is not None and label is None:
+                if parent.name.startswith("node:"):
+                    label = parent.name
+                parent = parent.parent
+            events.append((e.start_time_ns, int(e.typed[1].alloc_size), label))
+    events.sort(key=lambda ev: ev[0])
+    return events
+
+
+def peak_bytes(fn: Callable[[], Any]) -> int:
+    """The peak of (bytes allocated - bytes freed) while `fn` runs: eager peak memory."""
+    total = peak = 0
+    for _, size, _ in memory_events(fn):
+        total += size
+        peak = max(peak, total)
+    return peak
+
+
+def allocations_by_node(runtime: PlannedRuntime, inputs: list[torch.Tensor]
+                        ) -> dict[int | None, list[int]]:
+    """The allocations one call makes, by the node whose step made them (None: outside any)."""
+    runtime.label_steps = True
+    try:
+        events = memory_events(lambda: runtime.run(inputs))
+    finally:
+        runtime.label_steps = False
+    out: dict[int | None, list[int]] = {}
+    for _, size, label in events:
+        if size > 0:
+            out.setdefault(int(label[5:]) if label else None, []).append(size)
+    return out
