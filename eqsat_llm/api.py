@@ -51,6 +51,7 @@ class Compiled:
             self._runtime = PlannedRuntime(graph, self.plan, check=True)
         report.memory = memory_summary(self.plan, self._runtime.copy_in_ops)
         self._lock = threading.Lock()  # the arena is shared state: one call at a time
+        self.cost_model: Any = None  # the model extraction used (None: category weights)
         self._input_types = [captured.graph.type_of(i) for i in captured.graph.input_ids]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -164,4 +165,5 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
                     for r in rules]
     report.cost_before = sum(op_cost(graph.node(i).op) for i in graph.live_ids())
     report.cost_after = result.cost
+    report.lower_bound = result.lower_bound
     return out

@@ -56,6 +56,54 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_case(spec: str) -> tuple:
+    """A reference workload by name, or "package.module:function" returning (model, inputs)."""
+    import importlib
+
+    from .workloads import WORKLOADS
+
+    if spec in WORKLOADS:
+        return WORKLOADS[spec]()
+    if ":" not in spec:
+        raise SystemExit(f"error: {spec!r} is neither a workload ({', '.join(WORKLOADS)}) "
+                         "nor module:function")
+    module, fn = spec.split(":", 1)
+    return getattr(importlib.import_module(module), fn)()
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    import torch
+
+    from . import optimize
+    from .profile import kernel_table
+    from .report_html import render
+
+    model, inputs = load_case(args.model)
+    rules = args.rules.split(",") if args.rules else None
+    compiled = optimize(model, inputs, rules=rules, extractor=args.extractor,
+                        progress=print if args.verbose else None)
+    with torch.no_grad():
+        expected, got = model(*inputs), compiled(*inputs)
+    pairs = zip(expected if isinstance(expected, tuple) else (expected,),
+                got if isinstance(got, tuple) else (got,))
+    err = max((a - b).abs().max().item() for a, b in pairs)
+    print(compiled.report.summary())
+    print(f"\nmax |eqsat - eager| = {err:.2e}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(compiled.report.to_dict(), f, indent=1, default=str)
+        print(f"report written to {args.json}")
+    if args.report:
+        kernels = kernel_table(compiled.graph, compiled.cost_model,
+                               list(inputs) if args.profile else None)
+        page = render(compiled.report, compiled.captured.graph, compiled.graph, kernels,
+                      title=f"eqsat-llm: {args.model}")
+        with open(args.report, "w") as f:
+            f.write(page)
+        print(f"HTML report written to {args.report}")
+    return 0
+
+
 def cmd_rules_list(args: argparse.Namespace) -> int:
     from .rulebook import load_library
 
@@ -68,15 +116,19 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
 
 def cmd_extract(args: argparse.Namespace) -> int:
     from . import extract as ex
+    from .ilp import extract_ilp
 
-    methods = {"tree": ex.extract_tree_greedy, "dag": ex.extract_dag_greedy}
+    methods = {"tree": ex.extract_tree_greedy, "dag": ex.extract_dag_greedy,
+               "ilp": lambda g: extract_ilp(g, time_limit=args.time_limit)}
     try:
         egraph = ex.load_egraph(args.file)
         result = methods[args.method](egraph)
+        ex.check_extraction(egraph, result.choices)
     except (ex.EGraphFormatError, ex.ExtractionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = {"method": result.method, "cost": result.cost, "lower_bound": result.lower_bound,
+           "gap": None if result.lower_bound is None else result.cost - result.lower_bound,
            "seconds": result.seconds}
     if args.choices:
         out["choices"] = result.choices
@@ -97,13 +149,26 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--threads", type=int, default=2)
     demo.add_argument("--verbose", action="store_true", help="show saturation progress")
     demo.set_defaults(fn=cmd_demo)
+    opt = sub.add_parser("optimize", help="optimize a workload or module:function, report")
+    opt.add_argument("model", help="a reference workload name or package.module:function "
+                     "returning (model, example_inputs)")
+    opt.add_argument("--rules", help="comma-separated rule families (default: all)")
+    opt.add_argument("--extractor", choices=["tree", "dag", "ilp"], default="ilp")
+    opt.add_argument("--report", metavar="OUT.html", help="write the HTML cost report")
+    opt.add_argument("--json", metavar="OUT.json", help="write the report as JSON")
+    opt.add_argument("--profile", action="store_true",
+                     help="measure each kernel's time for the HTML report")
+    opt.add_argument("--verbose", action="store_true")
+    opt.set_defaults(fn=cmd_optimize)
     rules = sub.add_parser("rules", help="the rule library")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     rules_sub.add_parser("list", help="every rule with its family and soundness class"
                          ).set_defaults(fn=cmd_rules_list)
     extract = sub.add_parser("extract", help="extract from an egraph-serialize JSON file")
     extract.add_argument("file")
-    extract.add_argument("--method", choices=["tree", "dag"], default="dag")
+    extract.add_argument("--method", choices=["tree", "dag", "ilp"], default="dag")
+    extract.add_argument("--time-limit", type=float, default=10.0,
+                         help="seconds for the ILP solver (it returns its best program so far)")
     extract.add_argument("--choices", action="store_true", help="print the chosen nodes")
     extract.set_defaults(fn=cmd_extract)
     args = parser.parse_args(argv)

@@ -47,6 +47,7 @@ class Report:
     extraction_method: str = ""
     cost_before: float = 0.0
     cost_after: float = 0.0
+    lower_bound: float | None = None  # of the extracted program's cost (ILP's dual bound)
     folded_constants: int = 0
     folded_bytes: int = 0
     timings: dict[str, float] = field(default_factory=dict)
@@ -57,6 +58,7 @@ class Report:
         d = asdict(self)
         d["op_counts_before"] = dict(self.op_counts_before)
         d["op_counts_after"] = dict(self.op_counts_after)
+        d["gap"] = None if self.lower_bound is None else self.cost_after - self.lower_bound
         d["nodes_before"] = sum(self.op_counts_before.values())
         d["nodes_after"] = sum(self.op_counts_after.values())
         return d
@@ -64,8 +66,10 @@ class Report:
     def summary(self) -> str:
         lines = ["eqsat-llm report", "================"]
         before, after = sum(self.op_counts_before.values()), sum(self.op_counts_after.values())
+        bound = ("" if self.lower_bound is None else
+                 f", lower bound {self.lower_bound:g}, gap {self.cost_after - self.lower_bound:g}")
         lines.append(f"ops: {before} -> {after}    predicted cost: {self.cost_before:g} -> "
-                     f"{self.cost_after:g} ({self.extraction_method} extraction)")
+                     f"{self.cost_after:g} ({self.extraction_method} extraction{bound})")
         lines.append(f"e-graph: {self.eclasses} classes, {self.enodes} nodes after "
                      f"{self.iterations} iterations; stopped: {self.stop_reason}")
         if self.folded_constants:
