@@ -16,7 +16,7 @@ from . import extract as extractors
 from .cost import op_cost
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import encode, let_name
-from .errors import EqsatError
+from .errors import EqsatError, RuleError
 from .fold import Folded, const_classes, fold_constants
 from .frontend import Captured, capture
 from .ilp import extract_ilp
@@ -70,6 +70,29 @@ class Compiled:
         return pytree.tree_unflatten(outs, self.captured.out_spec)
 
 
+_CHECKED: dict[tuple[str, str], Any] = {}
+
+
+def refuse_unchecked(rules: list[Rule]) -> None:
+    """Check every rule that is not part of the library (whose rules the test suite checks);
+    raise RuleError naming the first that fails, with its counterexample."""
+    from .rulebook import FAMILIES
+    from .rulecheck import check_rule
+
+    library = {id(r) for rs in FAMILIES.values() for r in rs}
+    for r in rules:
+        if id(r) in library:
+            continue
+        key = (r.name, str(r.command))
+        if key not in _CHECKED:
+            _CHECKED[key] = check_rule(r, instances=5)
+        result = _CHECKED[key]
+        if not result.ok:
+            raise RuleError(f"rule {r.name!r} failed its check ({result.status}): "
+                            f"{result.message}; counterexample: {result.counterexample}. "
+                            "Fix the rule, or pass force_rules=True to use it anyway.")
+
+
 @contextmanager
 def _phase(timings: dict[str, float], name: str):
     t = time.perf_counter()
@@ -84,11 +107,13 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
              extractor: str = "ilp",
              limits: Limits | None = None,
              progress: Callable[[str], None] | None = None,
-             measure_eager: bool = True) -> Compiled:
+             measure_eager: bool = True,
+             force_rules: bool = False) -> Compiled:
     """Optimize a model (nn.Module, fx.GraphModule or ExportedProgram) for the example inputs'
     shapes. `rules`: family names ("all" by default), Rule objects, rule modules or egglog
     rulesets; [] runs no rules. `measure_eager` runs the model once under the profiler to
-    report eager PyTorch's peak memory beside the arena."""
+    report eager PyTorch's peak memory beside the arena. Rules from outside the library are
+    checked first (rulecheck.check_rule); one that fails is refused unless `force_rules`."""
     if backend not in BACKENDS:
         raise EqsatError(f"unknown backend {backend!r}; available: {BACKENDS}")
     if extractor not in EXTRACTORS:
@@ -101,6 +126,8 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
         warnings.warn("these ops are not in the registry and run in torch (fallback): "
                       + ", ".join(captured.fallback_ops), FallbackWarning, stacklevel=2)
     rule_list = resolve(rules) if rules is None or list(rules) else []
+    if not force_rules:
+        refuse_unchecked(rule_list)
     graph = optimize_graph(captured.graph, rule_list, extractor, limits, report, progress)
     report.aten_op_counts = captured.aten_op_counts
     report.fallback_ops = captured.fallback_ops

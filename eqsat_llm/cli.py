@@ -114,6 +114,12 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    from .rulecheck import main_check
+
+    return main_check(args.specs, instances=args.instances, seed=args.seed)
+
+
 def cmd_extract(args: argparse.Namespace) -> int:
     from . import extract as ex
     from .ilp import extract_ilp
@@ -164,6 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     rules_sub.add_parser("list", help="every rule with its family and soundness class"
                          ).set_defaults(fn=cmd_rules_list)
+    check = rules_sub.add_parser(
+        "check", help="check rules numerically against the ops' reference semantics")
+    check.add_argument("specs", nargs="*", metavar="FILE_OR_MODULE",
+                       help='rule files, modules or family names (default: the library\'s "all")')
+    check.add_argument("--instances", type=int, default=20)
+    check.add_argument("--seed", type=int, default=0)
+    check.set_defaults(fn=cmd_rules_check)
     extract = sub.add_parser("extract", help="extract from an egraph-serialize JSON file")
     extract.add_argument("file")
     extract.add_argument("--method", choices=["tree", "dag", "ilp"], default="dag")

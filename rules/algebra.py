@@ -36,7 +36,7 @@ def algebra_casts_and_masks(x: Tensor, y: Tensor, m: Tensor, a: Tensor, b: Tenso
     yield exact("div-by-0d-tensor", rule(eq(y).to(E.div(x, E.full(Vec[i64].empty(), c, dt))), eq(dtype(x)).to(dt), is_float_dtype(dt)).then(union(y).with_(E.div(x, E.scalar(c, "float")))))
     yield exact("where-0d-as-scalar", rule(eq(y).to(E.where(m, E.full(Vec[i64].empty(), c, dt), x)), eq(dtype(x)).to(dt), is_float_dtype(dt)).then(union(y).with_(E.where(m, E.scalar(c, "float"), x))))
     neg_inf = E.scalar(f64(float("-inf")), k)
-    yield exact("masked-fill-as-bias", rule(eq(y).to(E.where(m, neg_inf, x)), is_float_dtype(dtype(x)), eq(dtype(y)).to(dtype(x))).then(union(y).with_(E.add(x, E.where(m, neg_inf, E.scalar(0.0, "float"))))), note="for x never +inf or nan (x + -inf = -inf); makes a mask an additive bias")
+    yield exact("masked-fill-as-bias", rule(eq(y).to(E.where(m, neg_inf, x)), eq(dt).to(dtype(x)), is_float_dtype(dt), eq(dtype(y)).to(dt)).then(union(y).with_(E.add(x, E.where(m, neg_inf, E.full(Vec[i64].empty(), 0.0, dt))))), note="for x never +inf or nan (x + -inf = -inf); makes a mask an additive bias")
     yield reassociates("matmul-scale", rewrite(E.mul(E.matmul(a, b, al), E.scalar(c, "float"))).to(E.matmul(a, b, al * c)))
 
 

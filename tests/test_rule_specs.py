@@ -52,3 +52,25 @@ def test_rules_from_a_module_and_a_ruleset():
     compiled = optimize(DoubleNeg(), (a,), rules=[plain])
     assert compiled.graph.op_counts()["neg"] == 0
     assert torch.equal(compiled(a), a * 3.0)
+
+
+def test_a_wrong_user_rule_is_refused_unless_forced():
+    import pytest
+    from egglog import f64
+
+    from eqsat_llm import RuleError
+
+    a = var("a", Tensor)
+    wrong = ruleset(rewrite(E.mul(a, E.scalar(f64(2.0), "float"))).to(E.add(a, E.add(a, a))),
+                    name="triple")
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2.0
+
+    x = torch.randn(3)
+    with pytest.raises(RuleError, match="triple\\[0\\].*failed its check"):
+        optimize(Double(), (x,), rules=[wrong])
+    forced = optimize(Double(), (x,), rules=[wrong], force_rules=True)
+    # what the user asked for, at their risk: the rule ran (extraction kept the cheaper mul)
+    assert {r.name: r.matches for r in forced.report.rules}["triple[0]"] == 1

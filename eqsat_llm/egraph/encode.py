@@ -44,10 +44,13 @@ def let_name(node_id: int) -> str:
     return f"n{node_id}"
 
 
-def encode(graph: Graph, *, assert_shapes: bool = False) -> Encoded:
+def encode(graph: Graph, *, assert_shapes: bool = False, egraph: EGraph | None = None
+           ) -> Encoded:
     """Encode the live part of `graph`. With `assert_shapes`, every node's shape is asserted
-    (used only to compare against the analysis in tests: normally the analysis derives them)."""
-    egraph = EGraph()
+    (used only to compare against the analysis in tests: normally the analysis derives them).
+    `egraph`: encode into this e-graph instead of a new one (the rule checker reuses one,
+    with push()/pop() per instance)."""
+    egraph = EGraph() if egraph is None else egraph
     enc = Encoded(egraph, graph)
     facts: list[Any] = list(dtype_facts())
     live = graph.live_ids()

@@ -1,0 +1,27 @@
+"""Planted wrong rules for the rule checker's tests (tests/test_rulecheck.py).
+
+Load this file only with `eqsat_llm.rulecheck.load_rules_from(path)`, which keeps its family out
+of the library's registry: importing it as a module would register these rules under "all".
+"""
+
+from egglog import String, Vec, eq, f64, i64, rewrite, rule, union
+
+from eqsat_llm.egraph.language import E, Tensor
+from eqsat_llm.rulebook import exact, family
+
+
+@family("wrong")
+def wrong(x: Tensor, y: Tensor, a: Tensor, b: Tensor, al: f64, s: Vec[i64], k: String):
+    t = Vec[i64](1, 0)
+    # (AB)^T = A^T B^T: ill-typed unless A and B are square, wrong when they are
+    yield exact("bad-transpose", rewrite(E.permute(E.mm(a, b, al), t)).to(E.mm(E.permute(a, t), E.permute(b, t), al)))
+    # the sides disagree in shape: keepdim dropped
+    yield exact("bad-keepdim", rewrite(E.sum(x, s, i64(1))).to(E.sum(x, s, i64(0))))
+    # numerically wrong: 2x = 3x
+    yield exact("bad-triple", rewrite(E.mul(x, E.scalar(2.0, k))).to(E.add(E.add(x, x), x)))
+    # numerically wrong union: exp(x) = x
+    yield exact("bad-union", rule(eq(y).to(E.exp(x))).then(union(y).with_(x)))
+    # no instance type-checks: a permutation with a repeated dim
+    yield exact("uninstantiable", rewrite(E.permute(x, Vec[i64](0, 0))).to(x))
+    # instances type-check but the condition never holds: no dim is 7
+    yield exact("never-fires", rule(eq(y).to(E.view(x, s)), eq(s).to(Vec[i64](7, 7))).then(union(y).with_(x)))
