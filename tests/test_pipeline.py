@@ -144,3 +144,14 @@ def test_deep_stack_encodes_and_extracts_without_recursion():
 @pytest.mark.slow
 def test_32_layer_stack():
     _stack_round_trip(32)  # ~3000 ops; timings in benchmarks/RESULTS.md
+
+
+def test_ilp_proves_the_block_optimal():
+    from eqsat_llm.workloads import llama_block_case
+
+    model, inputs = llama_block_case("prefill")
+    report = optimize(model, inputs, extractor="ilp", measure_eager=False).report
+    assert report.lower_bound is not None
+    assert report.cost_after - report.lower_bound <= 1e-9 * max(1.0, report.cost_after)
+    assert report.cost_after < report.cost_before
+    assert report.timings["extract"] < 10.0
