@@ -114,7 +114,7 @@ WRITERS: dict[str, Writer] = {
     "cat": lambda out, xs, a: torch.cat(xs, a["dim"], out=out),
     "mm": _mm_writer(torch.mm),
     "bmm": _mm_writer(torch.bmm),
-    "matmul": _fn_writer(torch.matmul),
+    "matmul": _mm_writer(torch.matmul),
     "addmm": lambda out, xs, a: torch.addmm(*xs, beta=a["beta"], alpha=a["alpha"], out=out),
     "linear": lambda out, xs, a: aten.linear.out(xs[0], xs[1], None, out=out),
     "linear_bias": lambda out, xs, a: aten.linear.out(*xs, out=out),
@@ -183,7 +183,7 @@ def _prepared_inputs(node: Node, xs: list[Any], out_dtype: torch.dtype) -> dict[
         for k in (1, 2):
             if not isinstance(xs[k], torch.Tensor):
                 prep[k] = torch.tensor(xs[k], dtype=out_dtype)
-    elif op in ("mm", "bmm"):
+    elif op in ("mm", "bmm", "matmul"):
         alpha = a["alpha"]
         prep[2] = torch.tensor(alpha, dtype=out_dtype) if _exact_scalar_dtype(out_dtype) \
             else alpha

@@ -13,7 +13,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from . import extract as extractors
-from .cost import op_cost
+from .cost import enode_cost_fn, program_cost
+from .costmodel import CostModel
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import encode, let_name
 from .errors import EqsatError, RuleError
@@ -51,7 +52,7 @@ class Compiled:
             self._runtime = PlannedRuntime(graph, self.plan, check=True)
         report.memory = memory_summary(self.plan, self._runtime.copy_in_ops)
         self._lock = threading.Lock()  # the arena is shared state: one call at a time
-        self.cost_model: Any = None  # the model extraction used (None: category weights)
+        self.cost_model: CostModel | None = None  # the model extraction used
         self._input_types = [captured.graph.type_of(i) for i in captured.graph.input_ids]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -128,10 +129,13 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     rule_list = resolve(rules) if rules is None or list(rules) else []
     if not force_rules:
         refuse_unchecked(rule_list)
-    graph = optimize_graph(captured.graph, rule_list, extractor, limits, report, progress)
+    cost_model = CostModel()  # calibrated numbers when `eqsat-llm calibrate` ran, else defaults
+    graph = optimize_graph(captured.graph, rule_list, extractor, limits, report, progress,
+                           cost_model=cost_model)
     report.aten_op_counts = captured.aten_op_counts
     report.fallback_ops = captured.fallback_ops
     compiled = Compiled(graph, captured, report)
+    compiled.cost_model = cost_model
     if isinstance(model, torch.export.ExportedProgram):
         model = model.module()
     if measure_eager and callable(model):
@@ -145,7 +149,8 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
 
 def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
                    limits: Limits | None = None, report: Report | None = None,
-                   progress: Callable[[str], None] | None = None, fold: bool = True) -> Graph:
+                   progress: Callable[[str], None] | None = None, fold: bool = True,
+                   cost_model: CostModel | None = None) -> Graph:
     """The graph-to-graph core: encode, saturate, extract, decode, and (with `fold`) evaluate
     constant subgraphs once into prepared constants."""
     report = report if report is not None else Report()
@@ -162,9 +167,10 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
         constant = const_classes(serialized)
     with _phase(timings, "extract"):
         egraph = extractors.load_egraph(view)
-        # constant classes are folded at compile time: free at run time
+        # predicted microseconds per e-node; constant classes fold at compile time: free
+        model = cost_model or CostModel()
         result = EXTRACTORS[extractor](
-            egraph, roots, cost=lambda n: 0.0 if n.eclass in constant else op_cost(n.op))
+            egraph, roots, cost=enode_cost_fn(serialized, view, constant, model))
     with _phase(timings, "decode"):
         class_types = {classes[let_name(n.id)]: n.type for n in graph.nodes
                        if let_name(n.id) in classes}
@@ -190,7 +196,7 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
     report.rules = [RuleStat(r.name, r.family, r.soundness, sat.matches.get(r.name, 0),
                              sat.matches.get(r.name, 0) > 0 and rule_used(r, graph, decoded))
                     for r in rules]
-    report.cost_before = sum(op_cost(graph.node(i).op) for i in graph.live_ids())
+    report.cost_before = program_cost(graph, model)
     report.cost_after = result.cost
     report.lower_bound = result.lower_bound
     return out

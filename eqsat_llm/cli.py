@@ -114,6 +114,12 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .calibrate import main_calibrate
+
+    return main_calibrate(args.quick, args.force)
+
+
 def cmd_rules_check(args: argparse.Namespace) -> int:
     from .rulecheck import main_check
 
@@ -166,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
                      help="measure each kernel's time for the HTML report")
     opt.add_argument("--verbose", action="store_true")
     opt.set_defaults(fn=cmd_optimize)
+    cal = sub.add_parser("calibrate", help="measure this machine for the cost model; cached")
+    cal.add_argument("--quick", action="store_true", help="about a second instead of ~10")
+    cal.add_argument("--force", action="store_true",
+                     help="save even when other processes load the CPU")
+    cal.set_defaults(fn=cmd_calibrate)
     rules = sub.add_parser("rules", help="the rule library")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)
     rules_sub.add_parser("list", help="every rule with its family and soundness class"

@@ -1,4 +1,5 @@
-"""The cost of an e-node for extraction: the predicted time of its kernel.
+"""The cost of an e-node for extraction, and of a program: predicted kernel time in
+microseconds (extraction's tolerances are absolute, so seconds would make costs look equal).
 
 Each e-node is priced by the roofline model (`costmodel.CostModel`) with the types of its
 input and output classes (from the e-graph's shape/dtype analysis) and its attributes. A
@@ -42,23 +43,51 @@ def enode_cost_fn(serialized: dict[str, Any], view: dict[str, Any], constant: se
         else:
             raw = nodes[node.id]
             ins, out = input_types(raw, opdef.arity), types.get(node.eclass)
-            if ins is None or out is None:  # a tuple-valued fallback: no static type
-                value = model.unknown_seconds
+            if ins is None:  # an input is a tuple (a fallback's getitem): price it as unknown
+                value = UNKNOWN_MICROS
             else:
-                value = model.kernel(node.op, node_attrs(view, raw), ins, out).seconds
+                out = types.get(node.eclass) or _tuple_type(node, raw)
+                value = model.micros(node.op, node_attrs(view, raw), ins, out)
         memo[node.id] = value
         return value
 
     return cost
 
 
-# The first cost model (a weight per op category), kept until the roofline model is wired in.
-CATEGORY_COST = {"source": 0.0, "layout": 1.0, "elementwise": 2.0, "reduction": 3.0,
-                 "matmul": 10.0, "attention": 20.0, "fallback": 50.0}
+# An e-node whose input types the e-graph cannot give (tuple-valued fallbacks): pessimistic,
+# so that extraction never prefers a program because it knows less about it.
+UNKNOWN_MICROS = 1000.0
 
 
-def op_cost(op: str) -> float:
-    opdef = REGISTRY.get(op)
-    if opdef is None or op == "scalar":
-        return 0.0
-    return CATEGORY_COST[opdef.category]
+def _tuple_type(node: ENode, raw: dict[str, Any]) -> Any:
+    return ()  # fallback nodes returning tuples have no single tensor type
+
+
+def constant_nodes(graph: Any) -> set[int]:
+    """Nodes computed from weights and constants only (folded at compile time), as the
+    e-graph's is_const analysis finds them."""
+    from .egraph.analysis import CONST_SOURCES, NEVER_CONST
+
+    const: set[int] = set()
+    for n in graph.nodes:
+        if n.op in CONST_SOURCES or (n.op not in NEVER_CONST and n.inputs
+                                     and all(i in const for i in n.inputs)):
+            const.add(n.id)
+    return const
+
+
+def program_cost(graph: Any, model: Any) -> float:
+    """Predicted microseconds of a program, constant subgraphs excepted (any compiler folds
+    them, so comparing with them in would flatter the optimized program)."""
+    const = constant_nodes(graph)
+    total = 0.0
+    for node_id in graph.live_ids():
+        n = graph.node(node_id)
+        if node_id in const or n.op in ("input", "param", "const", "scalar"):
+            continue
+        ins = [graph.node(i).type for i in n.inputs]
+        if all(isinstance(t, TensorType) for t in ins):
+            total += model.micros(n.op, n.attrs, ins, n.type)
+        else:
+            total += UNKNOWN_MICROS
+    return total

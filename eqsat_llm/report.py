@@ -68,8 +68,8 @@ class Report:
         before, after = sum(self.op_counts_before.values()), sum(self.op_counts_after.values())
         bound = ("" if self.lower_bound is None else
                  f", lower bound {self.lower_bound:g}, gap {self.cost_after - self.lower_bound:g}")
-        lines.append(f"ops: {before} -> {after}    predicted cost: {self.cost_before:g} -> "
-                     f"{self.cost_after:g} ({self.extraction_method} extraction{bound})")
+        lines.append(f"ops: {before} -> {after}    predicted time: {self.cost_before:.1f} us -> "
+                     f"{self.cost_after:.1f} us ({self.extraction_method} extraction{bound})")
         lines.append(f"e-graph: {self.eclasses} classes, {self.enodes} nodes after "
                      f"{self.iterations} iterations; stopped: {self.stop_reason}")
         if self.folded_constants:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from eqsat_llm.api import optimize_graph
-from eqsat_llm.codegen import ReferenceRuntime
+from eqsat_llm.codegen import PlannedRuntime, ReferenceRuntime
 from eqsat_llm.egraph.analysis import analysis
 from eqsat_llm.egraph.encode import encode
 from eqsat_llm.egraph.language import shape
@@ -70,6 +70,8 @@ def test_shape_rule_agrees_with_python_and_runs(case):
     expected = ReferenceRuntime(g).run(inputs)[0]
     optimized = optimize_graph(g, [], fold=False)
     assert torch.equal(ReferenceRuntime(optimized).run(inputs)[0], expected)
+    # the planned runtime (every op writing into the arena) computes the same thing
+    assert torch.equal(PlannedRuntime(g, check=True).run(inputs)[0], expected)
     assert expected.shape == g.type_of(out).shape
 
 

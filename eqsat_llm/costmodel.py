@@ -1,0 +1,390 @@
+"""The physical cost model: a roofline per kernel (docs/cost-model.md).
+
+    seconds = max(compute time, memory_time(bytes read + written)) + call overhead
+
+Compute time is matmul flops at the GEMM rate for the kernel's shape (an efficiency curve
+from the skinny/GEMV rate to the large-GEMM rate) plus vector flops at the vector rate.
+Bytes are what the kernel reads and writes from its *external* inputs and outputs, so a
+fused kernel is charged only for those. The working set (bytes read + written) sets the
+bandwidth: its first L2-sized part streams at L2 speed, the next at L3 speed, the rest at
+DRAM speed. Views compute nothing and cost nothing; leaves cost nothing.
+
+The machine's numbers come from `eqsat_llm.calibrate` (measured and cached per machine) or
+the documented `DEFAULT`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any
+
+from .errors import EqsatError
+from .ir import TensorType, dtype_of
+from .ops import REGISTRY, WEAK_DTYPES
+
+
+class CostError(EqsatError):
+    """An e-node cannot be costed: an unknown op, an op without a cost entry, or bad types."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the roofline needs to know about a machine. Rates are for all `threads` together;
+    bandwidths count bytes read + bytes written per second."""
+
+    name: str
+    gemm_flops: float  # FLOP/s of a large fp32 GEMM
+    gemv_flops: float  # FLOP/s of a matrix-vector product (M = 1) with its matrix in cache
+    vector_flops: float  # flop-equivalents/s of vector (elementwise) code, from exp's rate
+    l2_bytes: int  # the first l2_bytes of a working set stream at l2_bw (all cores' L2)
+    l2_bw: float
+    l3_bytes: int  # ... the next, up to l3_bytes, at l3_bw; the rest at dram_bw
+    l3_bw: float
+    dram_bw: float
+    call_overhead: float  # seconds per kernel call (dispatch, allocation, thread wake-up)
+    threads: int = 2
+    gemm_overhead: float = 1.3e-6  # seconds per matmul/attention call (BLAS dispatch)
+
+    def gemm_rate(self, m: int) -> float:
+        """FLOP/s of a GEMM whose smallest dimension is `m`: gemm_flops * m / (m + h), with h
+        chosen so that m = 1 gives gemv_flops (h = gemm_flops / gemv_flops - 1)."""
+        h = max(0.0, self.gemm_flops / self.gemv_flops - 1.0)
+        m = max(1, m)
+        return self.gemm_flops * m / (m + h)
+
+    def memory_time(self, moved: float) -> float:
+        """Seconds to move `moved` bytes (read + written; also the working set): the first
+        l2_bytes stream at l2_bw, the rest up to l3_bytes at l3_bw, the rest at dram_bw.
+        Continuous and increasing in `moved`, so a bigger kernel never looks cheaper."""
+        levels = ((self.l2_bytes, self.l2_bw), (self.l3_bytes, self.l3_bw),
+                  (math.inf, self.dram_bw))
+        t, below = 0.0, 0.0
+        for size, bw in levels:
+            part = min(moved, size) - below
+            if part <= 0:
+                break
+            t += part / bw
+            below = size
+        return t
+
+    def bandwidth(self, working_set: float) -> float:
+        """Effective bytes/s for a kernel that moves `working_set` bytes."""
+        return working_set / self.memory_time(working_set) if working_set > 0 else self.l2_bw
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Machine:
+        names = {f.name for f in fields(Machine)}
+        optional = {f.name for f in fields(Machine) if f.default is not MISSING}
+        missing = names - d.keys() - optional
+        if missing:
+            raise CostError(f"machine description lacks {sorted(missing)}; recalibrate "
+                            "(eqsat-llm calibrate)")
+        return Machine(**{k: v for k, v in d.items() if k in names})
+
+
+# A 2-core AVX-512 x86-64 machine (the project's reference VM: an Intel Xeon with 2 MiB of
+# L2 per core), torch 2.13 CPU at 2 threads; rounded from `eqsat-llm calibrate` there. The
+# fp32 GEMM figure is near the 2 cores' FMA peak (2 x 16 lanes x 2 flops x ~3 GHz x 2 cores);
+# a GEMV reaches an eighth of it. Bandwidths count bytes read + written by `out = a + b`.
+# The L3 size is a generic figure (a VM reports the host's). Overheads are torch eager's:
+# one small op through the reference runtime, and one small matmul.
+DEFAULT = Machine(
+    name="default-2core-avx512",
+    gemm_flops=380e9,
+    gemv_flops=50e9,
+    vector_flops=110e9,
+    l2_bytes=4 << 20,
+    l2_bw=200e9,
+    l3_bytes=32 << 20,
+    l3_bw=55e9,
+    dram_bw=25e9,
+    call_overhead=1.0e-6,
+    threads=2,
+    gemm_overhead=1.3e-6,
+)
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    seconds: float
+    bound: str = "free"  # "compute", "memory", "overhead" (nothing to move) or "free"
+
+    @property
+    def micros(self) -> float:
+        """Seconds in microseconds: the unit to hand to extraction (its tolerances are
+        absolute, ~1e-6, so costs in seconds would all look equal)."""
+        return self.seconds * 1e6
+
+
+FREE = KernelCost(0.0, 0.0, 0.0, 0.0, "free")
+
+# Flop-equivalents per element of vector work, relative to an add (the vector rate is
+# calibrated from exp at EXP_FLOPS). Transcendentals are dearer; pow is charged as the
+# squares and small integer powers that LLM graphs use (torch specialises them).
+EXP_FLOPS = 10.0
+_TRANSCENDENTAL = 20.0
+VECTOR_WEIGHT: dict[str, float] = {
+    **dict.fromkeys(
+        ["add", "sub", "mul", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+         "logical_and", "logical_or", "bitwise_and", "bitwise_or", "where", "neg", "relu",
+         "abs", "logical_not", "bitwise_not", "triu", "tril"], 1.0),
+    "pow": 2.0, "div": 4.0, "reciprocal": 4.0, "sqrt": 4.0, "rsqrt": 4.0,
+    "exp": EXP_FLOPS, "log": EXP_FLOPS,
+    **dict.fromkeys(["tanh", "sigmoid", "erf", "sin", "cos"], _TRANSCENDENTAL),
+    "silu": _TRANSCENDENTAL + 1, "gelu": _TRANSCENDENTAL + 5, "swiglu": _TRANSCENDENTAL + 2,
+    # reductions and normalisations, per input element (read once, write once)
+    **dict.fromkeys(["sum", "mean", "amax", "amin", "cumsum"], 1.0),
+    # three passes over each row (max; exp and sum; scale): about three exps' worth
+    "softmax": 3 * EXP_FLOPS, "log_softmax": 3 * EXP_FLOPS,
+    # two passes: statistics (mean and variance; sum of squares), then normalise and scale
+    "layer_norm": 12.0, "rms_norm": 6.0,
+}
+# Per attention score in a fused kernel: scale, bias, running max, exp, sum, rescale.
+ATTENTION_SCORE_FLOPS = EXP_FLOPS + 6
+
+# Cost kind of every registry op. A registered op missing here is an error (tested).
+KIND: dict[str, str] = {
+    **dict.fromkeys(["input", "param", "const", "scalar"], "leaf"),
+    **dict.fromkeys(["full", "arange"], "generate"),
+    **dict.fromkeys(["view", "expand", "slice", "select", "unsqueeze", "getitem"], "view"),
+    **dict.fromkeys(["permute", "transpose", "clone", "cat", "to_dtype"], "copy"),
+    **dict.fromkeys(["mm", "bmm", "matmul", "addmm", "linear", "linear_bias"], "matmul"),
+    **dict.fromkeys(VECTOR_WEIGHT, "vector"),
+    **dict.fromkeys(["embedding", "index_select", "index"], "gather"),
+    **dict.fromkeys(["attention", "sdpa", "sdpa_masked"], "attention"),
+    "fallback": "fallback",
+}
+
+# A copy that moves the innermost dimension (a transpose of the last two dims) reads or
+# writes with a stride: measured 3-5x slower per byte than a contiguous copy.
+TRANSPOSE_PENALTY = 4.0
+
+# A fallback runs arbitrary torch code the model knows nothing about: charged its inputs and
+# outputs moved once plus this fixed pessimistic time (every equivalent program contains
+# the same fallbacks, so the figure only shifts totals).
+FALLBACK_SECONDS = 1e-3
+
+# Sub-byte dtypes are counted packed (torch reports 1 byte for them).
+_PACKED_BITS = {f"{s}int{b}": b for s in ("", "u") for b in range(1, 8)}
+
+
+def element_bytes(dtype: str) -> float:
+    """Bytes per element of a dtype name; Python numbers ("py_float", ...) move nothing."""
+    if dtype in WEAK_DTYPES:
+        return 0.0
+    if dtype in _PACKED_BITS:
+        return _PACKED_BITS[dtype] / 8
+    try:
+        return float(dtype_of(dtype).itemsize)
+    except EqsatError:
+        raise CostError(f"unknown dtype {dtype!r}: no element size") from None
+
+
+def nbytes(t: TensorType | tuple[TensorType, ...]) -> float:
+    if isinstance(t, tuple):
+        return sum(nbytes(x) for x in t)
+    return t.numel * element_bytes(t.dtype)
+
+
+BACKENDS = ("fused", "reference")
+
+
+class CostModel:
+    """Per-kernel roofline cost on `machine` (default: the calibrated one, else DEFAULT).
+
+    backend "fused" (the default, for extraction): a fused op (rms_norm, swiglu, attention)
+    is one kernel that moves only its external inputs and outputs, as a code generator emits
+    it. backend "reference": each op costs what its reference semantics runs in torch, so a
+    fused op costs its decomposition (kernel by kernel, intermediates included)."""
+
+    def __init__(self, machine: Machine | None = None, backend: str = "fused"):
+        if machine is None:
+            from .calibrate import machine as cached_machine
+
+            machine = cached_machine()
+        if backend not in BACKENDS:
+            raise CostError(f"unknown cost-model backend {backend!r}; one of {BACKENDS}")
+        self.machine = machine
+        self.backend = backend
+        self._cache: dict[Any, KernelCost] = {}
+
+    def kernel(self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType],
+               output: TensorType | tuple[TensorType, ...]) -> KernelCost:
+        """Cost of one kernel: `op` applied to inputs of these types, giving `output`."""
+        key = (op, tuple(inputs), output, _attr_key(attrs))
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._kernel(op, attrs, list(inputs), output)
+        return hit
+
+    def seconds(self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType],
+                output: TensorType | tuple[TensorType, ...]) -> float:
+        return self.kernel(op, attrs, inputs, output).seconds
+
+    def micros(self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType],
+               output: TensorType | tuple[TensorType, ...]) -> float:
+        """The kernel's time in microseconds: the unit to give extraction."""
+        return self.kernel(op, attrs, inputs, output).micros
+
+    def _kernel(self, op: str, attrs: dict[str, Any], ins: list[TensorType],
+                out: TensorType | tuple[TensorType, ...]) -> KernelCost:
+        if op not in REGISTRY:
+            raise CostError(f"cannot cost unknown op {op!r}: it is not in the op registry")
+        kind = KIND.get(op)
+        if kind is None:
+            raise CostError(f"op {op!r} has no cost entry: add it to eqsat_llm.costmodel.KIND "
+                            "(and VECTOR_WEIGHT if it is vector work)")
+        if kind in ("leaf", "view"):
+            return FREE
+        if self.backend == "reference" and op in _DECOMPOSITIONS and isinstance(out, TensorType):
+            parts = [self.kernel(*p) for p in _DECOMPOSITIONS[op](attrs, ins, out)]
+            worst = max(parts, key=lambda c: c.seconds)
+            return KernelCost(sum(c.flops for c in parts), sum(c.bytes_read for c in parts),
+                              sum(c.bytes_written for c in parts),
+                              sum(c.seconds for c in parts), worst.bound)
+        read = sum(nbytes(t) for t in ins)
+        written = nbytes(out)
+        if kind == "fallback":
+            return self._roofline(0.0, 0.0, read, written, extra=FALLBACK_SECONDS)
+        if not isinstance(out, TensorType):
+            raise CostError(f"{op}: expected one output tensor type, got {out}")
+        if kind == "generate":
+            return self._roofline(0.0, 0.0, 0.0, written)
+        if kind == "copy":
+            slow = TRANSPOSE_PENALTY if _moves_innermost(op, attrs, ins) else 1.0
+            return self._roofline(0.0, 0.0, read, written, slowdown=slow)
+        if kind == "vector":
+            n = max([out.numel] + [t.numel for t in ins])
+            return self._roofline(0.0, VECTOR_WEIGHT[op] * n, read, written)
+        if kind == "gather":  # rows gathered from the table; indices read whole
+            return self._roofline(0.0, 0.0, written + sum(nbytes(t) for t in ins[1:]), written)
+        if kind == "matmul":
+            mm_flops, m_eff, epilogue = _matmul_shape(op, attrs, ins, out)
+            return self._roofline(mm_flops, epilogue, read, written, m_eff, gemm=True)
+        mm_flops, m_eff, vec = _attention_shape(op, ins, out)
+        return self._roofline(mm_flops, vec, read, written, m_eff, gemm=True)
+
+    def _roofline(self, mm_flops: float, vec_flops: float, read: float, written: float,
+                  m_eff: int = 1, extra: float = 0.0, slowdown: float = 1.0,
+                  gemm: bool = False) -> KernelCost:
+        mc = self.machine
+        compute = vec_flops / mc.vector_flops
+        if mm_flops:
+            compute += mm_flops / mc.gemm_rate(m_eff)
+        moved = read + written
+        memory = slowdown * mc.memory_time(moved)
+        if compute == 0.0 and memory == 0.0:
+            bound = "overhead"
+        else:
+            bound = "compute" if compute >= memory else "memory"
+        overhead = mc.gemm_overhead if gemm else mc.call_overhead
+        seconds = max(compute, memory) + overhead + extra
+        return KernelCost(mm_flops + vec_flops, read, written, seconds, bound)
+
+
+def _attr_key(attrs: dict[str, Any]) -> tuple[Any, ...]:
+    """The hashable part of an attribute dict (lists as tuples; a fallback's template and
+    other unhashable values are left out: they do not change its cost)."""
+    items = []
+    for k, v in attrs.items():
+        v = tuple(v) if isinstance(v, list) else v
+        try:
+            hash(v)
+        except TypeError:
+            continue
+        items.append((k, v))
+    return tuple(sorted(items, key=lambda kv: kv[0]))
+
+
+def _moves_innermost(op: str, attrs: dict[str, Any], ins: list[TensorType]) -> bool:
+    rank = len(ins[0].shape) if ins else 0
+    if rank < 2:
+        return False
+    need = {"permute": ("dims",), "transpose": ("dim0", "dim1")}.get(op, ())
+    missing = [a for a in need if a not in attrs]
+    if missing:
+        raise CostError(f"{op}: attrs lack {missing}; pass the e-node's attributes")
+    if op == "permute":
+        return attrs["dims"][-1] % rank != rank - 1
+    if op == "transpose":
+        moved = {attrs["dim0"] % rank, attrs["dim1"] % rank}
+        return rank - 1 in moved and len(moved) == 2
+    return False
+
+
+def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
+                  out: TensorType) -> tuple[float, int, float]:
+    """(matmul flops, smallest GEMM dimension, epilogue flops) of a matmul-family op.
+    Flops = 2 * numel(out) * K: one multiply-add per output element per contracted index."""
+    a = ins[1] if op == "addmm" else ins[0]
+    b = ins[1] if op in ("linear", "linear_bias") else ins[-1] if op != "addmm" else ins[2]
+    if not a.shape:
+        raise CostError(f"{op}: a 0-d operand {a} is not a matrix")
+    k = a.shape[-1]
+    if op in ("linear", "linear_bias"):
+        n = b.shape[0] if len(b.shape) == 2 else 1
+    else:
+        n = b.shape[-1] if len(b.shape) >= 2 else 1
+    if len(b.shape) <= 2:  # one shared matrix: every leading dim of `a` is a row
+        rows = out.numel // max(n, 1)
+    else:
+        rows = a.shape[-2] if len(a.shape) >= 2 else 1
+    epilogue = 0.0
+    if op == "addmm":
+        epilogue = 2.0 * out.numel
+    elif op == "linear_bias" or attrs.get("alpha", 1.0) != 1.0:
+        epilogue = float(out.numel)
+    return 2.0 * out.numel * k, min(rows, n, k), epilogue
+
+
+def _attention_shape(op: str, ins: list[TensorType], out: TensorType) -> tuple[float, int, float]:
+    """softmax(q k^T * scale + bias) v over q (..., M, D), k (..., N, D), v (..., N, Dv):
+    matmul flops 2*B*M*N*(D + Dv) and vector flops (scale, bias, softmax) per score."""
+    q, k, v = ins[0], ins[1], ins[2]
+    if min(len(q.shape), len(k.shape), len(v.shape)) < 2:
+        raise CostError(f"{op}: q, k, v must have rank >= 2, got {q}, {k}, {v}")
+    m, d = q.shape[-2], q.shape[-1]
+    n, dv = k.shape[-2], v.shape[-1]
+    batch = out.numel // max(m * dv, 1)
+    scores = float(batch * m * n)
+    return 2.0 * scores * (d + dv), min(m, n, d), scores * ATTENTION_SCORE_FLOPS
+
+
+# --- what the reference semantics of the fused ops run, kernel by kernel ---------------------
+Part = tuple[str, dict[str, Any], list[TensorType], TensorType]
+PY = TensorType((), "py_float")
+
+
+def _rms_norm_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
+    x, w = ins
+    r = TensorType(x.shape[:-1] + (1,), x.dtype)
+    return [("pow", {}, [x, PY], x), ("mean", {}, [x], r), ("add", {}, [r, PY], r),
+            ("rsqrt", {}, [r], r), ("mul", {}, [x, r], x), ("mul", {}, [x, w], out)]
+
+
+def _swiglu_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
+    x, y = ins
+    return [("sigmoid", {}, [x], x), ("mul", {}, [x, x], x), ("mul", {}, [x, y], out)]
+
+
+def _attention_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
+    q, k, v, bias = ins
+    kt = TensorType(k.shape[:-2] + (k.shape[-1], k.shape[-2]), k.dtype)  # a view
+    s = TensorType(out.shape[:-1] + (k.shape[-2],), out.dtype)
+    parts: list[Part] = [("matmul", {"alpha": 1.0}, [q, kt], s)]
+    if a.get("scale", 1.0) != 1.0:
+        parts.append(("mul", {}, [s, PY], s))
+    return parts + [("add", {}, [s, bias], s), ("softmax", {}, [s], s),
+                    ("matmul", {"alpha": 1.0}, [s, v], out)]
+
+
+_DECOMPOSITIONS = {"rms_norm": _rms_norm_parts, "swiglu": _swiglu_parts,
+                   "attention": _attention_parts}
