@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import Any
@@ -28,7 +29,7 @@ from .rule_usage import rule_used
 from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
 
-BACKENDS = ("reference",)
+BACKENDS = ("c", "reference")
 EXTRACTORS = {"tree": extractors.extract_tree_greedy, "dag": extractors.extract_dag_greedy,
               "ilp": extract_ilp}
 
@@ -40,17 +41,16 @@ class FallbackWarning(UserWarning):
 class Compiled:
     """The optimized program: call it like the model."""
 
-    def __init__(self, graph: Graph, captured: Captured, report: Report):
-        from .codegen.planned import PlannedRuntime
-
+    def __init__(self, graph: Graph, captured: Captured, report: Report,
+                 backend: str = "c"):
         self.graph = graph
         self.captured = captured
         self.report = report
         with _phase(report.timings, "plan"):
             self.plan = plan_memory(graph)
-            # every intermediate is a view into one arena allocated here, once
-            self._runtime = PlannedRuntime(graph, self.plan, check=True)
-        report.memory = memory_summary(self.plan, self._runtime.copy_in_ops)
+        with _phase(report.timings, "codegen"):
+            self._runtime, report.backend = _make_runtime(graph, self.plan, backend)
+        report.memory = memory_summary(self.plan, getattr(self._runtime, "copy_in_ops", []))
         self._lock = threading.Lock()  # the arena is shared state: one call at a time
         self.cost_model: CostModel | None = None  # the model extraction used
         self._input_types = [captured.graph.type_of(i) for i in captured.graph.input_ids]
@@ -94,6 +94,31 @@ def refuse_unchecked(rules: list[Rule]) -> None:
                             "Fix the rule, or pass force_rules=True to use it anyway.")
 
 
+class BackendFallbackWarning(UserWarning):
+    """The requested backend could not run the program; the reference runtime does."""
+
+
+def _make_runtime(graph: Graph, plan: Any, backend: str) -> tuple[Any, str]:
+    """The runtime of `backend` on the planned program. The C backend falls back to the
+    reference runtime (torch ops on the same arena plan) with a warning naming why: ops it
+    does not generate, or a failed compile (the kernel and the compiler's message)."""
+    from .codegen.planned import PlannedRuntime
+
+    if backend == "c":
+        from .codegen.c import CCompileError, CRuntime, UnsupportedByBackend
+
+        try:
+            return CRuntime(graph, plan), "c"
+        except UnsupportedByBackend as exc:
+            why = f"the C backend does not support {', '.join(exc.ops)}"
+        except CCompileError as exc:
+            kernel = f" in kernel {exc.kernel}" if exc.kernel else ""
+            why = f"the C compile failed{kernel}: {exc.message[:2000]}"
+        warnings.warn(f"{why}; running the reference runtime instead", BackendFallbackWarning,
+                      stacklevel=3)
+    return PlannedRuntime(graph, plan, check=True), "reference"
+
+
 @contextmanager
 def _phase(timings: dict[str, float], name: str):
     t = time.perf_counter()
@@ -104,7 +129,7 @@ def _phase(timings: dict[str, float], name: str):
 def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
              example_kwargs: dict | None = None,
              rules: Iterable[str | Rule] | None = None,
-             backend: str = "reference",
+             backend: str = "c",
              extractor: str = "ilp",
              limits: Limits | None = None,
              progress: Callable[[str], None] | None = None,
@@ -134,7 +159,7 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
                            cost_model=cost_model)
     report.aten_op_counts = captured.aten_op_counts
     report.fallback_ops = captured.fallback_ops
-    compiled = Compiled(graph, captured, report)
+    compiled = Compiled(graph, captured, report, backend)
     compiled.cost_model = cost_model
     if isinstance(model, torch.export.ExportedProgram):
         model = model.module()
@@ -169,8 +194,9 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
         egraph = extractors.load_egraph(view)
         # predicted microseconds per e-node; constant classes fold at compile time: free
         model = cost_model or CostModel()
-        result = EXTRACTORS[extractor](
-            egraph, roots, cost=enode_cost_fn(serialized, view, constant, model))
+        cost_fn = enode_cost_fn(serialized, view, constant, model)
+        result = EXTRACTORS[extractor](egraph, roots, cost=cost_fn)
+        report.unpriced_enodes = dict(Counter(cost_fn.unpriced))
     with _phase(timings, "decode"):
         class_types = {classes[let_name(n.id)]: n.type for n in graph.nodes
                        if let_name(n.id) in classes}

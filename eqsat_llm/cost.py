@@ -43,14 +43,16 @@ def enode_cost_fn(serialized: dict[str, Any], view: dict[str, Any], constant: se
         else:
             raw = nodes[node.id]
             ins, out = input_types(raw, opdef.arity), types.get(node.eclass)
-            if ins is None:  # an input is a tuple (a fallback's getitem): price it as unknown
+            if ins is None:  # an input's type is unknown (a tuple, or not derived): pessimistic
                 value = UNKNOWN_MICROS
+                cost.unpriced.append(node.op)  # type: ignore[attr-defined]
             else:
                 out = types.get(node.eclass) or _tuple_type(node, raw)
                 value = model.micros(node.op, node_attrs(view, raw), ins, out)
         memo[node.id] = value
         return value
 
+    cost.unpriced = []  # type: ignore[attr-defined]  # ops of e-nodes priced as unknown
     return cost
 
 

@@ -39,7 +39,8 @@ class OpDef:
     reference: Callable[[list[Any], dict[str, Any]], Any] | None
     category: str  # source, layout, elementwise, reduction, matmul, attention, fallback
     shape_rule: str  # which e-graph shape rule applies (egraph/analysis.py); "given" = set
-    dtype_rule: str  # "same", "promote", "bool", "attr", "given"
+    dtype_rule: str  # "same", "same_float", "promote", "promote12", "bool", "attr", "scalar",
+    # "given" (set by the encoder only: leaves, fallbacks, data-dependent ops)
     # Python type inference; by default the reference semantics run on meta tensors,
     # which gives torch's own shape and dtype rules exactly.
     infer: Callable[[list[TensorType], dict[str, Any]], TensorType] | None = None
@@ -139,7 +140,7 @@ register("param", 0, "name:str", category="source", shape="given", dtype="given"
 register("const", 0, "name:str", category="source", shape="given", dtype="given",
          infer=_leaf_type)
 register("scalar", 0, "value:float kind:str", category="source", shape="scalar",
-         dtype="given", ref=lambda xs, a: _scalar_value(a), infer=_scalar_type)
+         dtype="scalar", ref=lambda xs, a: _scalar_value(a), infer=_scalar_type)
 register("full", 0, "shape:ints value:float dtype:str", category="source", shape="attr",
          dtype="attr",
          ref=lambda xs, a: torch.full(a["shape"], _number(a["value"], a["dtype"]),
@@ -234,7 +235,7 @@ for _name, _fn in _BINARY.items():
              dtype="bool" if _name in _BOOL_RESULT else "promote")
 
 register("where", 3, ref=lambda xs, a: torch.where(*xs), category="elementwise",
-         shape="broadcast", dtype="given")
+         shape="broadcast", dtype="promote12")
 
 _UNARY = {
     "neg": torch.neg, "rsqrt": torch.rsqrt, "sqrt": torch.sqrt, "exp": torch.exp,
@@ -269,7 +270,7 @@ def _reduction(fn: Callable[..., Any]) -> Callable[[list[Any], dict[str, Any]], 
 for _name, _fn in _REDUCTIONS.items():
     # sum promotes bool/int to int64, so its dtype is not always its input's
     register(_name, 1, "dims:ints keepdim:bool", ref=_reduction(_fn), category="reduction",
-             shape="reduce", dtype="given" if _name == "sum" else "same")
+             shape="reduce", dtype="same_float" if _name == "sum" else "same")
 register("softmax", 1, "dim:int", ref=lambda xs, a: torch.softmax(xs[0], a["dim"]),
          category="reduction", shape="same")
 register("log_softmax", 1, "dim:int", ref=lambda xs, a: torch.log_softmax(xs[0], a["dim"]),

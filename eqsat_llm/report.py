@@ -48,6 +48,9 @@ class Report:
     cost_before: float = 0.0
     cost_after: float = 0.0
     lower_bound: float | None = None  # of the extracted program's cost (ILP's dual bound)
+    # e-nodes the cost model could not price (an input type the analysis did not derive),
+    # by op: priced pessimistically, so extraction avoids them; should be empty
+    unpriced_enodes: dict[str, int] = field(default_factory=dict)
     folded_constants: int = 0
     folded_bytes: int = 0
     timings: dict[str, float] = field(default_factory=dict)

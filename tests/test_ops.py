@@ -81,5 +81,6 @@ def test_every_op_declares_known_rules():
                                  "transpose", "unsqueeze", "reduce", "slice", "select", "cat",
                                  "mm", "bmm", "addmm", "linear", "embedding", "sdpa",
                                  "matmul"}, op.name
-        assert op.dtype_rule in {"same", "promote", "bool", "attr", "given"}, op.name
+        assert op.dtype_rule in {"same", "same_float", "promote", "promote12", "bool", "attr",
+                                 "scalar", "given"}, op.name
         assert op.reference is not None or op.name in {"input", "param", "const", "fallback"}

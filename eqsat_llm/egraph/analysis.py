@@ -251,18 +251,25 @@ def _dtype_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
     y, p = op_pattern(opdef)
     kind = opdef.dtype_rule
     d0, d1 = var("d0", String), var("d1", String)
-    if kind == "same":
+    if kind in ("same", "same_float"):
         first = input_names(opdef)[0]
         x0 = p[first][0] if opdef.arity is None else p[first]
-        yield rule(eq(var("y", Tensor)).to(y), eq(d0).to(dtype(x0))).then(set_(dtype(y)).to(d0))
+        only_float = [is_float_dtype(d0)] if kind == "same_float" else []  # sum(bool) is int64
+        yield rule(eq(var("y", Tensor)).to(y), eq(d0).to(dtype(x0)), *only_float).then(
+            set_(dtype(y)).to(d0))
+    elif kind == "scalar":
+        for k in ("float", "int", "bool"):
+            yield rule(eq(var("y", Tensor)).to(y), eq(p["kind"]).to(String(k))).then(
+                set_(dtype(y)).to(String("py_" + k)))
     elif kind == "bool":
         yield rule(eq(var("y", Tensor)).to(y)).then(set_(dtype(y)).to(String("bool")))
     elif kind == "attr":
         yield rule(eq(var("y", Tensor)).to(y)).then(set_(dtype(y)).to(p["dtype"]))
-    elif kind == "promote":
+    elif kind in ("promote", "promote12"):
         # Only the promotions LLM graphs need: equal dtypes, or a float tensor with a Python
         # number. Other combinations stay unknown, and rules that test dtypes do not fire.
-        x0, x1 = p["x0"], p["x1"]
+        # (promote12: where(cond, a, b) promotes its value inputs a and b.)
+        x0, x1 = (p["x1"], p["x2"]) if kind == "promote12" else (p["x0"], p["x1"])
         facts = [eq(var("y", Tensor)).to(y), eq(d0).to(dtype(x0)), eq(d1).to(dtype(x1))]
         yield rule(*facts, eq(d0).to(d1)).then(set_(dtype(y)).to(d0))
         yield rule(*facts, is_float_dtype(d0), is_weak_dtype(d1)).then(set_(dtype(y)).to(d0))

@@ -1,0 +1,83 @@
+"""Compiling a generated program into a shared object, cached by a hash of the source, the
+flags and the compiler: $XDG_CACHE_HOME/eqsat-llm/c/<hash>.so (~/.cache when unset)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from .emit import Program
+from .errors import CCompileError
+
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
+          "-fno-math-errno"]
+
+
+def compiler() -> str | None:
+    cc = os.environ.get("CC", "cc")
+    return shutil.which(cc)
+
+
+@cache
+def _compiler_id(cc: str) -> str:
+    try:
+        out = subprocess.run([cc, "--version"], check=False, capture_output=True, text=True, timeout=30)
+        return out.stdout.split("\n")[0]
+    except (OSError, subprocess.SubprocessError):
+        return cc
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "eqsat-llm" / "c"
+
+
+@dataclass
+class Built:
+    path: Path
+    cache_hit: bool
+    seconds: float
+
+
+def build(program: Program, flags: list[str]) -> Built:
+    """Compile (or find in the cache) `program`; raise CCompileError naming the kernel."""
+    import time
+
+    cc = compiler()
+    if cc is None:
+        raise CCompileError(None, "no C compiler found (set CC or install cc)", [])
+    key = hashlib.sha256("\0".join([program.source, *flags, _compiler_id(cc)]).encode())
+    out_dir = cache_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{key.hexdigest()[:32]}.so"
+    if target.exists():
+        return Built(target, True, 0.0)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="eqsat-c-") as tmp:
+        src = Path(tmp) / "model.c"
+        src.write_text(program.source)
+        obj = Path(tmp) / "model.so"
+        cmd = [cc, *flags, str(src), "-o", str(obj), "-lm"]
+        res = subprocess.run(cmd, check=False, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise CCompileError(_blame(program, res.stderr), res.stderr, cmd)
+        tmp_target = target.with_suffix(f".{os.getpid()}.tmp")
+        shutil.copyfile(obj, tmp_target)
+        os.replace(tmp_target, target)  # atomic: concurrent builders agree
+    return Built(target, False, time.perf_counter() - t0)
+
+
+def _blame(program: Program, stderr: str) -> str | None:
+    """The kernel the first error is in (errors on other lines, e.g. a bad flag: None)."""
+    for m in re.finditer(r"model\.c:(\d+):(?:\d+:)? (?:fatal )?error", stderr):
+        k = program.kernel_at(int(m.group(1)))
+        if k is not None:
+            return k.name
+    return None

@@ -1,0 +1,176 @@
+"""One C translation unit per program: a kernel per node (specialised to its static shapes,
+strides and arena offsets) and `eq_forward`, which calls them in the plan's order.
+
+    void eq_forward(char* A, void* const* IN, void* const* W, void* const* OUT);
+
+A: the arena (64-byte aligned, `eq_arena_bytes()` long); IN: the inputs by index (contiguous);
+W: the prepared constants (contiguous, in `Program.weights` order); OUT: the per-call output
+buffers (in `Program.outputs` order, with the plan's strides; outputs that view the arena are
+copied out contiguously). Nothing is allocated by the generated code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...ir import Graph, Node
+from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, MemoryPlan
+from .emit_attention import emit_attention
+from .emit_elementwise import (
+    ELEMENTWISE_OPS,
+    emit_cat,
+    emit_copy,
+    emit_elementwise,
+    emit_reshape_copy,
+)
+from .emit_matmul import MATMUL_OPS, emit_matmul
+from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
+from .errors import UnsupportedByBackend
+from .prelude import PRELUDE
+from .values import Layout, Ref, build_layout, contiguous
+
+LAYOUT_OPS = frozenset({"view", "permute", "transpose", "expand", "slice", "select",
+                        "unsqueeze"})
+ROW_OPS = frozenset({"rms_norm", "layer_norm", "softmax", "log_softmax"})
+SUPPORTED_OPS = (frozenset({"input", "param", "const", "scalar", "cat", "attention",
+                            "embedding", "full"})
+                 | LAYOUT_OPS | ELEMENTWISE_OPS | MATMUL_OPS | ROW_OPS)
+
+KernelHook = Callable[[str, str], str]
+
+
+@dataclass
+class Kernel:
+    name: str
+    node: int
+    op: str
+    first_line: int = 0
+    last_line: int = 0
+
+
+@dataclass
+class Program:
+    source: str
+    kernels: list[Kernel]
+    layout: Layout
+    out_refs: list[Ref]  # the OUT slots' own layouts
+
+    def kernel_at(self, line: int) -> Kernel | None:
+        for k in self.kernels:
+            if k.first_line <= line <= k.last_line:
+                return k
+        return None
+
+
+def unsupported_ops(graph: Graph) -> list[str]:
+    live = graph.live_ids()
+    return sorted({n.op for n in graph.nodes if n.id in live and n.op not in SUPPORTED_OPS})
+
+
+def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool) -> str | None:
+    op = node.op
+    if op in ELEMENTWISE_OPS:
+        return emit_elementwise(node, out, ins, restrict)
+    if op in MATMUL_OPS:
+        return emit_matmul(node, out, ins, blas)
+    if op == "attention":
+        return emit_attention(node, out, ins)
+    if op == "rms_norm":
+        return emit_rms_norm(node, out, ins)
+    if op == "layer_norm":
+        return emit_layer_norm(node, out, ins)
+    if op in ("softmax", "log_softmax"):
+        return emit_softmax(node, out, ins, op == "log_softmax")
+    if op == "cat":
+        return emit_cat(out, ins, node.attrs["dim"])
+    if op == "view":
+        return emit_reshape_copy(out, ins[0]) if out.dtype == ins[0].dtype else None
+    if op in LAYOUT_OPS:  # a layout op torch does not return as a view: copy its view
+        from .values import view_of
+        return emit_copy(out, view_of(ins[0], op, node.attrs, out.shape))
+    if op == "embedding":
+        return _embedding(out, ins)
+    if op == "full":
+        return emit_elementwise(Node(node.id, "clone", (), {}, node.type), out,
+                                [Ref("scalar", 0, 0, (), (), "float64",
+                                     float(node.attrs["value"]))], True)
+    return None
+
+
+def _embedding(out: Ref, ins: list[Ref]) -> str | None:
+    w, idx = ins
+    if len(w.shape) != 2 or idx.ctype not in ("int64_t", "int32_t") or out.dtype != w.dtype:
+        return None
+    d = w.shape[1]
+    flat = out.with_view(idx.shape + (d,), out.strides, out.offset)
+    from .loops import loop_nest
+    return (f"{out.ctype}* o = {out.ptr(const=False)};\nconst {w.ctype}* w = {w.ptr()};\n"
+            f"const {idx.ctype}* ix = {idx.ptr()};\n"
+            + loop_nest(idx.shape, [flat.strides[:-1], idx.strides],
+                        lambda o: f"    const {w.ctype}* wr = w + ix[{o[1]}] * {w.strides[0]};\n"
+                        f"    for (int64_t c = 0; c < {d}; c++) "
+                        f"o[{o[0]} + c * {flat.strides[-1]}] = wr[c * {w.strides[1]}];",
+                        simd=False))
+
+
+def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
+                 kernel_hook: KernelHook | None = None) -> Program:
+    bad = unsupported_ops(graph)
+    if bad:
+        raise UnsupportedByBackend(bad)
+    lay = build_layout(graph, plan)
+    refs = lay.refs
+    out_refs = [refs[nid] if plan.kinds[nid] == OUTPUT else
+                Ref("OUT", k, 0, refs[nid].shape, contiguous(refs[nid].shape), refs[nid].dtype,
+                    root=nid)
+                for k, nid in enumerate(lay.outputs)]
+    parts: list[tuple[Kernel, str]] = []
+    rejected: list[str] = []
+    for nid in plan.order:
+        node = graph.node(nid)
+        kind = plan.kinds[nid]
+        name = f"k{nid}_{node.op}"
+        if kind in (ARENA, OUTPUT):
+            out = refs[nid]
+            ins = [refs[i] for i in node.inputs]
+            buf = plan.buffers.get(nid)
+            restrict = (buf is None or buf.inplace_of is None) and all(
+                r.root != out.root for r in ins)
+            body = _body(node, out, ins, restrict, blas)
+            if body is None:
+                types = ", ".join(f"{r.dtype}{list(r.shape)}" for r in ins)
+                rejected.append(f"{node.op}({types})")
+                continue
+            parts.append((Kernel(name, nid, node.op), body))
+        elif kind == COPY_OUT:
+            slot = lay.outputs.index(nid)
+            parts.append((Kernel(name + "_out", nid, "copy_out"),
+                          emit_copy(out_refs[slot], refs[nid])))
+        elif kind not in (LEAF, SCALAR) and nid not in refs:
+            rejected.append(node.op)
+    if rejected:
+        raise UnsupportedByBackend(rejected, "these dtypes/shapes are not generated")
+    lines = [f"/* generated by eqsat_llm.codegen.c: {len(parts)} kernels */",
+             "#define EQ_BLAS_BUILD " + ("1" if blas else "0")]
+    lines += PRELUDE.strip("\n").split("\n")
+    kernels = []
+    for k, code in parts:
+        text = (f"static void {k.name}(char* restrict A, void* const* IN, void* const* W, "
+                f"void* const* OUT) {{\n(void)A; (void)IN; (void)W; (void)OUT;\n{code}\n}}")
+        if kernel_hook is not None:
+            text = kernel_hook(k.name, text)
+        k.first_line = len(lines) + 1
+        lines += [f"/* kernel {k.name} */"] + text.split("\n")
+        k.last_line = len(lines)
+        kernels.append(k)
+    lines.append(f"long long eq_arena_bytes(void) {{ return {plan.arena_bytes}LL; }}")
+    n = max(len(kernels), 1)
+    lines += ["#ifdef EQ_PROFILE", f"double eq_profile[{n}];",
+              "#define EQ_T0 double eq_t = omp_get_wtime();",
+              "#define EQ_T1(k) eq_profile[k] += omp_get_wtime() - eq_t;",
+              "#else", "#define EQ_T0", "#define EQ_T1(k)", "#endif"]
+    lines.append("void eq_forward(char* A, void* const* IN, void* const* W, void* const* OUT) {")
+    lines += [f"    {{ EQ_T0 {k.name}(A, IN, W, OUT); EQ_T1({i}) }}"
+              for i, k in enumerate(kernels)]
+    lines.append("}")
+    return Program("\n".join(lines) + "\n", kernels, lay, out_refs)

@@ -1,0 +1,134 @@
+"""attention(q, k, v, bias, scale) = softmax(q @ k^T * scale + bias) @ v, flash-style: one pass
+over blocks of keys with an online softmax (running max and sum, the accumulator rescaled once
+per block), a tile of query rows sharing each transposed key block, blocks whose bias is -inf
+for the whole tile skipped (causal masks). Prefill and decode are the same kernel."""
+
+from __future__ import annotations
+
+from ...ir import Node
+from .loops import PARALLEL_MIN, broadcast_strides, collapse
+from .values import Ref
+
+BK = 64  # keys per block
+QT = 8  # query rows per tile
+
+
+def _batch_offset(var: str, shape: list[int], strides: list[int]) -> str:
+    terms, div = [], 1
+    for n, s in reversed(list(zip(shape, strides))):
+        if s:
+            terms.append(f"(({var} / {div}) % {n}) * {s}" if div > 1 or n != 1 else
+                         f"({var} % {n}) * {s}")
+        div *= n
+    return " + ".join(terms) or "0"
+
+
+def emit_attention(node: Node, out: Ref, ins: list[Ref]) -> str | None:
+    q, k, v, bias = ins
+    if any(r.dtype != "float32" for r in (out, q, k, v)) or len(q.shape) < 2:
+        return None
+    if bias.space != "scalar" and bias.dtype != "float32":
+        return None
+    sq, d = q.shape[-2:]
+    sk, dv = v.shape[-2:]
+    batch = out.shape[:-2]
+    scores = batch + (sq, sk)
+    ops = [out, q, k, v]
+    bst = [broadcast_strides(batch, r.shape[:-2], r.strides[:-2]) for r in ops]
+    if bias.space == "scalar":
+        bias_st: tuple[int, ...] = (0,) * len(scores)
+        bias_ptr, bias_lit = "0", bias.literal("float")
+    else:
+        bias_st = broadcast_strides(scores, bias.shape, bias.strides)
+        bias_ptr, bias_lit = bias.ptr(), ""
+    bsh, bss = collapse(batch, bst + [bias_st[:-2]])
+    nb = 1
+    for n in bsh:
+        nb *= n
+    offs = [_batch_offset("bi", bsh, s) for s in bss]
+    q_rs, q_cs = q.strides[-2:]
+    k_rs, k_cs = k.strides[-2:]
+    v_rs, v_cs = v.strides[-2:]
+    o_rs, o_cs = out.strides[-2:]
+    b_rs, b_cs = bias_st[-2:]
+    masked = bias.space != "scalar" and b_cs != 0
+    tiles = (sq + QT - 1) // QT
+    work = nb * sq * sk * (d + dv)
+    par = work >= PARALLEL_MIN * 4 and nb * tiles >= 2
+    scale = f"{float(node.attrs['scale']).hex()}f"
+    bval = (f"bp[(i0 + r) * {b_rs} + (j0 + j) * {b_cs}]" if not bias_lit else bias_lit)
+    skip = ""
+    if masked:
+        skip = f"""
+            int live = 0;
+            for (int r = 0; r < nr; r++)
+                for (int j = 0; j < nk; j++)
+                    live |= bp[(i0 + r) * {b_rs} + (j0 + j) * {b_cs}] != -INFINITY;
+            if (!live) continue;"""
+    return f"""const float* qp0 = {q.ptr()};
+const float* kp0 = {k.ptr()};
+const float* vp0 = {v.ptr()};
+float* op0 = {out.ptr(const=False)};
+const float* bp0 = {bias_ptr if bias_ptr != "0" else "(const float*)0"};
+#pragma omp parallel for schedule(static, 1) if({int(par)})
+for (int64_t task = 0; task < {nb * tiles}; task++) {{
+    const int64_t bi = task / {tiles}, i0 = (task % {tiles}) * {QT};
+    const int nr = {sq} - i0 < {QT} ? (int)({sq} - i0) : {QT};
+    const float* qp = qp0 + {offs[1]};
+    const float* kp = kp0 + {offs[2]};
+    const float* vp = vp0 + {offs[3]};
+    float* op = op0 + {offs[0]};
+    const float* bp = bp0 ? bp0 + {offs[4]} : bp0;
+    (void)bp;
+    float m[{QT}], l[{QT}];
+    float acc[{QT}][{dv}] __attribute__((aligned(64)));
+    float qr[{QT}][{d}] __attribute__((aligned(64)));
+    float kt[{d}][{BK}] __attribute__((aligned(64)));
+    float s[{BK}] __attribute__((aligned(64)));
+    for (int r = 0; r < nr; r++) {{
+        m[r] = -INFINITY; l[r] = 0.0f;
+        for (int c = 0; c < {dv}; c++) acc[r][c] = 0.0f;
+        for (int c = 0; c < {d}; c++) qr[r][c] = qp[(i0 + r) * {q_rs} + c * {q_cs}];
+    }}
+    for (int64_t j0 = 0; j0 < {sk}; j0 += {BK}) {{
+        const int nk = {sk} - j0 < {BK} ? (int)({sk} - j0) : {BK};{skip}
+        for (int j = 0; j < nk; j++)
+            for (int c = 0; c < {d}; c++) kt[c][j] = kp[(j0 + j) * {k_rs} + c * {k_cs}];
+        for (int j = nk; j < {BK}; j++)
+            for (int c = 0; c < {d}; c++) kt[c][j] = 0.0f;
+        for (int r = 0; r < nr; r++) {{
+#pragma omp simd
+            for (int j = 0; j < {BK}; j++) s[j] = 0.0f;
+            for (int c = 0; c < {d}; c++) {{
+                const float qv = qr[r][c];
+#pragma omp simd
+                for (int j = 0; j < {BK}; j++) s[j] += qv * kt[c][j];
+            }}
+            float bm = -INFINITY;
+            for (int j = 0; j < nk; j++) {{
+                s[j] = s[j] * {scale} + {bval};
+                bm = s[j] > bm ? s[j] : bm;
+            }}
+            if (bm == -INFINITY) continue;
+            const float mn = m[r] > bm ? m[r] : bm;
+            const float corr = eq_expf(m[r] - mn);
+            m[r] = mn;
+            float ls = 0.0f;
+#pragma omp simd reduction(+:ls)
+            for (int j = 0; j < nk; j++) {{ s[j] = eq_expf(s[j] - mn); ls += s[j]; }}
+            l[r] = l[r] * corr + ls;
+#pragma omp simd
+            for (int c = 0; c < {dv}; c++) acc[r][c] *= corr;
+            for (int j = 0; j < nk; j++) {{
+                const float p = s[j];
+                const float* vr = vp + (j0 + j) * {v_rs};
+#pragma omp simd
+                for (int c = 0; c < {dv}; c++) acc[r][c] += p * vr[c * {v_cs}];
+            }}
+        }}
+    }}
+    for (int r = 0; r < nr; r++) {{
+        const float inv = 1.0f / l[r];
+        for (int c = 0; c < {dv}; c++) op[(i0 + r) * {o_rs} + c * {o_cs}] = acc[r][c] * inv;
+    }}
+}}"""

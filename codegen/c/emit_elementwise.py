@@ -1,0 +1,163 @@
+"""Elementwise kernels: one strided loop nest per node, broadcasting by zero strides, scalars
+inlined as literals. Also the copies that layout ops need (clone, to_dtype, a `view` that
+torch cannot express as a view, cat, a strided view copied out)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...ir import Node
+from .loops import broadcast_strides, loop_nest
+from .values import Ref
+
+# expr(ctype, args) -> C expression; args are already in the compute type
+Expr = Callable[[str, list[str], dict[str, Any]], str]
+
+
+def _f(ct: str, name: str) -> str:
+    return name + ("f" if ct == "float" else "")
+
+
+def _exp(ct: str, x: str) -> str:
+    return f"eq_expf({x})" if ct == "float" else f"exp({x})"
+
+
+def _sig(ct: str, x: str) -> str:
+    return f"eq_sigmoidf({x})" if ct == "float" else f"eq_sigmoid({x})"
+
+
+def _gelu(ct: str, a: list[str], at: dict[str, Any]) -> str:
+    x = a[0]
+    if at["approximate"] == "tanh":
+        k = "0.7978845608028654"
+        return (f"(({ct})0.5 * {x} * (({ct})1 + {_f(ct, 'tanh')}(({ct}){k} * ({x} + "
+                f"({ct})0.044715 * {x} * {x} * {x}))))")
+    return f"({x} * ({ct})0.5 * (({ct})1 + {_f(ct, 'erf')}({x} * ({ct})0.7071067811865476)))"
+
+
+def _pow(ct: str, a: list[str], at: dict[str, Any]) -> str:
+    return f"{_f(ct, 'pow')}({a[0]}, {a[1]})" if ct in ("float", "double") else \
+        f"(({ct})pow((double){a[0]}, (double){a[1]}))"
+
+
+BINARY: dict[str, Expr] = {
+    "add": lambda ct, a, at: f"({a[0]} + {a[1]})",
+    "sub": lambda ct, a, at: f"({a[0]} - {a[1]})",
+    "mul": lambda ct, a, at: f"({a[0]} * {a[1]})",
+    "div": lambda ct, a, at: f"({a[0]} / {a[1]})",
+    "pow": _pow,
+    "maximum": lambda ct, a, at: f"(({a[0]} != {a[0]} || {a[0]} > {a[1]}) ? {a[0]} : {a[1]})",
+    "minimum": lambda ct, a, at: f"(({a[0]} != {a[0]} || {a[0]} < {a[1]}) ? {a[0]} : {a[1]})",
+    "eq": lambda ct, a, at: f"({a[0]} == {a[1]})",
+    "ne": lambda ct, a, at: f"({a[0]} != {a[1]})",
+    "lt": lambda ct, a, at: f"({a[0]} < {a[1]})",
+    "le": lambda ct, a, at: f"({a[0]} <= {a[1]})",
+    "gt": lambda ct, a, at: f"({a[0]} > {a[1]})",
+    "ge": lambda ct, a, at: f"({a[0]} >= {a[1]})",
+    "logical_and": lambda ct, a, at: f"({a[0]} && {a[1]})",
+    "logical_or": lambda ct, a, at: f"({a[0]} || {a[1]})",
+}
+FLOAT_UNARY: dict[str, Expr] = {
+    "neg": lambda ct, a, at: f"(-{a[0]})",
+    "rsqrt": lambda ct, a, at: f"(({ct})1 / {_f(ct, 'sqrt')}({a[0]}))",
+    "sqrt": lambda ct, a, at: f"{_f(ct, 'sqrt')}({a[0]})",
+    "exp": lambda ct, a, at: _exp(ct, a[0]),
+    "log": lambda ct, a, at: f"{_f(ct, 'log')}({a[0]})",
+    "tanh": lambda ct, a, at: f"{_f(ct, 'tanh')}({a[0]})",
+    "sigmoid": lambda ct, a, at: _sig(ct, a[0]),
+    "silu": lambda ct, a, at: f"({a[0]} * {_sig(ct, a[0])})",
+    "relu": lambda ct, a, at: f"({a[0]} < 0 ? ({ct})0 : {a[0]})",
+    "reciprocal": lambda ct, a, at: f"(({ct})1 / {a[0]})",
+    "abs": lambda ct, a, at: f"{_f(ct, 'fabs')}({a[0]})",
+    "cos": lambda ct, a, at: f"{_f(ct, 'cos')}({a[0]})",
+    "sin": lambda ct, a, at: f"{_f(ct, 'sin')}({a[0]})",
+    "erf": lambda ct, a, at: f"{_f(ct, 'erf')}({a[0]})",
+    "gelu": _gelu,
+    "swiglu": lambda ct, a, at: f"({a[0]} * {_sig(ct, a[0])} * {a[1]})",
+}
+OTHER: dict[str, Expr] = {
+    "where": lambda ct, a, at: f"({a[0]} ? {a[1]} : {a[2]})",
+    "logical_not": lambda ct, a, at: f"(!{a[0]})",
+    "to_dtype": lambda ct, a, at: a[0],
+    "clone": lambda ct, a, at: a[0],
+}
+ELEMENTWISE_OPS = frozenset(BINARY) | frozenset(FLOAT_UNARY) | frozenset(OTHER)
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"})
+FLOAT_CT = ("float", "double")
+
+
+def compute_type(node: Node, out: Ref, ins: list[Ref]) -> str | None:
+    """The C type the op computes in, or None when this dtype combination is not generated."""
+    op = node.op
+    if op in COMPARISONS:
+        cts = {r.ctype for r in ins if r.space != "scalar"}
+        if cts <= {"float"}:
+            return "float"
+        if len(cts) == 1:
+            return cts.pop()
+        return None
+    if op in FLOAT_UNARY or op in ("div", "pow"):
+        return out.ctype if out.ctype in FLOAT_CT else None
+    if op == "logical_not":
+        return "_Bool"
+    return out.ctype
+
+
+def strided_map(out: Ref, ins: list[Ref], expr: Callable[[list[str]], str], ct: str,
+                restrict: bool) -> str:
+    """out[i] = expr(ins[i]) over the output's shape, inputs broadcast and cast to `ct`."""
+    tensors = [r for r in ins if r.space != "scalar"]
+    strides = [out.strides] + [broadcast_strides(out.shape, r.shape, r.strides)
+                               for r in tensors]
+    decl = [f"{out.ctype}* {'restrict ' if restrict else ''}o = {out.ptr(const=False)};"]
+    decl += [f"const {r.ctype}* x{k} = {r.ptr()};" for k, r in enumerate(tensors)]
+
+    def body(offs: list[str]) -> str:
+        args, t = [], 1
+        for r in ins:
+            if r.space == "scalar":
+                args.append(r.literal(ct))
+            else:
+                args.append(f"(({ct})x{t - 1}[{offs[t]}])")
+                t += 1
+        return f"    o[{offs[0]}] = ({out.ctype}){expr(args)};"
+
+    return "\n".join(decl) + "\n" + loop_nest(out.shape, strides, body)
+
+
+def emit_elementwise(node: Node, out: Ref, ins: list[Ref], restrict: bool) -> str | None:
+    ct = compute_type(node, out, ins)
+    if ct is None:
+        return None
+    table = BINARY if node.op in BINARY else FLOAT_UNARY if node.op in FLOAT_UNARY else OTHER
+    fn = table[node.op]
+    return strided_map(out, ins, lambda a: fn(ct, a, node.attrs), ct, restrict)
+
+
+def emit_copy(out: Ref, src: Ref) -> str:
+    """A strided copy of a same-shaped view."""
+    return strided_map(out, [src], lambda a: a[0], out.ctype, True)
+
+
+def emit_reshape_copy(out: Ref, src: Ref) -> str:
+    """`view` where torch copies: elements in row-major order of both shapes; the output is
+    read as a view of the input's shape (it is contiguous, so that view exists)."""
+    from .values import contiguous
+    if out.strides != contiguous(out.shape):
+        raise ValueError("reshape copy into a non-contiguous buffer")
+    as_in = out.with_view(src.shape, contiguous(src.shape), out.offset)
+    return emit_copy(as_in, src)
+
+
+def emit_cat(out: Ref, ins: list[Ref], dim: int) -> str:
+    dim = dim % len(out.shape)
+    parts, start = [], 0
+    for r in ins:
+        if r.shape[dim] == 0 and len(r.shape) == 1:  # torch's legacy empty-tensor case
+            continue
+        off = out.offset + start * out.strides[dim]
+        piece = out.with_view(r.shape, out.strides, off)
+        parts.append("{\n" + emit_copy(piece, r) + "\n}")
+        start += r.shape[dim]
+    return "\n".join(parts)

@@ -1,0 +1,175 @@
+"""Matrix products (mm, bmm, matmul, addmm, linear, linear_bias) as batched GEMMs over static
+strides. Each GEMM either calls BLAS (`EQ_SGEMM`, OpenBLAS single-threaded, the columns split
+over the OpenMP threads) or runs a generated row-streaming kernel; which one is decided per
+shape class by `use_blas(m)` (measured: docs/c-backend.md). Epilogues (bias of addmm and
+linear_bias) run in the same kernel right after the product."""
+
+from __future__ import annotations
+
+from ...ir import Node
+from .loops import PARALLEL_MIN, broadcast_strides, collapse
+from .values import Ref
+
+# GEMMs with at least this many rows call BLAS (when the program is built with it); fewer rows
+# (decode) run the generated kernel, which streams each weight row once.
+BLAS_MIN_M = 8
+MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias"})
+
+
+def _t(r: Ref) -> Ref:
+    """The view r.transpose(-2, -1)."""
+    sh, st = list(r.shape), list(r.strides)
+    sh[-2], sh[-1] = sh[-1], sh[-2]
+    st[-2], st[-1] = st[-1], st[-2]
+    return r.with_view(tuple(sh), tuple(st), r.offset)
+
+
+def _as_matrix(r: Ref) -> Ref:
+    if len(r.shape) == 1:  # matmul with a vector operand is not generated
+        raise ValueError("1-D matmul operand")
+    return r
+
+
+def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool) -> str | None:
+    op, at = node.op, node.attrs
+    bias: Ref | None = None
+    alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+    if op in ("mm", "bmm", "matmul"):
+        a, b = ins
+    elif op == "addmm":
+        bias, a, b = ins
+    elif op == "linear":
+        a, b = ins[0], _t(ins[1])
+    else:
+        a, b, bias = ins[0], _t(ins[1]), ins[2]
+    if any(r.dtype != "float32" for r in (out, a, b)) or (bias and bias.dtype != "float32"):
+        return None
+    if len(a.shape) < 2 or len(b.shape) < 2 or len(out.shape) < 2:
+        return None
+    M, K = a.shape[-2], a.shape[-1]
+    N = b.shape[-1]
+    batch = out.shape[:-2]
+    bs_o = out.strides[:-2]
+    bs_a = broadcast_strides(batch, a.shape[:-2], a.strides[:-2])
+    bs_b = broadcast_strides(batch, b.shape[:-2], b.strides[:-2])
+    # fold batch dims into M where the rows of a and out are evenly spaced and b is shared
+    sh, st = collapse(batch + (M,), [bs_o + (out.strides[-2],), bs_a + (a.strides[-2],),
+                                     bs_b + (0,)])
+    if len(sh) == 1 and st[2][0] == 0:
+        nb, rows, bst = 1, sh[0], [[], [], []]
+        rs_o, rs_a = st[0][0], st[1][0]
+        bsh: list[int] = []
+    else:
+        bsh, bst = collapse(batch, [bs_o, bs_a, bs_b])
+        rows, rs_o, rs_a = M, out.strides[-2], a.strides[-2]
+        nb = 1
+        for n in bsh:
+            nb *= n
+    g = {"M": rows, "N": N, "K": K, "rs_a": rs_a, "cs_a": a.strides[-1],
+         "rs_b": b.strides[-2], "cs_b": b.strides[-1], "rs_c": rs_o, "cs_c": out.strides[-1],
+         "alpha": alpha}
+    lines = [f"float* o = {out.ptr(const=False)};", f"const float* a = {a.ptr()};",
+             f"const float* b = {b.ptr()};"]
+    boff = ["0", "0", "0"]
+    if bsh:
+        lines.append(f"for (int64_t bi = 0; bi < {nb}; bi++) {{")
+        for k in range(3):
+            terms, div = [], 1
+            for n, s in reversed(list(zip(bsh, bst[k]))):
+                if s:
+                    terms.append(f"((bi / {div}) % {n}) * {s}")
+                div *= n
+            boff[k] = " + ".join(terms) or "0"
+    use = blas and _blas_ok(g) and rows >= BLAS_MIN_M
+    work = rows * N * K * nb
+    call = _blas_gemm(g, boff, work) if use else _gen_gemm(g, boff, work)
+    lines.append(call)
+    if bias is not None:
+        lines.append(_bias_epilogue(out, bias, beta, boff[0] if bsh else "0"))
+    if bsh:
+        lines.append("}")
+    return "\n".join(lines)
+
+
+def _blas_ok(g: dict) -> bool:
+    return g["cs_c"] == 1 and (g["cs_a"] == 1 or g["rs_a"] == 1) and (
+        g["cs_b"] == 1 or g["rs_b"] == 1) and g["rs_c"] >= g["N"]
+
+
+def _ld(rs: int, cs: int, rows: int, cols: int) -> tuple[int, int]:
+    """(transpose flag, leading dimension) of a row-major BLAS operand."""
+    if cs == 1 and (rows == 1 or rs >= cols):
+        return 111, max(rs if rows > 1 else cols, cols, 1)
+    return 112, max(cs if cols > 1 else rows, rows, 1)
+
+
+def _blas_gemm(g: dict, boff: list[str], work: int) -> str:
+    M, N, K = g["M"], g["N"], g["K"]
+    ta, lda = _ld(g["rs_a"], g["cs_a"], M, K)
+    tb, ldb = _ld(g["rs_b"], g["cs_b"], K, N)
+    ldc = g["rs_c"] if M > 1 else N
+    col_b = g["cs_b"]
+    alpha = float(g["alpha"]).hex()
+    par = work >= PARALLEL_MIN * 64 and N >= 64
+    # each thread multiplies a slice of the columns (OpenBLAS runs single-threaded)
+    return f"""{{
+#pragma omp parallel if({int(par)})
+{{
+    int nt = 1, t = 0;
+#ifdef _OPENMP
+    nt = omp_get_num_threads(); t = omp_get_thread_num();
+#endif
+    int64_t per = (({N} + nt - 1) / nt + 15) / 16 * 16;
+    int64_t n0 = t * per, n1 = n0 + per < {N} ? n0 + per : {N};
+    if (n0 < n1)
+        EQ_SGEMM(101, {ta}, {tb}, {M}, (int)(n1 - n0), {K}, {alpha}f, a + {boff[1]}, {lda},
+                 b + {boff[2]} + n0 * {col_b}, {ldb}, 0.0f, o + {boff[0]} + n0, {ldc});
+}}
+}}"""
+
+
+def _gen_gemm(g: dict, boff: list[str], work: int) -> str:
+    """Row streaming: o[m, n] = sum_k a[m, k] * b[k, n], each row of b read once per row of a
+    and streamed whole (contiguous when cs_b is 1), accumulated in a local row."""
+    M, N, K = g["M"], g["N"], g["K"]
+    par = work >= PARALLEL_MIN * 8 and N >= 32
+    alpha = "" if g["alpha"] == 1.0 else f" * {float(g['alpha']).hex()}f"
+    return f"""{{
+#pragma omp parallel if({int(par)})
+{{
+    int nt = 1, t = 0;
+#ifdef _OPENMP
+    nt = omp_get_num_threads(); t = omp_get_thread_num();
+#endif
+    int64_t per = (({N} + nt - 1) / nt + 15) / 16 * 16;
+    int64_t n0 = t * per, n1 = n0 + per < {N} ? n0 + per : {N};
+    float acc[{N}] __attribute__((aligned(64)));
+    for (int64_t m = 0; m < {M}; m++) {{
+        const float* ar = a + {boff[1]} + m * {g["rs_a"]};
+        for (int64_t n = n0; n < n1; n++) acc[n] = 0.0f;
+        for (int64_t k = 0; k < {K}; k++) {{
+            const float av = ar[k * {g["cs_a"]}];
+            const float* br = b + {boff[2]} + k * {g["rs_b"]};
+#pragma omp simd
+            for (int64_t n = n0; n < n1; n++) acc[n] += av * br[n * {g["cs_b"]}];
+        }}
+        float* orow = o + {boff[0]} + m * {g["rs_c"]};
+#pragma omp simd
+        for (int64_t n = n0; n < n1; n++) orow[n * {g["cs_c"]}] = acc[n]{alpha};
+    }}
+}}
+}}"""
+
+
+def _bias_epilogue(out: Ref, bias: Ref, beta: float, boff: str) -> str:
+    # out[..., m, n] += beta * bias (broadcast); within one batch of the loop above when batched
+    from .loops import loop_nest
+    shape = out.shape if boff == "0" else out.shape[-2:]
+    bst = broadcast_strides(out.shape, bias.shape, bias.strides)
+    ost = out.strides
+    if boff != "0":
+        bst, ost = bst[-2:], ost[-2:]
+    scale = "" if beta == 1.0 else f"{float(beta).hex()}f * "
+    inner = loop_nest(shape, [ost, bst],
+                      lambda o: f"    o[{boff} + {o[0]}] += {scale}bb[{o[1]}];")
+    return f"{{ const float* bb = {bias.ptr()};\n{inner}\n}}"

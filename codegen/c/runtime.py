@@ -1,0 +1,145 @@
+"""CRuntime: a planned program run as generated C (same interface as ReferenceRuntime).
+
+    rt = CRuntime(graph)                  # or CRuntime(graph, plan); emits, compiles, loads
+    outs = rt.run(inputs)                 # fresh output tensors per call
+    rt.run(inputs, out=outs)              # or into caller-provided ones (same layouts)
+
+Construction raises `UnsupportedByBackend` (naming the ops) when the program has ops or dtypes
+the backend does not generate, and `CCompileError` (naming the kernel and the compiler's
+message) when compiling fails: the caller then runs the reference runtime. The arena and the
+prepared weights are allocated once; `eq_forward` allocates nothing. Not reentrant: one call
+at a time per CRuntime (they share the arena)."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import torch
+
+from ...errors import GraphError
+from ...ir import Graph, TensorType, dtype_of
+from ...ops import evaluate
+from ...plan import EXTERN_VIEW, LEAF, SCALAR, MemoryPlan, plan_memory
+from . import blas
+from .build import CFLAGS, build
+from .emit import KernelHook, emit_program
+
+
+def _aligned_bytes(n: int) -> torch.Tensor:
+    raw = torch.empty(max(n, 1) + 64, dtype=torch.uint8)
+    skip = -raw.data_ptr() % 64
+    return raw[skip:skip + max(n, 1)]
+
+
+class CRuntime:
+    def __init__(self, graph: Graph, plan: MemoryPlan | None = None, *,
+                 use_blas: bool | None = None, flags: list[str] | None = None,
+                 kernel_hook: KernelHook | None = None):
+        self.graph = graph
+        self.plan = plan = plan if plan is not None else plan_memory(graph)
+        link = blas.link_flags() if use_blas is not False else []
+        if use_blas and not link:
+            raise GraphError("use_blas=True but scipy-openblas32 is not installed")
+        self.uses_blas = bool(link)
+        self.program = prog = emit_program(graph, plan, blas=self.uses_blas,
+                                           kernel_hook=kernel_hook)
+        self.flags = (list(flags) if flags is not None else list(CFLAGS)) + link
+        built = build(prog, self.flags)
+        self.so_path, self.cache_hit, self.compile_seconds = (built.path, built.cache_hit,
+                                                              built.seconds)
+        if self.uses_blas:
+            blas.load_openblas()
+        self._lib = ctypes.CDLL(str(built.path))
+        self._fn = self._lib.eq_forward
+        self._fn.restype = None
+        self._fn.argtypes = [ctypes.c_void_p] * 4
+        lay = prog.layout
+        self.arena = _aligned_bytes(plan.arena_bytes)
+        self.weights = [graph.constants[name].contiguous() for name in lay.weights]
+        self._w = (ctypes.c_void_p * max(len(self.weights), 1))(
+            *[w.data_ptr() for w in self.weights])
+        self.n_inputs = lay.n_inputs
+        self._in = (ctypes.c_void_p * max(self.n_inputs, 1))()
+        self._out = (ctypes.c_void_p * max(len(prog.out_refs), 1))()
+        self._in_types: dict[int, TensorType] = {}
+        for n in graph.nodes:
+            if n.op == "input" and n.id in lay.refs:
+                self._in_types[n.attrs["index"]] = n.type  # type: ignore[assignment]
+        self._out_specs = [(r.shape, r.strides, dtype_of(r.dtype)) for r in prog.out_refs]
+        self._results = [self._result_spec(i) for i in graph.outputs]
+        self._ptrs = (ctypes.c_void_p(self.arena.data_ptr()),
+                      ctypes.cast(self._in, ctypes.c_void_p),
+                      ctypes.cast(self._w, ctypes.c_void_p),
+                      ctypes.cast(self._out, ctypes.c_void_p))
+
+    def _result_spec(self, nid: int) -> tuple[str, Any]:
+        """How a graph output is returned: an OUT slot, a view of one, an input, a weight or a
+        number."""
+        lay = self.program.layout
+        kind = self.plan.kinds[nid]
+        node = self.graph.node(nid)
+        if kind == SCALAR:
+            return "value", evaluate("scalar", [], node.attrs)
+        if nid in lay.outputs:
+            return "out", lay.outputs.index(nid)
+        r = lay.refs[nid]
+        if kind in (LEAF, EXTERN_VIEW):
+            src = r.root
+            if src in lay.outputs:
+                return "view_out", (lay.outputs.index(src), r.shape, r.strides, r.offset)
+            if r.space == "IN":
+                return "view_in", (r.slot, r.shape, r.strides, r.offset)
+            return "view_w", (r.slot, r.shape, r.strides, r.offset)
+        raise GraphError(f"output %{nid} ({kind}) has no place in the C program")
+
+    def run(self, inputs: list[torch.Tensor], out: list[torch.Tensor] | None = None
+            ) -> list[Any]:
+        if len(inputs) < self.n_inputs:
+            raise GraphError(f"the program reads {self.n_inputs} inputs, got {len(inputs)}")
+        ins = list(inputs)
+        for k, t in self._in_types.items():
+            x = ins[k]
+            if tuple(x.shape) != t.shape or x.dtype != dtype_of(t.dtype):
+                raise GraphError(f"input {k}: expected {t}, got {x.dtype}{list(x.shape)}")
+            if not x.is_contiguous():
+                x = ins[k] = x.contiguous()
+            self._in[k] = x.data_ptr()
+        if out is None:
+            bufs = [torch.empty_strided(s, st, dtype=dt) for s, st, dt in self._out_specs]
+        else:
+            bufs = self._check_out(out)
+        for k, b in enumerate(bufs):
+            self._out[k] = b.data_ptr()
+        self._fn(*self._ptrs)
+        res: list[Any] = []
+        for how, a in self._results:
+            if how == "out":
+                res.append(bufs[a])
+            elif how == "value":
+                res.append(a)
+            else:
+                slot, shape, strides, off = a
+                base = bufs[slot] if how == "view_out" else ins[slot] if how == "view_in" \
+                    else self.weights[slot]
+                res.append(base.as_strided(shape, strides, base.storage_offset() + off))
+        return res
+
+    def _check_out(self, out: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Caller-provided result tensors, one per graph output that has an OUT slot."""
+        slots = {a: k for k, (how, a) in enumerate(self._results) if how == "out"}
+        if len(slots) != len(self._out_specs) or len(out) != len(self.graph.outputs):
+            raise GraphError("out= needs one tensor per output, and every output must be "
+                             "written by the program (not a view or an input)")
+        bufs = []
+        for slot, (shape, strides, dt) in enumerate(self._out_specs):
+            t = out[slots[slot]]
+            if tuple(t.shape) != shape or tuple(t.stride()) != strides or t.dtype != dt:
+                raise GraphError(f"out[{slots[slot]}]: expected {dt}{list(shape)} with strides "
+                                 f"{strides}, got {t.dtype}{list(t.shape)} {t.stride()}")
+            bufs.append(t)
+        return bufs
+
+    @property
+    def source(self) -> str:
+        return self.program.source

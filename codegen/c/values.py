@@ -1,0 +1,137 @@
+"""Where every value of a planned program lives, as seen from the generated C code.
+
+A `Ref` is a strided view (shape, element strides, element offset) into one of five spaces:
+the arena (`A`, a byte pointer; `offset` is in bytes of the root buffer plus elements), the
+user inputs (`IN[k]`), the prepared weights (`W[k]`), the per-call outputs (`OUT[k]`), or a
+Python number inlined as a literal (`scalar`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ...ir import Graph, TensorType, dtype_of
+from ...ops import evaluate
+from ...plan import ALIAS, ARENA, COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan
+from .errors import UnsupportedByBackend
+
+CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t",
+          "bool": "_Bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t"}
+
+
+@dataclass(frozen=True)
+class Ref:
+    space: str  # "A", "IN", "W", "OUT", "scalar"
+    slot: int  # index into IN / W / OUT; byte offset of the root buffer for "A"
+    offset: int  # element offset inside the slot / root buffer
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: str
+    value: float | int | bool | None = None  # scalars
+    root: int = -1  # the node owning the storage
+
+    @property
+    def ctype(self) -> str:
+        return CTYPES[self.dtype]
+
+    def ptr(self, const: bool = True) -> str:
+        q = "const " if const else ""
+        t = self.ctype
+        if self.space == "A":
+            return f"(({q}{t}*)(A + {self.slot}) + {self.offset})"
+        return f"(({q}{t}*){self.space}[{self.slot}] + {self.offset})"
+
+    def literal(self, ctype: str) -> str:
+        v = self.value
+        if isinstance(v, bool):
+            return f"(({ctype}){int(v)})"
+        if isinstance(v, int):
+            return f"(({ctype}){v}LL)"
+        assert isinstance(v, float)
+        if math.isnan(v):
+            return f"(({ctype})NAN)"
+        if v in (float("inf"), float("-inf")):
+            return f"(({ctype}){'-' if v < 0 else ''}INFINITY)"
+        return f"(({ctype}){v.hex()})"
+
+    def with_view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Ref:
+        return Ref(self.space, self.slot, offset, shape, strides, self.dtype, None, self.root)
+
+
+def contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+@dataclass
+class Layout:
+    refs: dict[int, Ref]
+    n_inputs: int
+    weights: list[str]  # constant names, by W slot
+    outputs: list[int]  # node ids with an OUT slot, by slot
+    copy_out: list[int]  # COPY_OUT nodes (a kernel copies them into their OUT slot)
+
+
+def view_of(base: Ref, op: str, attrs: dict[str, Any], shape: tuple[int, ...]) -> Ref:
+    """The strided view a layout op gives of `base` (torch decides, on meta tensors)."""
+    meta = torch.empty(0, dtype=dtype_of(base.dtype), device="meta").as_strided(
+        base.shape, base.strides, base.offset)
+    out = evaluate(op, [meta], attrs)
+    if out._base is None and out is not meta:
+        raise UnsupportedByBackend([op], f"planned as a view, but torch copies here ({shape})")
+    return base.with_view(tuple(out.shape), tuple(out.stride()), out.storage_offset())
+
+
+def build_layout(graph: Graph, plan: MemoryPlan) -> Layout:
+    refs: dict[int, Ref] = {}
+    weights: list[str] = []
+    outputs: list[int] = []
+    copy_out: list[int] = []
+    n_inputs = 0
+    # OUT slots: the graph's outputs first, in their order (the standalone main writes the
+    # slots in order), then buffers that outputs only view
+    slot_of: dict[int, int] = {}
+    for nid in list(graph.outputs) + plan.order:
+        if plan.kinds.get(nid) in (OUTPUT, COPY_OUT) and nid not in slot_of:
+            slot_of[nid] = len(slot_of)
+    outputs.extend(sorted(slot_of, key=slot_of.__getitem__))
+    for nid in plan.order:
+        node = graph.node(nid)
+        kind = plan.kinds[nid]
+        t = node.type
+        if kind == SCALAR:
+            v = evaluate("scalar", [], node.attrs)
+            refs[nid] = Ref("scalar", 0, 0, (), (), {"py_float": "float64", "py_int": "int64",
+                                                      "py_bool": "bool"}[t.dtype], v)
+            continue
+        assert isinstance(t, TensorType)
+        if t.dtype not in CTYPES:
+            raise UnsupportedByBackend([f"{node.op}:{t.dtype}"], "dtype")
+        if kind == LEAF:
+            if node.op == "input":
+                k = node.attrs["index"]
+                n_inputs = max(n_inputs, k + 1)
+                refs[nid] = Ref("IN", k, 0, t.shape, contiguous(t.shape), t.dtype, root=nid)
+            else:
+                weights.append(node.attrs["name"])
+                refs[nid] = Ref("W", len(weights) - 1, 0, t.shape, contiguous(t.shape), t.dtype,
+                                root=nid)
+        elif kind == ARENA:
+            b = plan.buffers[nid]
+            refs[nid] = Ref("A", b.offset, 0, t.shape, plan.strides[nid], t.dtype, root=nid)
+        elif kind == OUTPUT:
+            refs[nid] = Ref("OUT", slot_of[nid], 0, t.shape, plan.strides[nid], t.dtype,
+                            root=nid)
+        elif kind in (ALIAS, EXTERN_VIEW, COPY_OUT):
+            refs[nid] = view_of(refs[node.inputs[0]], node.op, node.attrs, t.shape)
+            if kind == COPY_OUT:
+                copy_out.append(nid)
+        else:
+            raise UnsupportedByBackend([node.op], f"storage kind {kind}")
+    return Layout(refs, n_inputs, weights, outputs, copy_out)

@@ -1,0 +1,281 @@
+"""The C backend (codegen/c): every generated kernel against the ops' reference semantics,
+the optimized workloads against eager, errors, the compile cache and the standalone build."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from eqsat_llm.codegen import ReferenceRuntime
+from eqsat_llm.codegen.c import (
+    CCompileError,
+    CRuntime,
+    UnsupportedByBackend,
+    save_standalone,
+)
+from eqsat_llm.codegen.c.blas import openblas_dir
+from eqsat_llm.codegen.c.build import CFLAGS, compiler
+from eqsat_llm.ir import Graph, TensorType
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
+BLAS = [False] + ([True] if openblas_dir() else [])
+
+
+def inp(g: Graph, shape: tuple[int, ...], dtype: str = "float32") -> int:
+    k = sum(n.op == "input" for n in g.nodes)
+    return g.append("input", (), {"name": f"x{k}", "index": k}, TensorType(shape, dtype))
+
+
+def const(g: Graph, t: torch.Tensor) -> int:
+    name = f"c{len(g.constants)}"
+    g.constants[name] = t
+    return g.append("const", (), {"name": name},
+                    TensorType(tuple(t.shape), str(t.dtype).removeprefix("torch.")))
+
+
+def scalar(g: Graph, v: float) -> int:
+    return g.add("scalar", value=v, kind="float")
+
+
+def rand_inputs(g: Graph, positive: bool = False) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    xs = []
+    for i in g.input_ids:
+        t = g.node(i).type
+        x = torch.randn(t.shape, generator=gen)
+        xs.append(x.abs() + 0.1 if positive else x)
+    return xs
+
+
+def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5, **kw) -> CRuntime:
+    rt = CRuntime(g, **kw)
+    got = rt.run(inputs)
+    want = ReferenceRuntime(g).run(inputs)
+    for k, (a, b) in enumerate(zip(want, got)):
+        assert a.shape == b.shape and a.dtype == b.dtype, (k, a.shape, b.shape)
+        if a.dtype == torch.bool:
+            assert torch.equal(a, b), k
+        else:
+            torch.testing.assert_close(b, a, atol=tol, rtol=tol, msg=f"output {k}")
+    return rt
+
+
+# --- kernels ----------------------------------------------------------------------------------
+def test_binary_broadcast_scalars_comparisons_where():
+    g = Graph()
+    x, y = inp(g, (5, 1, 13)), inp(g, (7, 13))
+    s = scalar(g, 0.37)
+    outs = [g.add(op, (x, y)) for op in ("add", "sub", "mul", "div", "maximum", "minimum")]
+    outs += [g.add("mul", (x, s)), g.add("sub", (s, y)), g.add("pow", (x, g.add("scalar", value=2,
+                                                                                 kind="int")))]
+    cmp = [g.add(op, (x, y)) for op in ("lt", "ge", "eq")]
+    outs += cmp + [g.add("where", (cmp[0], x, y))]
+    g.outputs = outs
+    check(g, rand_inputs(g))
+
+
+@pytest.mark.parametrize("shape", [(3, 37), (2, 5, 129)])
+def test_unary(shape):
+    g = Graph()
+    x, y = inp(g, shape), inp(g, shape)
+    ops = ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "silu", "relu",
+           "reciprocal", "abs", "cos", "sin", "erf")
+    outs = [g.add(op, (x,)) for op in ops]
+    outs += [g.add("gelu", (y,), approximate="tanh"), g.add("gelu", (y,), approximate="none"),
+             g.add("swiglu", (y, x)), g.add("exp", (g.add("mul", (y, scalar(g, 30.0))),))]
+    g.outputs = outs
+    xs = rand_inputs(g)
+    xs[0] = xs[0].abs() + 0.1
+    check(g, xs, tol=2e-6)
+
+
+def test_views_cat_and_copies():
+    g = Graph()
+    x = inp(g, (2, 6, 10))
+    p = g.add("permute", (x,), dims=[0, 2, 1])                       # (2, 10, 6) strided
+    sl = g.add("slice", (p,), dim=1, start=1, end=9, step=2)         # (2, 4, 6)
+    n = g.add("neg", (sl,))
+    c = g.add("cat", (n, sl, sl), dim=2)                             # (2, 4, 18)
+    v = g.add("view", (p,), shape=[2, 60])                           # a copy: not viewable
+    u = g.add("unsqueeze", (g.add("select", (x,), dim=1, index=3),), dim=0)  # (1, 2, 10)
+    e = g.add("expand", (u,), shape=[3, 2, 10])
+    g.outputs = [c, v, g.add("add", (e, scalar(g, 1.0))), g.add("clone", (p,)), sl]
+    check(g, rand_inputs(g))
+
+
+@pytest.mark.parametrize("blas", BLAS)
+@pytest.mark.parametrize("m", [1, 5, 33])
+def test_matmuls(blas, m):
+    g = Graph()
+    x = inp(g, (1, m, 37))
+    w = const(g, torch.randn(37, 19))
+    wt = const(g, torch.randn(19, 37))
+    b = const(g, torch.randn(19))
+    x2 = g.add("view", (x,), shape=[m, 37])
+    q, k = inp(g, (2, m, 3, 8)), inp(g, (2, 11, 3, 8))
+    qp = g.add("permute", (q,), dims=[0, 2, 1, 3])                   # (2, 3, m, 8) strided
+    kt = g.add("permute", (k,), dims=[0, 2, 3, 1])                   # (2, 3, 8, 11)
+    a3, b3 = inp(g, (3, m, 5)), inp(g, (3, 5, 7))
+    g.outputs = [g.add("matmul", (x, w), alpha=1.0), g.add("matmul", (x, w), alpha=0.5),
+                 g.add("mm", (x2, w), alpha=1.0), g.add("matmul", (qp, kt), alpha=0.125),
+                 g.add("bmm", (a3, b3), alpha=1.0),
+                 g.add("addmm", (b, x2, w), beta=1.0, alpha=1.0),
+                 g.add("linear", (x, wt)), g.add("linear_bias", (x, wt, b))]
+    check(g, rand_inputs(g), use_blas=blas)
+
+
+def test_norms_softmax_embedding():
+    g = Graph()
+    x = inp(g, (3, 7, 45))
+    w, b = const(g, torch.randn(45)), const(g, torch.randn(45))
+    table = const(g, torch.randn(50, 9))
+    ids = const(g, torch.tensor([[3, 0, 49], [7, 7, 1]]))
+    g.outputs = [g.add("rms_norm", (x, w), eps=1e-6),
+                 g.add("layer_norm", (x, w, b), normalized_shape=[45], eps=1e-5),
+                 g.add("softmax", (x,), dim=-1), g.add("softmax", (x,), dim=1),
+                 g.add("log_softmax", (x,), dim=-1), g.add("embedding", (table, ids))]
+    check(g, rand_inputs(g))
+
+
+@pytest.mark.parametrize("sq,sk,d", [(70, 70, 24), (1, 131, 16), (9, 1, 8)])
+def test_attention(sq, sk, d):
+    g = Graph()
+    q = g.add("permute", (inp(g, (2, sq, 3, d)),), dims=[0, 2, 1, 3])  # strided like the block
+    k, v = inp(g, (2, 3, sk, d)), inp(g, (2, 3, sk, d))
+    mask = torch.full((sq, sk), float("-inf")).triu(sk - sq + 1) if sq == sk else \
+        torch.randn(1, sk)
+    bias = const(g, mask)
+    g.outputs = [g.add("attention", (q, k, v, bias), scale=d ** -0.5)]
+    check(g, rand_inputs(g))
+
+
+# --- errors, cache, caller outputs ----------------------------------------------------------------
+def small_graph() -> Graph:
+    g = Graph()
+    x = inp(g, (4, 33))
+    g.outputs = [g.add("mul", (g.add("exp", (x,)), x))]
+    return g
+
+
+def test_unsupported_ops_are_named():
+    g = Graph()
+    x = inp(g, (4, 5))
+    g.outputs = [g.add("cumsum", (g.add("exp", (x,)),), dim=1)]
+    with pytest.raises(UnsupportedByBackend, match="cumsum") as e:
+        CRuntime(g)
+    assert e.value.ops == ["cumsum"]
+
+
+def test_compile_error_names_the_kernel(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    g = small_graph()
+
+    def broken(name: str, text: str) -> str:
+        return text.replace("{\n", "{\n this is not C;\n", 1) if "exp" in name else text
+    with pytest.raises(CCompileError) as e:
+        CRuntime(g, kernel_hook=broken)
+    assert e.value.kernel is not None and "exp" in e.value.kernel
+    assert "error" in e.value.message and e.value.kernel in str(e.value)
+
+
+def test_bad_flag_gives_the_compiler_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with pytest.raises(CCompileError, match="no-such-flag") as e:
+        CRuntime(small_graph(), flags=CFLAGS + ["-fno-such-flag"])
+    assert e.value.kernel is None
+
+
+def test_cache_hit_on_second_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = CRuntime(small_graph())
+    second = CRuntime(small_graph())
+    assert not first.cache_hit and second.cache_hit and first.so_path == second.so_path
+    assert first.so_path.is_relative_to(tmp_path / "eqsat-llm" / "c")
+
+
+def test_caller_provided_outputs():
+    g = small_graph()
+    rt = CRuntime(g)
+    xs = rand_inputs(g)
+    out = [torch.empty(4, 33)]
+    res = rt.run(xs, out=out)
+    assert res[0] is out[0]
+    torch.testing.assert_close(out[0], ReferenceRuntime(g).run(xs)[0])
+
+
+# --- workloads ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def optimized():
+    from eqsat_llm import optimize
+    from eqsat_llm.workloads import WORKLOADS
+    cache: dict[str, tuple] = {}
+
+    def get(name: str):
+        if name not in cache:
+            model, inputs = WORKLOADS[name]()
+            cache[name] = (model, inputs, optimize(model, inputs))
+        return cache[name]
+    return get
+
+
+def _eager_error(model, inputs, outs) -> float:
+    import torch.utils._pytree as pytree
+    with torch.no_grad():
+        want = pytree.tree_leaves(model(*inputs))
+    return max((a - b).abs().max().item() for a, b in zip(want, outs))
+
+
+@pytest.mark.parametrize("shape", ["prefill", "decode", "decode_kv"])
+def test_llama_block_against_eager(optimized, shape):
+    model, inputs, compiled = optimized(f"llama_block_{shape}")
+    rt = CRuntime(compiled.graph)
+    err = _eager_error(model, inputs, rt.run(list(inputs)))
+    assert err < 1e-5, err  # the issue asks 1e-4; seen: 4.8e-7 / 4.8e-7 / 8.3e-7
+    fresh = [torch.randn_like(x) for x in inputs]
+    assert _eager_error(model, fresh, rt.run(fresh)) < 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_transformers_models(optimized, name):
+    model, inputs, compiled = optimized(name)
+    rt = CRuntime(compiled.graph)
+    assert _eager_error(model, inputs, rt.run(list(inputs))) < 1e-4
+
+
+# --- standalone build -----------------------------------------------------------------------------
+def _run_standalone(g: Graph, inputs: list[torch.Tensor], tmp_path) -> list[torch.Tensor]:
+    d = save_standalone(g, None, tmp_path / "model")
+    exe = d / "model"
+    subprocess.run([compiler(), "-O2", "-march=native", "-fopenmp", "-std=gnu11", "main.c",
+                    "model.c", "-o", str(exe), "-lm"], cwd=d, check=True)
+    (d / "inputs.bin").write_bytes(b"".join(x.contiguous().numpy().tobytes() for x in inputs))
+    subprocess.run([str(exe), "weights.bin", "inputs.bin", "outputs.bin"], cwd=d, check=True)
+    raw = torch.frombuffer(bytearray((d / "outputs.bin").read_bytes()), dtype=torch.float32)
+    outs, pos = [], 0
+    for t in ReferenceRuntime(g).run(inputs):
+        outs.append(raw[pos:pos + t.numel()].view(t.shape))
+        pos += t.numel()
+    return outs
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and compiler() is None, reason="no cc")
+def test_standalone_small(tmp_path):
+    g = Graph()
+    x = inp(g, (3, 21))
+    w = const(g, torch.randn(21, 10))
+    g.outputs = [g.add("add", (g.add("matmul", (x, w), alpha=1.0), scalar(g, 2.0))),
+                 g.add("softmax", (x,), dim=-1)]
+    xs = rand_inputs(g)
+    for a, b in zip(ReferenceRuntime(g).run(xs), _run_standalone(g, xs, tmp_path)):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_standalone_llama_block(optimized, tmp_path):
+    model, inputs, compiled = optimized("llama_block_decode_kv")
+    outs = _run_standalone(compiled.graph, list(inputs), tmp_path)
+    assert _eager_error(model, inputs, outs) < 1e-4
