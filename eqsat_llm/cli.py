@@ -12,14 +12,18 @@ import warnings
 from collections.abc import Callable
 
 
-def _median_ms(fn: Callable[[], object], rounds: int) -> float:
-    fn()  # warm-up
-    times = []
+def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Median milliseconds per call of each function, measured in interleaved rounds so that
+    a burst of load on the machine hits every system alike."""
+    for fn in fns.values():
+        fn()  # warm-up
+    samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - t) * 1000)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -45,8 +49,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         worst = max(worst, err)
         print(compiled.report.summary())
         with torch.no_grad():
-            eager_ms = _median_ms(lambda m=model, x=inputs: m(*x), args.rounds)
-            ours_ms = _median_ms(lambda c=compiled, x=inputs: c(*x), args.rounds)
+            ms = interleaved_ms({"eager": lambda m=model, x=inputs: m(*x),
+                                 "eqsat": lambda c=compiled, x=inputs: c(*x)}, args.rounds)
+        eager_ms, ours_ms = ms["eager"], ms["eqsat"]
+        print(f"(1-minute load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
         print(f"\nmax |eqsat - eager| = {err:.2e}   (tolerance 1e-5)")
         print(f"median time: eager {eager_ms:.3f} ms, eqsat-llm ({compiled.report.backend} "
               f"backend) {ours_ms:.3f} ms -> {eager_ms / ours_ms:.2f}x eager")
