@@ -68,6 +68,14 @@ def _mm_writer(fn: Callable[..., Any]) -> Writer:
     return write
 
 
+def _matmul_add(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
+    # the reference's own steps: the product, its scale, then + r, all in the buffer
+    torch.matmul(xs[0], xs[1], out=out)
+    if a["alpha"] != 1.0:
+        out.mul_(xs[3])
+    out.add_(xs[2])
+
+
 def _reduce_writer(fn: Callable[..., Any]) -> Writer:
     def write(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
         kw = {"dtype": out.dtype} if xs[0].dtype != out.dtype else {}
@@ -118,6 +126,7 @@ WRITERS: dict[str, Writer] = {
     "addmm": lambda out, xs, a: torch.addmm(*xs, beta=a["beta"], alpha=a["alpha"], out=out),
     "linear": lambda out, xs, a: aten.linear.out(xs[0], xs[1], None, out=out),
     "linear_bias": lambda out, xs, a: aten.linear.out(*xs, out=out),
+    "matmul_add": _matmul_add,
     "sum": _reduce_writer(torch.sum),
     "amax": lambda out, xs, a: torch.amax(xs[0], a["dims"], a["keepdim"], out=out),
     "amin": lambda out, xs, a: torch.amin(xs[0], a["dims"], a["keepdim"], out=out),
@@ -183,9 +192,9 @@ def _prepared_inputs(node: Node, xs: list[Any], out_dtype: torch.dtype) -> dict[
         for k in (1, 2):
             if not isinstance(xs[k], torch.Tensor):
                 prep[k] = torch.tensor(xs[k], dtype=out_dtype)
-    elif op in ("mm", "bmm", "matmul"):
+    elif op in ("mm", "bmm", "matmul", "matmul_add"):
         alpha = a["alpha"]
-        prep[2] = torch.tensor(alpha, dtype=out_dtype) if _exact_scalar_dtype(out_dtype) \
+        prep[3 if op == "matmul_add" else 2] = torch.tensor(alpha, dtype=out_dtype) if _exact_scalar_dtype(out_dtype) \
             else alpha
     elif op == "mean" and out_dtype in (torch.float32, torch.float64):
         shape = xs[0].shape

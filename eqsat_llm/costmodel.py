@@ -156,7 +156,8 @@ KIND: dict[str, str] = {
     **dict.fromkeys(["full", "arange"], "generate"),
     **dict.fromkeys(["view", "expand", "slice", "select", "unsqueeze", "getitem"], "view"),
     **dict.fromkeys(["permute", "transpose", "clone", "cat", "to_dtype"], "copy"),
-    **dict.fromkeys(["mm", "bmm", "matmul", "addmm", "linear", "linear_bias"], "matmul"),
+    **dict.fromkeys(["mm", "bmm", "matmul", "addmm", "linear", "linear_bias", "matmul_add"],
+                    "matmul"),
     **dict.fromkeys(VECTOR_WEIGHT, "vector"),
     **dict.fromkeys(["embedding", "index_select", "index"], "gather"),
     **dict.fromkeys(["attention", "sdpa", "sdpa_masked"], "attention"),
@@ -325,7 +326,8 @@ def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
     """(matmul flops, smallest GEMM dimension, epilogue flops) of a matmul-family op.
     Flops = 2 * numel(out) * K: one multiply-add per output element per contracted index."""
     a = ins[1] if op == "addmm" else ins[0]
-    b = ins[1] if op in ("linear", "linear_bias") else ins[-1] if op != "addmm" else ins[2]
+    b = ins[1] if op in ("linear", "linear_bias", "matmul_add") else ins[-1] if op != "addmm" \
+        else ins[2]
     if not a.shape:
         raise CostError(f"{op}: a 0-d operand {a} is not a matrix")
     k = a.shape[-1]
@@ -340,6 +342,8 @@ def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
     epilogue = 0.0
     if op == "addmm":
         epilogue = 2.0 * out.numel
+    elif op == "matmul_add":  # the add (and the scale): r is read, the product never moved
+        epilogue = float(out.numel) * (1.0 if attrs.get("alpha", 1.0) == 1.0 else 2.0)
     elif op == "linear_bias" or attrs.get("alpha", 1.0) != 1.0:
         epilogue = float(out.numel)
     return 2.0 * out.numel * k, min(rows, n, k), epilogue
@@ -386,5 +390,10 @@ def _attention_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) 
                     ("matmul", {"alpha": 1.0}, [s, v], out)]
 
 
+def _matmul_add_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
+    x, w, r = ins
+    return [("matmul", {"alpha": a.get("alpha", 1.0)}, [x, w], out), ("add", {}, [out, r], out)]
+
+
 _DECOMPOSITIONS = {"rms_norm": _rms_norm_parts, "swiglu": _swiglu_parts,
-                   "attention": _attention_parts}
+                   "attention": _attention_parts, "matmul_add": _matmul_add_parts}

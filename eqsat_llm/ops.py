@@ -196,6 +196,12 @@ register("linear", 2, ref=lambda xs, a: F.linear(xs[0], xs[1]), category="matmul
          shape="linear")
 register("linear_bias", 3, ref=lambda xs, a: F.linear(xs[0], xs[1], xs[2]), category="matmul",
          shape="linear")
+# matmul_add: a matmul with its residual/bias add fused as an epilogue (rules/fusion.py,
+# issues 3 and 6). r broadcasts into the product's shape (the rules guarantee it), so the
+# shape is the product's ("matmul" on x, w). The reference is exactly the pair it replaces.
+register("matmul_add", 3, "alpha:float",
+         ref=lambda xs, a: _scaled(torch.matmul(xs[0], xs[1]), a["alpha"]) + xs[2],
+         category="matmul", shape="matmul")
 
 
 def _scaled(x: torch.Tensor, alpha: float) -> torch.Tensor:

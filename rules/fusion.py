@@ -9,7 +9,7 @@ recognising rules are exact.
 from egglog import String, Vec, eq, f64, i64, rewrite, rule, set_, union
 
 from eqsat_llm.egraph.analysis import hi_id, is_const, lo_id
-from eqsat_llm.egraph.language import E, Tensor, shape
+from eqsat_llm.egraph.language import E, Tensor, dtype, shape
 from eqsat_llm.rulebook import exact, family, reassociates
 
 
@@ -38,3 +38,15 @@ def merge_parallel(x: Tensor, p: Tensor, q: Tensor, wa: Tensor, wb: Tensor, al: 
     merged = E.matmul(x, weights, al)
     last = sx.length() - 1
     yield reassociates("merge-parallel-matmul", rule(*both).then(set_(lo_id(weights)).to(la), set_(hi_id(weights)).to(hb), union(p).with_(E.slice(merged, last, i64(0), sa[1], i64(1))), union(q).with_(E.slice(merged, last, sa[1], sa[1] + sb[1], i64(1)))), note="a GEMM of another width may block its sums differently")
+
+
+@family("fusion")
+def matmul_epilogue(y: Tensor, m: Tensor, x: Tensor, w: Tensor, r: Tensor, al: f64,
+                    s: Vec[i64], dt: String):
+    # A residual/bias add after a matmul becomes the matmul's epilogue (one kernel: the product
+    # is never written out and read back). r may only broadcast into the product: the sum's
+    # shape must be the product's; dtypes equal (no promotion is folded away).
+    same = (eq(m).to(E.matmul(x, w, al)), eq(s).to(shape(y)), eq(s).to(shape(m)),
+            eq(dt).to(dtype(m)), eq(dt).to(dtype(r)))
+    yield exact("matmul-add", rule(eq(y).to(E.add(m, r)), *same).then(union(y).with_(E.matmul_add(x, w, r, al))))
+    yield exact("add-matmul", rule(eq(y).to(E.add(r, m)), *same).then(union(y).with_(E.matmul_add(x, w, r, al))), note="r + p = p + r: float addition commutes")

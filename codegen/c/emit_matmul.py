@@ -2,7 +2,10 @@
 strides. Each GEMM either calls BLAS (`EQ_SGEMM`, OpenBLAS single-threaded, the columns split
 over the OpenMP threads) or runs a generated row-streaming kernel; which one is decided per
 shape class by `use_blas(m)` (measured: docs/c-backend.md). Epilogues (bias of addmm and
-linear_bias) run in the same kernel right after the product."""
+linear_bias) run in the same kernel right after the product. matmul_add's residual r is added
+while the output is in cache: the generated kernel adds it to each output row as it stores the
+row from its accumulators; the BLAS path adds it to each thread's column slice right after that
+thread's sgemm (beta = 0: the product is rounded first, then r added, as in the reference)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from .values import Ref
 # GEMMs with at least this many rows call BLAS (when the program is built with it); fewer rows
 # (decode) run the generated kernel, which streams each weight row once.
 BLAS_MIN_M = 8
-MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias"})
+MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias", "matmul_add"})
 
 
 def _t(r: Ref) -> Ref:
@@ -33,9 +36,14 @@ def _as_matrix(r: Ref) -> Ref:
 def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool) -> str | None:
     op, at = node.op, node.attrs
     bias: Ref | None = None
+    res: Ref | None = None  # matmul_add's r, fused into the store of each output tile
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
     if op in ("mm", "bmm", "matmul"):
         a, b = ins
+    elif op == "matmul_add":
+        a, b, res = ins
+        if res.dtype != "float32" or res.space == "scalar" or len(res.shape) > len(out.shape):
+            return None
     elif op == "addmm":
         bias, a, b = ins
     elif op == "linear":
@@ -52,28 +60,33 @@ def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool) -> str | None:
     bs_o = out.strides[:-2]
     bs_a = broadcast_strides(batch, a.shape[:-2], a.strides[:-2])
     bs_b = broadcast_strides(batch, b.shape[:-2], b.strides[:-2])
-    # fold batch dims into M where the rows of a and out are evenly spaced and b is shared
+    # r broadcast to the output's shape (all zero strides when there is no r)
+    st_r = broadcast_strides(out.shape, res.shape, res.strides) if res else (0,) * len(out.shape)
+    bs_r = st_r[:-2]
+    # fold batch dims into M where the rows of a, out (and r) are evenly spaced and b is shared
     sh, st = collapse(batch + (M,), [bs_o + (out.strides[-2],), bs_a + (a.strides[-2],),
-                                     bs_b + (0,)])
+                                     bs_b + (0,), bs_r + (st_r[-2],)])
     if len(sh) == 1 and st[2][0] == 0:
-        nb, rows, bst = 1, sh[0], [[], [], []]
-        rs_o, rs_a = st[0][0], st[1][0]
+        nb, rows, bst = 1, sh[0], [[], [], [], []]
+        rs_o, rs_a, rs_r = st[0][0], st[1][0], st[3][0]
         bsh: list[int] = []
     else:
-        bsh, bst = collapse(batch, [bs_o, bs_a, bs_b])
-        rows, rs_o, rs_a = M, out.strides[-2], a.strides[-2]
+        bsh, bst = collapse(batch, [bs_o, bs_a, bs_b, bs_r])
+        rows, rs_o, rs_a, rs_r = M, out.strides[-2], a.strides[-2], st_r[-2]
         nb = 1
         for n in bsh:
             nb *= n
     g = {"M": rows, "N": N, "K": K, "rs_a": rs_a, "cs_a": a.strides[-1],
          "rs_b": b.strides[-2], "cs_b": b.strides[-1], "rs_c": rs_o, "cs_c": out.strides[-1],
-         "alpha": alpha}
+         "alpha": alpha, "res": res is not None, "rs_r": rs_r, "cs_r": st_r[-1]}
     lines = [f"float* o = {out.ptr(const=False)};", f"const float* a = {a.ptr()};",
              f"const float* b = {b.ptr()};"]
-    boff = ["0", "0", "0"]
+    if res is not None:
+        lines.append(f"const float* rr = {res.ptr()};")
+    boff = ["0", "0", "0", "0"]
     if bsh:
         lines.append(f"for (int64_t bi = 0; bi < {nb}; bi++) {{")
-        for k in range(3):
+        for k in range(4):
             terms, div = [], 1
             for n, s in reversed(list(zip(bsh, bst[k]))):
                 if s:
@@ -111,6 +124,15 @@ def _blas_gemm(g: dict, boff: list[str], work: int) -> str:
     col_b = g["cs_b"]
     alpha = float(g["alpha"]).hex()
     par = work >= PARALLEL_MIN * 64 and N >= 64
+    epi = ""
+    if g["res"]:  # + r on this thread's slice, right after its product (still in cache)
+        epi = f"""
+        for (int64_t m = 0; m < {M}; m++) {{
+            float* orow = o + {boff[0]} + m * {g["rs_c"]};
+            const float* rrow = rr + {boff[3]} + m * {g["rs_r"]};
+#pragma omp simd
+            for (int64_t n = n0; n < n1; n++) orow[n] += rrow[n * {g["cs_r"]}];
+        }}"""
     # each thread multiplies a slice of the columns (OpenBLAS runs single-threaded)
     return f"""{{
 #pragma omp parallel if({int(par)})
@@ -121,9 +143,10 @@ def _blas_gemm(g: dict, boff: list[str], work: int) -> str:
 #endif
     int64_t per = (({N} + nt - 1) / nt + 15) / 16 * 16;
     int64_t n0 = t * per, n1 = n0 + per < {N} ? n0 + per : {N};
-    if (n0 < n1)
+    if (n0 < n1) {{
         EQ_SGEMM(101, {ta}, {tb}, {M}, (int)(n1 - n0), {K}, {alpha}f, a + {boff[1]}, {lda},
-                 b + {boff[2]} + n0 * {col_b}, {ldb}, 0.0f, o + {boff[0]} + n0, {ldc});
+                 b + {boff[2]} + n0 * {col_b}, {ldb}, 0.0f, o + {boff[0]} + n0, {ldc});{epi}
+    }}
 }}
 }}"""
 
@@ -134,6 +157,10 @@ def _gen_gemm(g: dict, boff: list[str], work: int) -> str:
     M, N, K = g["M"], g["N"], g["K"]
     par = work >= PARALLEL_MIN * 8 and N >= 32
     alpha = "" if g["alpha"] == 1.0 else f" * {float(g['alpha']).hex()}f"
+    rrow = radd = ""
+    if g["res"]:  # + r as each output row is stored from the accumulators
+        rrow = f"\n        const float* rrow = rr + {boff[3]} + m * {g['rs_r']};"
+        radd = f" + rrow[n * {g['cs_r']}]"
     return f"""{{
 #pragma omp parallel if({int(par)})
 {{
@@ -153,9 +180,9 @@ def _gen_gemm(g: dict, boff: list[str], work: int) -> str:
 #pragma omp simd
             for (int64_t n = n0; n < n1; n++) acc[n] += av * br[n * {g["cs_b"]}];
         }}
-        float* orow = o + {boff[0]} + m * {g["rs_c"]};
+        float* orow = o + {boff[0]} + m * {g["rs_c"]};{rrow}
 #pragma omp simd
-        for (int64_t n = n0; n < n1; n++) orow[n * {g["cs_c"]}] = acc[n]{alpha};
+        for (int64_t n = n0; n < n1; n++) orow[n * {g["cs_c"]}] = acc[n]{alpha}{radd};
     }}
 }}
 }}"""
