@@ -221,35 +221,24 @@ def _roots(egraph: EGraph, roots: Iterable[str] | None) -> list[str]:
     return result
 
 
-def _cycle_message(stack: list[tuple[str, Any]], start: str) -> str:
-    path = [cls for cls, _ in stack]
-    cycle = path[path.index(start) :] + [start]
-    return "chosen program has a cycle through classes " + " -> ".join(map(repr, cycle))
+def _cycle_message(cycle: list[str]) -> str:
+    closed = cycle + cycle[:1]
+    return "chosen program has a cycle through classes " + " -> ".join(map(repr, closed))
 
 
-def reachable_classes(
-    egraph: EGraph, choices: Mapping[str, str], roots: Iterable[str] | None = None
-) -> list[str]:
-    """Classes reachable from the roots through chosen nodes, children before parents.
-
-    Raises :class:`ExtractionError` if a reachable class has no choice, the choice is not
-    a node of that class, or the chosen program is cyclic (no topological order exists).
-    Iterative DFS, so depth is unbounded.
-    """
-    nodes = egraph.nodes
+def _chosen_dfs(
+    roots: Iterable[str],
+    children_of: Callable[[str], Iterable[str]],
+    on_cycle: Callable[[list[str]], bool],
+) -> list[str] | None:
+    """Iterative DFS of a chosen program from ``roots``: the classes in post-order (children
+    before parents). ``children_of(cls)`` gives a class's child classes and is called once
+    per class, when it is first reached (it may raise). At each back edge, ``on_cycle`` gets
+    the classes of that cycle (from the one reached again down to the current one); if it
+    returns true the search stops and returns None."""
     state: dict[str, int] = {}  # 1 = on the DFS stack, 2 = done
     order: list[str] = []
-
-    def children_of(cls: str) -> tuple[str, ...]:
-        nid = choices.get(cls)
-        if nid is None:
-            raise ExtractionError(f"reachable class {cls!r} has no chosen node")
-        node = nodes.get(nid)
-        if node is None or node.eclass != cls:
-            raise ExtractionError(f"choice {nid!r} for class {cls!r} is not a node of that class")
-        return node.children
-
-    for root in _roots(egraph, roots):
+    for root in roots:
         if root in state:
             continue
         state[root] = 1
@@ -263,11 +252,65 @@ def reachable_classes(
                     stack.append((child, iter(children_of(child))))
                     break
                 if s == 1:
-                    raise ExtractionError(_cycle_message(stack, child))
+                    path = [c for c, _ in stack]
+                    if on_cycle(path[path.index(child) :]):
+                        return None
             else:
                 stack.pop()
                 state[cls] = 2
                 order.append(cls)
+    return order
+
+
+def _chosen_cycles(
+    roots: Iterable[str], children_of: Callable[[str], Iterable[str]], limit: int
+) -> list[list[str]]:
+    """Up to ``limit`` cycles (lists of classes) of the chosen program reachable from
+    ``roots``, as :func:`_chosen_dfs` meets them."""
+    cycles: list[list[str]] = []
+
+    def found(cycle: list[str]) -> bool:
+        cycles.append(cycle)
+        return len(cycles) >= limit
+
+    _chosen_dfs(roots, children_of, found)
+    return cycles
+
+
+def _chosen_children(
+    egraph: EGraph, choices: Mapping[str, str]
+) -> Callable[[str], tuple[str, ...]]:
+    """``children_of`` for :func:`_chosen_dfs` that validates each class's choice: raises
+    :class:`ExtractionError` when it is missing or not a node of that class."""
+    nodes = egraph.nodes
+
+    def children_of(cls: str) -> tuple[str, ...]:
+        nid = choices.get(cls)
+        if nid is None:
+            raise ExtractionError(f"reachable class {cls!r} has no chosen node")
+        node = nodes.get(nid)
+        if node is None or node.eclass != cls:
+            raise ExtractionError(f"choice {nid!r} for class {cls!r} is not a node of that class")
+        return node.children
+
+    return children_of
+
+
+def reachable_classes(
+    egraph: EGraph, choices: Mapping[str, str], roots: Iterable[str] | None = None
+) -> list[str]:
+    """Classes reachable from the roots through chosen nodes, children before parents.
+
+    Raises :class:`ExtractionError` if a reachable class has no choice, the choice is not
+    a node of that class, or the chosen program is cyclic (no topological order exists).
+    Iterative DFS, so depth is unbounded.
+    """
+
+    def cyclic(cycle: list[str]) -> bool:
+        raise ExtractionError(_cycle_message(cycle))
+
+    order = _chosen_dfs(_roots(egraph, roots), _chosen_children(egraph, choices), cyclic)
+    assert order is not None  # ``cyclic`` raises rather than stopping the search
     return order
 
 
@@ -387,19 +430,12 @@ def extract_tree_greedy(
     node_cost = _node_costs(egraph, cost)
     nodes = egraph.nodes
 
-    pending: dict[str, int] = {}  # node -> number of distinct child classes not final yet
-    parents: dict[str, list[str]] = {}  # class -> nodes having it as a (distinct) child
-    heap: list[tuple[float, int, str]] = []
-    for seq, nid in enumerate(node_cost):
-        kids = set(nodes[nid].children)
-        if kids:
-            pending[nid] = len(kids)
-            for k in kids:
-                parents.setdefault(k, []).append(nid)
-        else:
-            heap.append((node_cost[nid], seq, nid))
+    # pending: node -> number of distinct child classes not final yet. Ties in the heap
+    # break by insertion order (``seq``).
+    pending, parents, ready = _acyclic_worklist(nodes, node_cost)
+    heap = [(node_cost[nid], seq, nid) for seq, nid in enumerate(ready)]
     heapq.heapify(heap)
-    seq = len(node_cost)
+    seq = len(heap)
 
     best: dict[str, float] = {}
     choice: dict[str, str] = {}
@@ -553,21 +589,32 @@ def _sum_bits(d: int, weights: list[float], total: float, limit: float) -> float
     return total
 
 
-def _safe_choices(egraph: EGraph, node_cost: Mapping[str, float]) -> dict[str, str]:
-    """For every class that has some acyclic program, a node whose children were all
-    resolved earlier (Kahn-style order): any mix of these choices is acyclic."""
-    nodes = egraph.nodes
+def _acyclic_worklist(
+    nodes: Mapping[str, ENode], nids: Iterable[str]
+) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
+    """Set up a Kahn-style worklist over the nodes ``nids``: ``pending`` (node -> number of
+    distinct child classes not resolved yet), ``parents`` (class -> nodes having it as a
+    distinct child) and ``ready`` (the childless nodes, in ``nids`` order)."""
     pending: dict[str, int] = {}
     parents: dict[str, list[str]] = {}
-    queue: deque[str] = deque()
-    for nid in node_cost:
+    ready: list[str] = []
+    for nid in nids:
         kids = set(nodes[nid].children)
         if kids:
             pending[nid] = len(kids)
             for k in kids:
                 parents.setdefault(k, []).append(nid)
         else:
-            queue.append(nid)
+            ready.append(nid)
+    return pending, parents, ready
+
+
+def _safe_choices(egraph: EGraph, node_cost: Mapping[str, float]) -> dict[str, str]:
+    """For every class that has some acyclic program, a node whose children were all
+    resolved earlier (Kahn-style order): any mix of these choices is acyclic."""
+    nodes = egraph.nodes
+    pending, parents, ready = _acyclic_worklist(nodes, node_cost)
+    queue = deque(ready)
     safe: dict[str, str] = {}
     while queue:
         nid = queue.popleft()
@@ -585,27 +632,8 @@ def _safe_choices(egraph: EGraph, node_cost: Mapping[str, float]) -> dict[str, s
 def _find_cycle(egraph: EGraph, roots: list[str], choice: Mapping[str, str]) -> list[str] | None:
     """Classes of one cycle among the chosen program reachable from ``roots``, or None."""
     nodes = egraph.nodes
-    state: dict[str, int] = {}
-    for root in roots:
-        if root in state:
-            continue
-        state[root] = 1
-        stack: list[tuple[str, Any]] = [(root, iter(nodes[choice[root]].children))]
-        while stack:
-            cls, it = stack[-1]
-            for child in it:
-                s = state.get(child)
-                if s is None:
-                    state[child] = 1
-                    stack.append((child, iter(nodes[choice[child]].children)))
-                    break
-                if s == 1:
-                    path = [c for c, _ in stack]
-                    return path[path.index(child) :]
-            else:
-                stack.pop()
-                state[cls] = 2
-    return None
+    cycles = _chosen_cycles(roots, lambda cls: nodes[choice[cls]].children, 1)
+    return cycles[0] if cycles else None
 
 
 def _break_cycles(

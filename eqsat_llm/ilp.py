@@ -29,7 +29,10 @@ from .extract import (
     EGraph,
     Extraction,
     ExtractionError,
+    _acyclic_worklist,
     _break_cycles,
+    _chosen_children,
+    _chosen_cycles,
     _node_costs,
     _roots,
     check_extraction,
@@ -81,20 +84,10 @@ def _prune(
                     seen.add(k)
                     stack.append(k)
     # Least fixed point (Kahn style) over the reachable part.
-    pending: dict[str, int] = {}
-    parents: dict[str, list[str]] = {}
-    queue: list[str] = []
-    for cls in seen:
-        for nid in egraph.classes.get(cls, ()):
-            if nid not in node_cost:
-                continue
-            kids = set(nodes[nid].children)
-            if kids:
-                pending[nid] = len(kids)
-                for k in kids:
-                    parents.setdefault(k, []).append(nid)
-            else:
-                queue.append(nid)
+    pending, parents, queue = _acyclic_worklist(
+        nodes,
+        (nid for cls in seen for nid in egraph.classes.get(cls, ()) if nid in node_cost),
+    )
     ok_class: set[str] = set()
     ok_node: set[str] = set()
     while queue:
@@ -128,35 +121,10 @@ def _find_cycles(
 ) -> list[list[str]] | None:
     """Up to ``limit`` cycles (lists of classes) in the chosen program reachable from the
     roots; None if a reachable class has no choice. Iterative DFS."""
-    nodes = egraph.nodes
-    state: dict[str, int] = {}
-    cycles: list[list[str]] = []
-    for root in roots:
-        if root in state:
-            continue
-        if root not in choice:
-            return None
-        state[root] = 1
-        stack: list[tuple[str, Any]] = [(root, iter(nodes[choice[root]].children))]
-        while stack:
-            cls, it = stack[-1]
-            for child in it:
-                s = state.get(child)
-                if s is None:
-                    if child not in choice:
-                        return None
-                    state[child] = 1
-                    stack.append((child, iter(nodes[choice[child]].children)))
-                    break
-                if s == 1:
-                    path = [c for c, _ in stack]
-                    cycles.append(path[path.index(child) :])
-                    if len(cycles) >= limit:
-                        return cycles
-            else:
-                stack.pop()
-                state[cls] = 2
-    return cycles
+    try:
+        return _chosen_cycles(roots, _chosen_children(egraph, choice), limit)
+    except ExtractionError:  # a reachable class without a choice
+        return None
 
 
 def _cost_of(

@@ -43,10 +43,10 @@ def check_result(eg, res, roots=None, cost=None):
     assert res.lower_bound <= res.cost
 
 
-def test_ilp_beats_dag_greedy_through_sharing():
-    # A and B can each be a cheap leaf (3) or a wrapper (1) around the shared S (3).
-    # Locally the leaf wins (3 < 4), but sharing S makes the wrappers cheaper: 1+1+1+3.
-    eg = build(
+def sharing_egraph():
+    """A and B can each be a cheap leaf (3) or a wrapper (1) around the shared S (3).
+    Locally the leaf wins (3 < 4), but sharing S makes the wrappers cheaper: 1+1+1+3."""
+    return build(
         {
             "R": [("f", ["A", "B"], 1)],
             "A": [("a", [], 3), ("g", ["S"], 1)],
@@ -55,6 +55,10 @@ def test_ilp_beats_dag_greedy_through_sharing():
         },
         ["R"],
     )
+
+
+def test_ilp_beats_dag_greedy_through_sharing():
+    eg = sharing_egraph()
     greedy = extract_dag_greedy(eg)
     assert greedy.cost == 7
     res = extract_ilp(eg)
@@ -65,15 +69,7 @@ def test_ilp_beats_dag_greedy_through_sharing():
 
 
 def test_ilp_never_worse_than_given_warm_start():
-    eg = build(
-        {
-            "R": [("f", ["A", "B"], 1)],
-            "A": [("a", [], 3), ("g", ["S"], 1)],
-            "B": [("b", [], 3), ("h", ["S"], 1)],
-            "S": [("s", [], 3)],
-        },
-        ["R"],
-    )
+    eg = sharing_egraph()
     greedy = extract_dag_greedy(eg)
     # No time at all: the warm start comes back unchanged.
     res = extract_ilp(eg, time_limit=0.0, warm_start=greedy)
@@ -112,15 +108,7 @@ def test_ilp_longer_cycles_and_multiple_roots():
 
 
 def test_ilp_custom_cost_model():
-    eg = build(
-        {
-            "R": [("f", ["A", "B"], 1)],
-            "A": [("a", [], 3), ("g", ["S"], 1)],
-            "B": [("b", [], 3), ("h", ["S"], 1)],
-            "S": [("s", [], 3)],
-        },
-        ["R"],
-    )
+    eg = sharing_egraph()
 
     def cost(node):
         return 100.0 if node.op == "s" else node.cost
