@@ -279,3 +279,26 @@ def test_standalone_llama_block(optimized, tmp_path):
     model, inputs, compiled = optimized("llama_block_decode_kv")
     outs = _run_standalone(compiled.graph, list(inputs), tmp_path)
     assert _eager_error(model, inputs, outs) < 1e-4
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 0.5, -1.0, -2.0, 1.7])
+def test_pow_by_a_scalar_matches_torch_bit_for_bit(exponent):
+    # torch special-cases these exponents (x*x, x*x*x, 1/x, ...); the C kernel does the same
+    g = Graph()
+    x = inp(g, (7, 37))
+    g.outputs = [g.add("pow", (x, scalar(g, exponent)))]
+    xs = [torch.rand(7, 37) + 0.5]
+    expected = ReferenceRuntime(g).run(xs)[0]
+    got = CRuntime(g).run(xs)[0]
+    if exponent in (0.5, 1.7):  # sqrt (torch's is Sleef's, 0.5001 ulp) and powf: rounding
+        assert torch.allclose(got, expected, rtol=1e-6, atol=0)
+    else:
+        assert torch.equal(got, expected)
+
+
+def test_vectorised_tanh_is_accurate():
+    g = Graph()
+    x = inp(g, (3, 1001))
+    g.outputs = [g.add("tanh", (x,))]
+    xs = [torch.linspace(-12, 12, 3003).reshape(3, 1001)]
+    assert (CRuntime(g).run(xs)[0] - torch.tanh(xs[0])).abs().max().item() < 5e-7

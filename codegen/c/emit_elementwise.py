@@ -4,6 +4,7 @@ torch cannot express as a view, cat, a strided view copied out)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -27,16 +28,31 @@ def _sig(ct: str, x: str) -> str:
     return f"eq_sigmoidf({x})" if ct == "float" else f"eq_sigmoid({x})"
 
 
+def _tanh(ct: str, x: str) -> str:
+    return f"eq_tanhf({x})" if ct == "float" else f"tanh({x})"
+
+
 def _gelu(ct: str, a: list[str], at: dict[str, Any]) -> str:
     x = a[0]
     if at["approximate"] == "tanh":
         k = "0.7978845608028654"
-        return (f"(({ct})0.5 * {x} * (({ct})1 + {_f(ct, 'tanh')}(({ct}){k} * ({x} + "
-                f"({ct})0.044715 * {x} * {x} * {x}))))")
+        return (f"(({ct})0.5 * {x} * (({ct})1 + {_tanh(ct, f'({ct}){k} * ({x} + ({ct})0.044715 * {x} * {x} * {x})')}))")
     return f"({x} * ({ct})0.5 * (({ct})1 + {_f(ct, 'erf')}({x} * ({ct})0.7071067811865476)))"
 
 
+# torch's CPU pow with a scalar exponent special-cases these (PowKernel.cpp); doing the same
+# is bit-identical to it and vectorises (powf does not)
+_POW_SPECIAL = {2.0: "({x} * {x})", 3.0: "({x} * {x} * {x})", 0.5: "{sqrt}({x})",
+                -1.0: "(({ct})1 / {x})", -2.0: "(({ct})1 / ({x} * {x}))"}
+_LITERAL = re.compile(r"^\(\((?:float|double)\)(-?0x[0-9a-fA-F.]+p[+-]?\d+)\)$")
+
+
 def _pow(ct: str, a: list[str], at: dict[str, Any]) -> str:
+    literal = _LITERAL.match(a[1])
+    if literal and ct in ("float", "double"):
+        template = _POW_SPECIAL.get(float.fromhex(literal.group(1)))
+        if template:
+            return template.format(x=a[0], ct=ct, sqrt=_f(ct, "sqrt"))
     return f"{_f(ct, 'pow')}({a[0]}, {a[1]})" if ct in ("float", "double") else \
         f"(({ct})pow((double){a[0]}, (double){a[1]}))"
 
@@ -64,7 +80,7 @@ FLOAT_UNARY: dict[str, Expr] = {
     "sqrt": lambda ct, a, at: f"{_f(ct, 'sqrt')}({a[0]})",
     "exp": lambda ct, a, at: _exp(ct, a[0]),
     "log": lambda ct, a, at: f"{_f(ct, 'log')}({a[0]})",
-    "tanh": lambda ct, a, at: f"{_f(ct, 'tanh')}({a[0]})",
+    "tanh": lambda ct, a, at: _tanh(ct, a[0]),
     "sigmoid": lambda ct, a, at: _sig(ct, a[0]),
     "silu": lambda ct, a, at: f"({a[0]} * {_sig(ct, a[0])})",
     "relu": lambda ct, a, at: f"({a[0]} < 0 ? ({ct})0 : {a[0]})",
