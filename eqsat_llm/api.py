@@ -22,7 +22,7 @@ from .errors import EqsatError, RuleError
 from .fold import Folded, const_classes, fold_constants
 from .frontend import Captured, capture
 from .ilp import extract_ilp
-from .ir import Graph, TensorType
+from .ir import Graph, TensorType, dtype_of
 from .plan import plan_memory
 from .report import Report, RuleStat, memory_summary
 from .rule_usage import rule_used
@@ -54,21 +54,41 @@ class Compiled:
         self._lock = threading.Lock()  # the arena is shared state: one call at a time
         self.cost_model: CostModel | None = None  # the model extraction used
         self._input_types = [captured.graph.type_of(i) for i in captured.graph.input_ids]
+        self._prepare_call()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        flat, spec = pytree.tree_flatten((args, kwargs))
-        if spec != self.captured.in_spec:
-            raise EqsatError(f"called with arguments structured as {spec}, but the model was "
-                             f"optimized for {self.captured.in_spec}")
-        for k, (x, t) in enumerate(zip(flat, self._input_types)):
-            if not isinstance(x, torch.Tensor) or (tuple(x.shape), str(x.dtype)[6:]) != (
-                    t.shape, t.dtype):
+        # Fast path (decode calls take a fraction of a millisecond): positional tensors in the
+        # structure the model was captured with need no pytree walk.
+        if kwargs or not self._positional or len(args) != len(self._expected):
+            flat, spec = pytree.tree_flatten((args, kwargs))
+            if spec != self.captured.in_spec:
+                raise EqsatError(f"called with arguments structured as {spec}, but the model "
+                                 f"was optimized for {self.captured.in_spec}")
+        else:
+            flat = args
+        for k, (x, (shape, dtype)) in enumerate(zip(flat, self._expected)):
+            if not isinstance(x, torch.Tensor) or x.shape != shape or x.dtype != dtype:
+                t = self._input_types[k]
                 got = f"{x.dtype}{list(x.shape)}" if isinstance(x, torch.Tensor) else type(x)
                 raise EqsatError(f"input {k}: expected {t}, got {got}; shapes are static: "
                                  "optimize again for new shapes")
         with self._lock, torch.no_grad():
-            outs = self._runtime.run(flat)
+            outs = self._runtime.run(list(flat))
+        if self._out_kind == "leaf":
+            return outs[0]
+        if self._out_kind == "tuple":
+            return tuple(outs)
         return pytree.tree_unflatten(outs, self.captured.out_spec)
+
+    def _prepare_call(self) -> None:
+        n = len(self._input_types)
+        self._expected = [(torch.Size(t.shape), dtype_of(t.dtype)) for t in self._input_types]
+        self._positional = pytree.tree_flatten((tuple(range(n)), {}))[1] == \
+            self.captured.in_spec
+        out_spec, k = self.captured.out_spec, len(self.graph.outputs)
+        self._out_kind = ("leaf" if out_spec == pytree.tree_flatten(0)[1] else
+                          "tuple" if out_spec == pytree.tree_flatten(tuple(range(k)))[1] else
+                          "tree")
 
 
 _CHECKED: dict[tuple[str, str], Any] = {}
