@@ -58,6 +58,17 @@ def summarize(rows: list[dict], names: list[str], time_limit: float) -> str:
         for n in names:
             cells += [f"{sum(r[n] for r in rs):.6g}", f"{sum(r[n + '_s'] for r in rs):.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
+    if "ilp" in names:
+        lines += ["", "Per file (ILP lower bound and gap = cost - bound; gap 0: proved optimal):",
+                  "", "| file | nodes | " + " | ".join(f"{n} cost" for n in names)
+                  + " | ilp bound | gap | ilp s |", "|---|" + "---|" * (len(names) + 4)]
+        for r in rows:
+            bound = r.get("ilp_lb")
+            gap = "" if bound is None else f"{r['ilp'] - bound:.4g}"
+            lines.append(f"| {r['file']} | {r['nodes']} | "
+                         + " | ".join(f"{r[n]:.6g}" for n in names)
+                         + f" | {'' if bound is None else f'{bound:.6g}'} | {gap} | "
+                         f"{r['ilp_s']:.2f} |")
     slow = max(rows, key=lambda r: max(r[n + "_s"] for n in names))
     lines.append("")
     lines.append(f"Slowest file: `{slow['file']}` ({slow['nodes']} nodes): " + ", ".join(
