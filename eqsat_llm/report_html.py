@@ -125,8 +125,9 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
 CSS = ("body{font-family:Helvetica,Arial,sans-serif;margin:24px;color:#222}"
        "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;"
        "padding:3px 8px;font-size:13px;text-align:left}th{background:#eee}"
-       ".graphs{display:flex;gap:24px;align-items:flex-start;overflow-x:auto}"
-       ".graphs div{flex:0 0 auto}h2{margin-top:28px}")
+       ".graphs{display:flex;gap:24px;align-items:flex-start}"
+       ".graphs div{flex:1 1 50%;min-width:0}.graphs svg{max-width:100%;height:auto}"
+       "h2{margin-top:28px}")
 
 
 def render(report: Any, before: Graph, after: Graph, kernels: list[dict[str, Any]],

@@ -44,3 +44,32 @@ def test_layered_drawing_places_inputs_above_users():
     g = optimize(model, inputs, measure_eager=False).graph
     svg = _layered_svg(g)
     assert svg.startswith("<svg") and svg.endswith("</svg>") and "<line" in svg
+
+
+def test_page_renders_in_headless_chromium(tmp_path):
+    """A real browser loads the page, lays it out and draws it (scripts/check_report_html
+    keeps the screenshot for a person to look at)."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    model, inputs = llama_block_case("decode")
+    compiled = optimize(model, inputs, measure_eager=False)
+    page = tmp_path / "report.html"
+    page.write_text(render(compiled.report, compiled.captured.graph, compiled.graph,
+                           kernel_table(compiled.graph, compiled.cost_model)))
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    shot = tmp_path / "report.png"
+    subprocess.run(flags + ["--window-size=1400,4200", f"--screenshot={shot}",
+                            page.as_uri()], capture_output=True, timeout=120, check=True)
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 100_000  # a page, not a blank
+    dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert dom.count("<svg") == 3 and dom.count('class="node"') > 50
