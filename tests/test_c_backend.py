@@ -149,7 +149,11 @@ def test_attention(sq, sk, d):
         torch.randn(1, sk)
     bias = const(g, mask)
     g.outputs = [g.add("attention", (q, k, v, bias), scale=d ** -0.5)]
-    check(g, rand_inputs(g))
+    xs = rand_inputs(g)
+    check(g, xs, use_blas=False)  # the flash-style kernel
+    if openblas_dir() is not None:  # per-head GEMMs through BLAS (prefill-sized query blocks)
+        rt = check(g, xs, use_blas=True)
+        assert ("eq_att_scratch" in rt.source) == (sq >= 8)
 
 
 # --- errors, cache, caller outputs ----------------------------------------------------------------

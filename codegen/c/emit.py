@@ -74,7 +74,7 @@ def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool) -> s
     if op in MATMUL_OPS:
         return emit_matmul(node, out, ins, blas)
     if op == "attention":
-        return emit_attention(node, out, ins)
+        return emit_attention(node, out, ins, blas)
     if op == "rms_norm":
         return emit_rms_norm(node, out, ins)
     if op == "layer_norm":

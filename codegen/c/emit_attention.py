@@ -23,7 +23,11 @@ def _batch_offset(var: str, shape: list[int], strides: list[int]) -> str:
     return " + ".join(terms) or "0"
 
 
-def emit_attention(node: Node, out: Ref, ins: list[Ref]) -> str | None:
+BLAS_MIN_ROWS = 8  # query rows from which per-head GEMMs beat the flash kernel (prefill)
+BLAS_THREADS = 8  # scratch score matrices kept per kernel (one per thread, at most this many)
+
+
+def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False) -> str | None:
     q, k, v, bias = ins
     if any(r.dtype != "float32" for r in (out, q, k, v)) or len(q.shape) < 2:
         return None
@@ -52,6 +56,10 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref]) -> str | None:
     o_rs, o_cs = out.strides[-2:]
     b_rs, b_cs = bias_st[-2:]
     masked = bias.space != "scalar" and b_cs != 0
+    if blas and sq >= BLAS_MIN_ROWS and q_cs == k_cs == v_cs == o_cs == 1:
+        bias_at = f"bp[i * {b_rs} + j * {b_cs}]" if not bias_lit else bias_lit
+        return _blas_attention(node.id, nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
+                               bias_ptr, bias_at, float(node.attrs["scale"]), q, k, v, out)
     tiles = (sq + QT - 1) // QT
     work = nb * sq * sk * (d + dv)
     par = work >= PARALLEL_MIN * 4 and nb * tiles >= 2
@@ -131,4 +139,55 @@ for (int64_t task = 0; task < {nb * tiles}; task++) {{
         const float inv = 1.0f / l[r];
         for (int c = 0; c < {dv}; c++) op[(i0 + r) * {o_rs} + c * {o_cs}] = acc[r][c] * inv;
     }}
+}}"""
+
+
+def _blas_attention(nid: int, nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
+                    row_strides: tuple[int, int, int, int], bias_ptr: str, bias_at: str,
+                    scale: float, q: Ref, k: Ref, v: Ref, out: Ref) -> str:
+    """Per (batch, head): S = q k^T * scale by BLAS into a per-thread scratch matrix (static:
+    allocated once, with the library), + bias and a row softmax, then out = S v by BLAS.
+    Rounding differs from the reference only in where the scale is applied."""
+    q_rs, k_rs, v_rs, o_rs = row_strides
+    scratch = f"eq_att_scratch_{nid}"
+    return f"""static float {scratch}[{BLAS_THREADS}][{sq * sk}] __attribute__((aligned(64)));
+const float* qp0 = {q.ptr()};
+const float* kp0 = {k.ptr()};
+const float* vp0 = {v.ptr()};
+float* op0 = {out.ptr(const=False)};
+const float* bp0 = {bias_ptr if bias_ptr != "0" else "(const float*)0"};
+int nthr = 1;
+#ifdef _OPENMP
+nthr = omp_get_max_threads() < {BLAS_THREADS} ? omp_get_max_threads() : {BLAS_THREADS};
+#endif
+#pragma omp parallel for schedule(static, 1) num_threads(nthr) if({int(nb > 1)})
+for (int64_t bi = 0; bi < {nb}; bi++) {{
+    int t = 0;
+#ifdef _OPENMP
+    t = omp_get_thread_num();
+#endif
+    float* S = {scratch}[t];
+    const float* qp = qp0 + {offs[1]};
+    const float* kp = kp0 + {offs[2]};
+    const float* vp = vp0 + {offs[3]};
+    float* op = op0 + {offs[0]};
+    const float* bp = bp0 ? bp0 + {offs[4]} : bp0;
+    (void)bp;
+    EQ_SGEMM(101, 111, 112, {sq}, {sk}, {d}, {scale.hex()}f, qp, {q_rs}, kp, {k_rs}, 0.0f,
+             S, {sk});
+    for (int64_t i = 0; i < {sq}; i++) {{
+        float* s = S + i * {sk};
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < {sk}; j++) {{
+            s[j] += {bias_at};
+            mx = s[j] > mx ? s[j] : mx;
+        }}
+        float sum = 0.0f;
+#pragma omp simd reduction(+:sum)
+        for (int64_t j = 0; j < {sk}; j++) {{ s[j] = eq_expf(s[j] - mx); sum += s[j]; }}
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int64_t j = 0; j < {sk}; j++) s[j] *= inv;
+    }}
+    EQ_SGEMM(101, 111, 111, {sq}, {dv}, {sk}, 1.0f, S, {sk}, vp, {v_rs}, 0.0f, op, {o_rs});
 }}"""
