@@ -30,3 +30,35 @@ def test_unsupported_op_falls_back_and_is_named():
     with torch.no_grad():
         for inp in (x, torch.randn(4, 32)):
             assert torch.allclose(compiled(inp), model(inp), atol=1e-5, rtol=0)
+
+
+class CumulativeMean(torch.nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x * 2.0, dim=1) / 3.0
+
+
+def test_an_op_the_c_backend_lacks_falls_back_to_the_reference_runtime():
+    from eqsat_llm.api import BackendFallbackWarning
+
+    x = torch.randn(3, 7)
+    with pytest.warns(BackendFallbackWarning, match="cumsum"):
+        compiled = optimize(CumulativeMean(), (x,))
+    assert compiled.report.backend == "reference"
+    assert torch.allclose(compiled(x), CumulativeMean()(x), atol=1e-6)
+
+
+def test_a_failed_c_compile_falls_back_naming_the_kernel(monkeypatch):
+    from eqsat_llm.api import BackendFallbackWarning
+    from eqsat_llm.codegen import c as cbackend
+
+    def broken(*args, **kwargs):
+        raise cbackend.CCompileError("k3_mul", "k3_mul: error: expected ';'", ["cc"])
+
+    monkeypatch.setattr(cbackend, "CRuntime", broken)
+    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU()).eval(), \
+        torch.randn(4, 8)
+    with pytest.warns(BackendFallbackWarning, match="kernel k3_mul.*expected ';'"):
+        compiled = optimize(model, (x,))
+    assert compiled.report.backend == "reference"
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x), atol=1e-6)
