@@ -113,10 +113,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 def cmd_rules_list(args: argparse.Namespace) -> int:
     from .rulebook import load_library
 
-    print(f"{'rule':<26}{'family':<10}{'soundness':<14}note")
+    print(f"{'rule':<26}{'family':<12}{'soundness':<14}note")
     for fam, rules in load_library().items():
         for r in rules:
-            print(f"{r.name:<26}{fam:<10}{r.soundness:<14}{r.note}")
+            print(f"{r.name:<26}{fam:<12}{r.soundness:<14}{r.note}")
     return 0
 
 
