@@ -50,3 +50,12 @@ def matmul_epilogue(y: Tensor, m: Tensor, x: Tensor, w: Tensor, r: Tensor, al: f
             eq(dt).to(dtype(m)), eq(dt).to(dtype(r)))
     yield exact("matmul-add", rule(eq(y).to(E.add(m, r)), *same).then(union(y).with_(E.matmul_add(x, w, r, al))))
     yield exact("add-matmul", rule(eq(y).to(E.add(r, m)), *same).then(union(y).with_(E.matmul_add(x, w, r, al))), note="r + p = p + r: float addition commutes")
+
+
+@family("fusion")
+def activations(x: Tensor, k: String):
+    # GPT-2's gelu_new, 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))), is one gelu;
+    # written the same way in docs/examples/gelu_tanh_rule.py, the rule-authoring guide's example
+    cube = E.pow(x, E.scalar(3.0, k))
+    inner = E.mul(E.add(x, E.mul(cube, E.scalar(0.044715, "float"))), E.scalar(0.7978845608028654, "float"))
+    yield reassociates("gelu-tanh", rewrite(E.mul(E.mul(x, E.scalar(0.5, "float")), E.add(E.tanh(inner), E.scalar(1.0, "float")))).to(E.gelu(x, "tanh")), note="torch's fused kernel rounds differently")
