@@ -27,6 +27,16 @@ BLAS_MIN_ROWS = 8  # query rows from which per-head GEMMs beat the flash kernel 
 BLAS_THREADS = 8  # scratch score matrices kept per kernel (one per thread, at most this many)
 
 
+def _head_pointers(offs: list[str]) -> str:
+    """Pointers to one (batch, head)'s q, k, v, out and bias, inside a loop over `bi`."""
+    return f"""    const float* qp = qp0 + {offs[1]};
+    const float* kp = kp0 + {offs[2]};
+    const float* vp = vp0 + {offs[3]};
+    float* op = op0 + {offs[0]};
+    const float* bp = bp0 ? bp0 + {offs[4]} : bp0;
+    (void)bp;"""
+
+
 def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False) -> str | None:
     q, k, v, bias = ins
     if any(r.dtype != "float32" for r in (out, q, k, v)) or len(q.shape) < 2:
@@ -82,12 +92,7 @@ const float* bp0 = {bias_ptr if bias_ptr != "0" else "(const float*)0"};
 for (int64_t task = 0; task < {nb * tiles}; task++) {{
     const int64_t bi = task / {tiles}, i0 = (task % {tiles}) * {QT};
     const int nr = {sq} - i0 < {QT} ? (int)({sq} - i0) : {QT};
-    const float* qp = qp0 + {offs[1]};
-    const float* kp = kp0 + {offs[2]};
-    const float* vp = vp0 + {offs[3]};
-    float* op = op0 + {offs[0]};
-    const float* bp = bp0 ? bp0 + {offs[4]} : bp0;
-    (void)bp;
+{_head_pointers(offs)}
     float m[{QT}], l[{QT}];
     float acc[{QT}][{dv}] __attribute__((aligned(64)));
     float qr[{QT}][{d}] __attribute__((aligned(64)));
@@ -167,12 +172,7 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
     t = omp_get_thread_num();
 #endif
     float* S = {scratch}[t];
-    const float* qp = qp0 + {offs[1]};
-    const float* kp = kp0 + {offs[2]};
-    const float* vp = vp0 + {offs[3]};
-    float* op = op0 + {offs[0]};
-    const float* bp = bp0 ? bp0 + {offs[4]} : bp0;
-    (void)bp;
+{_head_pointers(offs)}
     EQ_SGEMM(101, 111, 112, {sq}, {sk}, {d}, {scale.hex()}f, qp, {q_rs}, kp, {k_rs}, 0.0f,
              S, {sk});
     for (int64_t i = 0; i < {sq}; i++) {{
