@@ -599,7 +599,7 @@ def _acyclic_worklist(
     parents: dict[str, list[str]] = {}
     ready: list[str] = []
     for nid in nids:
-        kids = set(nodes[nid].children)
+        kids = dict.fromkeys(nodes[nid].children)  # distinct, in a stable order
         if kids:
             pending[nid] = len(kids)
             for k in kids:

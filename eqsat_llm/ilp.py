@@ -72,7 +72,9 @@ def _prune(
     point "all child classes have a usable node" (so no self-loops, no dead children)."""
     nodes = egraph.nodes
     # Reachable classes through choosable nodes.
-    seen = set(roots)
+    # (a dict keeps insertion order: the model, and so the solver's choice among equal-cost
+    # programs, does not depend on Python's hash seed)
+    seen = dict.fromkeys(roots)
     stack = list(roots)
     while stack:
         cls = stack.pop()
@@ -81,7 +83,7 @@ def _prune(
                 continue
             for k in nodes[nid].children:
                 if k not in seen:
-                    seen.add(k)
+                    seen[k] = None
                     stack.append(k)
     # Least fixed point (Kahn style) over the reachable part.
     pending, parents, queue = _acyclic_worklist(
