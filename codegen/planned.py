@@ -53,7 +53,8 @@ UNARY = ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "reciprocal", 
          "sin", "erf", "logical_not", "bitwise_not")
 # No out= kernel that writes without allocating: computed by the reference, then copied in.
 # (aten.native_layer_norm.out is generated: it runs the functional op and copies, too.)
-COPY_IN_OPS = frozenset({"layer_norm", "sdpa", "sdpa_masked", "fallback", "getitem"})
+# (rope: its rotated half is a temporary in the reference too.)
+COPY_IN_OPS = frozenset({"layer_norm", "sdpa", "sdpa_masked", "fallback", "getitem", "rope"})
 
 
 def _fn_writer(fn: Callable[..., Any]) -> Writer:

@@ -146,6 +146,9 @@ VECTOR_WEIGHT: dict[str, float] = {
     "softmax": 3 * EXP_FLOPS, "log_softmax": 3 * EXP_FLOPS,
     # two passes: statistics (mean and variance; sum of squares), then normalise and scale
     "layer_norm": 12.0, "rms_norm": 6.0,
+    # rotary embedding: two multiplies, a negation and an add per element (x read twice,
+    # at j and at its partner j +- D/2, in the same kernel)
+    "rope": 4.0,
 }
 # Per attention score in a fused kernel: scale, bias, running max, exp, sum, rescale.
 ATTENTION_SCORE_FLOPS = EXP_FLOPS + 6
@@ -395,5 +398,12 @@ def _matmul_add_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType)
     return [("matmul", {"alpha": a.get("alpha", 1.0)}, [x, w], out), ("add", {}, [out, r], out)]
 
 
-_DECOMPOSITIONS = {"rms_norm": _rms_norm_parts, "swiglu": _swiglu_parts,
+def _rope_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
+    x, cos, sin = ins
+    half = TensorType(x.shape[:-1] + (x.shape[-1] // 2,), x.dtype)  # slices: views
+    return [("neg", {}, [half], half), ("cat", {"dim": -1}, [half, half], x),
+            ("mul", {}, [x, sin], out), ("mul", {}, [x, cos], out), ("add", {}, [out, out], out)]
+
+
+_DECOMPOSITIONS = {"rope": _rope_parts, "rms_norm": _rms_norm_parts, "swiglu": _swiglu_parts,
                    "attention": _attention_parts, "matmul_add": _matmul_add_parts}

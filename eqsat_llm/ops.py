@@ -333,6 +333,18 @@ register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
          category="elementwise", shape="broadcast", dtype="same")
 register("attention", 4, "scale:float", ref=_attention, category="attention", shape="sdpa")
 
+
+def _rope(xs: list[Any], a: dict[str, Any]) -> Any:
+    # rotary embedding (issue 3): x * cos + rotate_half(x) * sin, the decomposition that
+    # rules/fusion.py recognises, spelled the same way (bit-identical)
+    x, cos, sin = xs
+    h = x.shape[-1] // 2
+    rot = torch.cat([-x[..., h:], x[..., :h]], -1)
+    return x * cos + rot * sin
+
+
+register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype="same")
+
 # --- fallback: an op outside the registry, run by torch as captured -----------------------
 # attrs: "target" (the op's name, for reports and the e-graph), "key" (the node's identity
 # in the e-graph), and "fn"/"template" (the callable and its argument structure; not encoded).

@@ -59,3 +59,26 @@ def activations(x: Tensor, k: String):
     cube = E.pow(x, E.scalar(3.0, k))
     inner = E.mul(E.add(x, E.mul(cube, E.scalar(0.044715, "float"))), E.scalar(0.7978845608028654, "float"))
     yield reassociates("gelu-tanh", rewrite(E.mul(E.mul(x, E.scalar(0.5, "float")), E.add(E.tanh(inner), E.scalar(1.0, "float")))).to(E.gelu(x, "tanh")), note="torch's fused kernel rounds differently")
+
+
+@family("fusion")
+def rotary(y: Tensor, x: Tensor, cos: Tensor, sin: Tensor, h: i64, h1: i64, h2: i64, dd: i64,
+           sx: Vec[i64], dt: String):
+    # The rotary embedding x * cos + rotate_half(x) * sin, rotate_half(x) = cat([-x2, x1])
+    # with x1, x2 the two halves of the last dim, is one elementwise kernel (issue 3). The
+    # slices must split the last dim exactly in half (step 1). mul and add commute exactly: the
+    # operand orders of the frontends (x * cos + rot * sin) and each single swap are one rule.
+    # One dtype throughout (rope's is x's: no promotion is folded away).
+    # (h1: the second slice's start, a variable of its own so that the rule checker draws
+    # the two slices independently; the conditions make it h)
+    lo, hi = E.slice(x, dd, i64(0), h, i64(1)), E.slice(x, dd, h1, h2, i64(1))
+    rot = E.cat(Vec[Tensor](E.neg(hi), lo), dd)
+    halves = (eq(sx).to(shape(x)), eq(dd).to(sx.length() - 1), eq(h2).to(sx[sx.length() - 1]),
+              eq(h1).to(h), eq(h2).to(h + h), i64(0) < h, eq(dt).to(dtype(x)),
+              eq(dt).to(dtype(cos)), eq(dt).to(dtype(sin)))
+    fused = E.rope(x, cos, sin)
+    note = "float multiplication and addition commute exactly"
+    yield exact("rope", rule(eq(y).to(E.add(E.mul(x, cos), E.mul(rot, sin))), *halves).then(union(y).with_(fused)))
+    yield exact("rope-sin-first", rule(eq(y).to(E.add(E.mul(x, cos), E.mul(sin, rot))), *halves).then(union(y).with_(fused)), note=note)
+    yield exact("rope-cos-first", rule(eq(y).to(E.add(E.mul(cos, x), E.mul(rot, sin))), *halves).then(union(y).with_(fused)), note=note)
+    yield exact("rope-rot-first", rule(eq(y).to(E.add(E.mul(rot, sin), E.mul(x, cos))), *halves).then(union(y).with_(fused)), note=note)

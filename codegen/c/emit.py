@@ -22,6 +22,7 @@ from .emit_elementwise import (
     emit_copy,
     emit_elementwise,
     emit_reshape_copy,
+    emit_rope,
 )
 from .emit_matmul import MATMUL_OPS, emit_matmul
 from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
@@ -33,7 +34,7 @@ LAYOUT_OPS = frozenset({"view", "permute", "transpose", "expand", "slice", "sele
                         "unsqueeze"})
 ROW_OPS = frozenset({"rms_norm", "layer_norm", "softmax", "log_softmax"})
 SUPPORTED_OPS = (frozenset({"input", "param", "const", "scalar", "cat", "attention",
-                            "embedding", "full"})
+                            "embedding", "full", "rope"})
                  | LAYOUT_OPS | ELEMENTWISE_OPS | MATMUL_OPS | ROW_OPS)
 
 KernelHook = Callable[[str, str], str]
@@ -73,6 +74,8 @@ def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool) -> s
         return emit_elementwise(node, out, ins, restrict)
     if op in MATMUL_OPS:
         return emit_matmul(node, out, ins, blas)
+    if op == "rope":
+        return emit_rope(out, ins, restrict)
     if op == "attention":
         return emit_attention(node, out, ins, blas)
     if op == "rms_norm":

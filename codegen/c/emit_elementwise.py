@@ -177,3 +177,52 @@ def emit_cat(out: Ref, ins: list[Ref], dim: int) -> str:
         parts.append("{\n" + emit_copy(piece, r) + "\n}")
         start += r.shape[dim]
     return "\n".join(parts)
+
+
+def emit_rope(out: Ref, ins: list[Ref], restrict: bool) -> str | None:
+    """rope(x, cos, sin) = x * cos + rotate_half(x) * sin over the output's shape, cos and sin
+    broadcast by strides. The last dim (2h) is walked in pairs (j, j + h): both x values (and
+    the cos/sin at both) are read before either output is written, so the kernel is also right
+    in place of any input laid out like the output (plan.py's in-place reuse)."""
+    if out.ctype not in FLOAT_CT or not out.shape or out.shape[-1] % 2:
+        return None
+    ct, d = out.ctype, out.shape[-1]
+    h = d // 2
+    x = ins[0]
+    if x.space == "scalar" or x.shape[-1:] != (d,):
+        return None
+    bstr = [broadcast_strides(out.shape, r.shape, r.strides) if r.space != "scalar" else None
+            for r in ins]
+    q = "restrict " if restrict else ""
+    decl = [f"{out.ctype}* {q}o = {out.ptr(const=False)};"]
+    decl += [f"const {r.ctype}* x{k} = {r.ptr()};" for k, r in enumerate(ins)
+             if r.space != "scalar"]
+    tensors = [k for k, r in enumerate(ins) if r.space != "scalar"]
+    outer = [out.strides[:-1]] + [bstr[k][:-1] for k in tensors]  # type: ignore[index]
+
+    def body(offs: list[str]) -> str:
+        base = dict(zip(tensors, offs[1:]))
+
+        def at(k: int, j: str) -> str:
+            r = ins[k]
+            if r.space == "scalar":
+                return r.literal(ct)
+            s = bstr[k][-1]  # type: ignore[index]
+            return f"(({ct})x{k}[{base[k]} + ({j})*{s}])" if s else f"(({ct})x{k}[{base[k]}])"
+
+        so = out.strides[-1]
+        # iterations touch disjoint addresses (j and j + h only): safe to vectorise
+        return (f"    #pragma omp simd\n    for (int64_t j = 0; j < {h}; j++) {{\n"
+                f"        {ct} a = {at(0, 'j')}, b = {at(0, f'j + {h}')};\n"
+                f"        {ct} c0 = {at(1, 'j')}, c1 = {at(1, f'j + {h}')};\n"
+                f"        {ct} s0 = {at(2, 'j')}, s1 = {at(2, f'j + {h}')};\n"
+                f"        {ct} r0 = a * c0, r1 = b * c1, t0 = (-b) * s0, t1 = a * s1;\n"
+                f"        o[{offs[0]} + j*{so}] = ({out.ctype})(r0 + t0);\n"
+                f"        o[{offs[0]} + (j + {h})*{so}] = ({out.ctype})(r1 + t1);\n"
+                f"    }}")
+
+    numel = 1
+    for n in out.shape:
+        numel *= n
+    return "\n".join(decl) + "\n" + loop_nest(out.shape[:-1], outer, body, work=numel,
+                                              simd=False)
