@@ -14,7 +14,7 @@ from typing import Any
 
 from .egraph.decode import class_types, node_attrs
 from .extract import ENode
-from .ir import TensorType
+from .ir import VALUE_LEAVES, TensorType
 from .ops import REGISTRY
 
 
@@ -47,7 +47,8 @@ def enode_cost_fn(serialized: dict[str, Any], view: dict[str, Any], constant: se
                 value = UNKNOWN_MICROS
                 cost.unpriced.append(node.op)  # type: ignore[attr-defined]
             else:
-                out = types.get(node.eclass) or _tuple_type(node, raw)
+                # a tuple-valued fallback's class has no single tensor type: ()
+                out = types.get(node.eclass) or ()
                 value = model.micros(node.op, node_attrs(view, raw), ins, out)
         memo[node.id] = value
         return value
@@ -59,10 +60,6 @@ def enode_cost_fn(serialized: dict[str, Any], view: dict[str, Any], constant: se
 # An e-node whose input types the e-graph cannot give (tuple-valued fallbacks): pessimistic,
 # so that extraction never prefers a program because it knows less about it.
 UNKNOWN_MICROS = 1000.0
-
-
-def _tuple_type(node: ENode, raw: dict[str, Any]) -> Any:
-    return ()  # fallback nodes returning tuples have no single tensor type
 
 
 def constant_nodes(graph: Any) -> set[int]:
@@ -85,7 +82,7 @@ def program_cost(graph: Any, model: Any) -> float:
     total = 0.0
     for node_id in graph.live_ids():
         n = graph.node(node_id)
-        if node_id in const or n.op in ("input", "param", "const", "scalar"):
+        if node_id in const or n.op in VALUE_LEAVES:
             continue
         ins = [graph.node(i).type for i in n.inputs]
         if all(isinstance(t, TensorType) for t in ins):

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from .ir import Graph
+from .ir import VALUE_LEAVES, Graph
 from .ops import evaluate
 
-KEEP = frozenset({"input", "param", "const", "scalar", "fallback"})
+KEEP = VALUE_LEAVES | {"fallback"}  # fallbacks may not be pure: never folded
 
 
 @dataclass

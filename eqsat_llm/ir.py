@@ -37,6 +37,9 @@ class TensorType:
         return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
 
 
+# Ops that compute nothing at run time: bound inputs, weights, constants, Python numbers.
+VALUE_LEAVES = frozenset({"input", "param", "const", "scalar"})
+
 # A node's value: one tensor, or a tuple of tensors (only fallback nodes produce tuples;
 # `getitem` takes them apart).
 ValueType = TensorType | tuple[TensorType, ...]
@@ -102,10 +105,9 @@ class Graph:
         return [n.id for n in sorted(ins, key=lambda n: n.attrs["index"])]
 
     def op_counts(self, include_leaves: bool = False) -> Counter[str]:
-        leaves = {"input", "param", "const", "scalar"}
         live = self.live_ids()
         return Counter(n.op for n in self.nodes
-                       if n.id in live and (include_leaves or n.op not in leaves))
+                       if n.id in live and (include_leaves or n.op not in VALUE_LEAVES))
 
     def live_ids(self) -> set[int]:
         """Ids of the nodes the outputs depend on (iteratively: graphs are deep)."""
@@ -130,6 +132,15 @@ class Graph:
         lines = [str(n) for n in self.nodes]
         lines.append("return " + ", ".join(f"%{i}" for i in self.outputs))
         return "\n".join(lines)
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major element strides of a dense tensor of this shape."""
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def dtype_of(name: str) -> torch.dtype:

@@ -22,6 +22,7 @@ See docs/memory.md.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 
 from .errors import EqsatError
-from .ir import Graph, Node, TensorType, dtype_of
+from .ir import Graph, Node, TensorType, contiguous_strides, dtype_of
 from .ops import LEAF_OPS, WEAK_DTYPES, evaluate, get_op
 
 ALIGN = 64
@@ -130,14 +131,6 @@ def _dense_strides(t: torch.Tensor) -> bool:
     return True
 
 
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
-
-
 def _base(t: torch.Tensor) -> torch.Tensor:
     return t._base if t._base is not None else t
 
@@ -154,7 +147,7 @@ def _reference_strides(node: Node, xs: list[Any], t: TensorType) -> tuple[int, .
         if (isinstance(out, torch.Tensor) and tuple(out.shape) == t.shape
                 and _dense_strides(out)):
             return tuple(out.stride())
-    return _contiguous(t.shape)
+    return contiguous_strides(t.shape)
 
 
 def analyse_layout(graph: Graph) -> Layout:
@@ -224,7 +217,7 @@ def _leaf_meta(graph: Graph, node: Node) -> torch.Tensor:
     t = node.type
     assert isinstance(t, TensorType)
     c = graph.constants.get(node.attrs.get("name", "")) if node.op != "input" else None
-    st = tuple(c.stride()) if isinstance(c, torch.Tensor) else _contiguous(t.shape)
+    st = tuple(c.stride()) if isinstance(c, torch.Tensor) else contiguous_strides(t.shape)
     # inputs are assumed contiguous (docs/memory.md); params and consts have their own strides
     return torch.empty_strided(t.shape, st, dtype=dtype_of(t.dtype), device="meta")
 
@@ -239,21 +232,31 @@ def _dfs_order(graph: Graph, live: set[int]) -> list[int]:
     consumer needs it, so input-independent subgraphs (masks, rotary tables) come late."""
     order: list[int] = []
     done: set[int] = set()
+
+    def visit(nid: int) -> None:
+        done.add(nid)
+        order.append(nid)
+
     for out in graph.outputs:
-        stack: list[tuple[int, int]] = [(out, 0)]
-        while stack:
-            nid, k = stack.pop()
-            if nid in done:
-                continue
-            inputs = graph.node(nid).inputs
-            if k < len(inputs):
-                stack.append((nid, k + 1))
-                if inputs[k] not in done:
-                    stack.append((inputs[k], 0))
-            else:
-                done.add(nid)
-                order.append(nid)
+        _post_order(graph, out, done, visit)
     return order
+
+
+def _post_order(graph: Graph, start: int, done: set[int], visit: Callable[[int], None]) -> None:
+    """Visit `start` and its ancestors not in `done` in depth-first post-order (iteratively:
+    graphs are thousands of nodes deep); `visit` must add the node to `done`."""
+    stack = [(start, 0)]
+    while stack:
+        nid, k = stack.pop()
+        if nid in done:
+            continue
+        inputs = graph.node(nid).inputs
+        if k < len(inputs):
+            stack.append((nid, k + 1))
+            if inputs[k] not in done:
+                stack.append((inputs[k], 0))
+        else:
+            visit(nid)
 
 
 def _greedy_order(graph: Graph, live: set[int], lay: Layout) -> list[int]:
@@ -303,18 +306,7 @@ def _greedy_order(graph: Graph, live: set[int], lay: Layout) -> list[int]:
                 make_ready(u)
 
     def pull(nid: int) -> None:  # schedule deferred ancestors depth-first, then nid
-        stack = [(nid, 0)]
-        while stack:
-            n, k = stack.pop()
-            if n in scheduled:
-                continue
-            inputs = graph.node(n).inputs
-            if k < len(inputs):
-                stack.append((n, k + 1))
-                if inputs[k] not in scheduled:
-                    stack.append((inputs[k], 0))
-            else:
-                emit(n)
+        _post_order(graph, nid, scheduled, emit)
 
     def score(nid: int) -> tuple[int, int]:
         edges: dict[int, int] = {}

@@ -12,10 +12,8 @@ import torch
 
 from .codegen import ReferenceRuntime
 from .frontend import run_fallback
-from .ir import Graph, TensorType
+from .ir import VALUE_LEAVES, Graph, TensorType
 from .ops import evaluate
-
-FREE = {"input", "param", "const", "scalar"}
 
 
 def kernel_table(graph: Graph, model: Any = None, inputs: list[torch.Tensor] | None = None,
@@ -26,7 +24,7 @@ def kernel_table(graph: Graph, model: Any = None, inputs: list[torch.Tensor] | N
     rows = []
     live = graph.live_ids()
     for node in graph.nodes:
-        if node.id not in live or node.op in FREE:
+        if node.id not in live or node.op in VALUE_LEAVES:
             continue
         ins = [graph.node(i).type for i in node.inputs]
         row: dict[str, Any] = {

@@ -15,7 +15,6 @@ from typing import Any
 
 from .ir import Graph, TensorType
 
-LEAVES = {"input", "param", "const", "scalar"}
 COLORS = {"matmul": "#f4b183", "attention": "#ff8c8c", "reduction": "#a9d18e",
           "elementwise": "#9dc3e6", "layout": "#d9d9d9", "source": "#ffffff",
           "fallback": "#ffd966"}

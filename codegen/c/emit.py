@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...ir import Graph, Node
+from ...ir import Graph, Node, contiguous_strides
 from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, MemoryPlan
 from .emit_attention import emit_attention
 from .emit_elementwise import (
@@ -28,7 +28,7 @@ from .emit_matmul import MATMUL_OPS, emit_matmul
 from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
 from .errors import UnsupportedByBackend
 from .prelude import PRELUDE
-from .values import Layout, Ref, build_layout, contiguous
+from .values import Layout, Ref, build_layout
 
 LAYOUT_OPS = frozenset({"view", "permute", "transpose", "expand", "slice", "select",
                         "unsqueeze"})
@@ -124,7 +124,7 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
     lay = build_layout(graph, plan)
     refs = lay.refs
     out_refs = [refs[nid] if plan.kinds[nid] == OUTPUT else
-                Ref("OUT", k, 0, refs[nid].shape, contiguous(refs[nid].shape), refs[nid].dtype,
+                Ref("OUT", k, 0, refs[nid].shape, contiguous_strides(refs[nid].shape), refs[nid].dtype,
                     root=nid)
                 for k, nid in enumerate(lay.outputs)]
     parts: list[tuple[Kernel, str]] = []

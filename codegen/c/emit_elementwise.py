@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ...ir import Node
+from ...ir import Node, contiguous_strides
 from .loops import broadcast_strides, loop_nest
 from .values import Ref
 
@@ -159,10 +159,9 @@ def emit_copy(out: Ref, src: Ref) -> str:
 def emit_reshape_copy(out: Ref, src: Ref) -> str:
     """`view` where torch copies: elements in row-major order of both shapes; the output is
     read as a view of the input's shape (it is contiguous, so that view exists)."""
-    from .values import contiguous
-    if out.strides != contiguous(out.shape):
+    if out.strides != contiguous_strides(out.shape):
         raise ValueError("reshape copy into a non-contiguous buffer")
-    as_in = out.with_view(src.shape, contiguous(src.shape), out.offset)
+    as_in = out.with_view(src.shape, contiguous_strides(src.shape), out.offset)
     return emit_copy(as_in, src)
 
 

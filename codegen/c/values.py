@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ...ir import Graph, TensorType, dtype_of
+from ...ir import Graph, TensorType, contiguous_strides, dtype_of
 from ...ops import evaluate
 from ...plan import ALIAS, ARENA, COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan
 from .errors import UnsupportedByBackend
@@ -59,14 +59,6 @@ class Ref:
 
     def with_view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Ref:
         return Ref(self.space, self.slot, offset, shape, strides, self.dtype, None, self.root)
-
-
-def contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(out))
 
 
 @dataclass
@@ -117,10 +109,10 @@ def build_layout(graph: Graph, plan: MemoryPlan) -> Layout:
             if node.op == "input":
                 k = node.attrs["index"]
                 n_inputs = max(n_inputs, k + 1)
-                refs[nid] = Ref("IN", k, 0, t.shape, contiguous(t.shape), t.dtype, root=nid)
+                refs[nid] = Ref("IN", k, 0, t.shape, contiguous_strides(t.shape), t.dtype, root=nid)
             else:
                 weights.append(node.attrs["name"])
-                refs[nid] = Ref("W", len(weights) - 1, 0, t.shape, contiguous(t.shape), t.dtype,
+                refs[nid] = Ref("W", len(weights) - 1, 0, t.shape, contiguous_strides(t.shape), t.dtype,
                                 root=nid)
         elif kind == ARENA:
             b = plan.buffers[nid]

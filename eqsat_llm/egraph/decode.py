@@ -145,15 +145,8 @@ def decode(view: dict[str, Any], choices: dict[str, str], roots: list[str], sour
                 stack.append((cls, True))
                 stack.extend((k, False) for k in kids if k not in built)
                 continue
-            attr_nodes = n["children"][1 if opdef.arity is None else opdef.arity:]
-            attrs = {}
-            for (name, kind), child in zip(opdef.attrs, attr_nodes):
-                lit = node_of(nodes[child]["eclass"])
-                if kind == "ints":
-                    attrs[name] = [int(node_of(nodes[c]["eclass"])["op"])
-                                   for c in lit["children"]]
-                else:
-                    attrs[name] = _literal(lit["op"], kind)
+            # a literal's e-class holds that literal alone, so its node is the choice
+            attrs = node_attrs(view, n)
             built[cls] = _append(out, opdef.name, [built[k] for k in kids], attrs,
                                  class_types.get(cls), by_key, inputs_by_name)
     return out, [built[r] for r in roots]
