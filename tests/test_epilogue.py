@@ -32,14 +32,18 @@ def _inp(g: Graph, shape_: tuple[int, ...]) -> int:
     return g.append("input", (), {"name": f"x{k}", "index": k}, TensorType(shape_, "float32"))
 
 
-def _graph(x_shape, r_shape, alpha=1.0, then_neg=False, w_transposed=False):
-    """matmul_add(x, w, r) with a constant weight (optionally a transposed view of one)."""
+def _graph(x_shape, r_shape, alpha=1.0, then_neg=False, w_transposed=False, w_input=False):
+    """matmul_add(x, w, r) with a constant weight (optionally a transposed view of one), or
+    with w an input (not packed: BLAS or the generated GEMM)."""
     g = Graph()
     x, r = _inp(g, x_shape), _inp(g, r_shape)
     gen = torch.Generator().manual_seed(1)
     wt = torch.randn((N, K) if w_transposed else (K, N), generator=gen)
-    g.constants["w"] = wt
-    w = g.append("const", (), {"name": "w"}, TensorType(tuple(wt.shape), "float32"))
+    if w_input:
+        w = _inp(g, tuple(wt.shape))
+    else:
+        g.constants["w"] = wt
+        w = g.append("const", (), {"name": "w"}, TensorType(tuple(wt.shape), "float32"))
     if w_transposed:
         w = g.add("transpose", (w,), dim0=0, dim1=1)
     y = g.add("matmul_add", (x, w, r), alpha=alpha)
@@ -69,8 +73,9 @@ def test_reference_is_the_pair_it_replaces():
 @pytest.mark.parametrize("blas", BLAS)
 @pytest.mark.parametrize("x_shape,r_shape", SHAPES)
 def test_c_backend_matches_reference(blas, x_shape, r_shape):
-    for alpha, then_neg, wt in ((1.0, False, False), (0.5, True, True)):
-        g = _graph(x_shape, r_shape, alpha, then_neg, wt)
+    for alpha, then_neg, wt, w_input in ((1.0, False, False, False), (0.5, True, True, False),
+                                         (1.0, False, False, True)):
+        g = _graph(x_shape, r_shape, alpha, then_neg, wt, w_input)
         inputs = _inputs(g)
         want = ReferenceRuntime(g).run(inputs)[0]
         rt = CRuntime(g, use_blas=blas)
@@ -85,11 +90,22 @@ def test_c_backend_matches_reference(blas, x_shape, r_shape):
 @needs_cc
 @pytest.mark.skipif(not openblas_dir(), reason="scipy-openblas32 not installed")
 def test_blas_path_fuses_the_epilogue_into_the_gemm_kernel():
-    g = _graph((33, K), (N,))
+    g = _graph((33, K), (N,), w_input=True)  # a weight that is not a constant: not packed
     src = CRuntime(g, use_blas=True).program.source
     kernel = src[src.index("_matmul_add("):]
     assert "EQ_SGEMM" in kernel and "orow[n] += rrow" in kernel
     assert sum(k.op == "matmul_add" for k in CRuntime(g, use_blas=True).program.kernels) == 1
+
+
+@needs_cc
+def test_packed_path_fuses_the_epilogue_into_the_gemm_kernel():
+    g = _graph((33, K), (N,))  # a constant weight: packed, r added to each tile as it is stored
+    rt = CRuntime(g)
+    kernel = rt.source[rt.source.index("_matmul_add("):]
+    kernel = kernel[:kernel.index("\n}\n")]
+    assert "eq_gemm_packed(" in kernel and "EQ_SGEMM" not in kernel
+    assert "const eq_addend e[] = {{rr + 0, 0, 1, 1.0f}}" in kernel, kernel
+    assert sum(k.op == "matmul_add" for k in rt.program.kernels) == 1
 
 
 def test_shape_rule_and_cost():

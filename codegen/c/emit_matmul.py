@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from ...ir import Node
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
-from .values import Ref
+from .packed_gemm import PackedWeight
+from .values import Layout, Ref
 
 # GEMMs with at least this many rows call BLAS (when the program is built with it); fewer rows
 # (decode) run the generated kernel, which streams each weight row once.
 BLAS_MIN_M = 8
+# GEMMs against a constant weight with at least this many rows use the packed-weight kernel
+# (packed_gemm.py), with or without BLAS in the build (measured: docs/c-backend.md)
+PACKED_MIN_M = 1
 MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias", "matmul_add"})
 
 
@@ -33,7 +37,8 @@ def _as_matrix(r: Ref) -> Ref:
     return r
 
 
-def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool) -> str | None:
+def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool,
+                layout: Layout | None = None) -> str | None:
     op, at = node.op, node.attrs
     bias: Ref | None = None
     res: Ref | None = None  # matmul_add's r, fused into the store of each output tile
@@ -93,15 +98,61 @@ def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool) -> str | None:
                     terms.append(f"((bi / {div}) % {n}) * {s}")
                 div *= n
             boff[k] = " + ".join(terms) or "0"
-    use = blas and _blas_ok(g) and rows >= BLAS_MIN_M
     work = rows * N * K * nb
-    call = _blas_gemm(g, boff, work) if use else _gen_gemm(g, boff, work)
+    packed = _packed_weight(g, b, bst[2] if bsh else [], layout)
+    bias_fused = packed is not None and bias is not None and _bias_as_addend(out, bias)
+    if packed is not None:
+        call = _packed_gemm(g, boff, work, packed, bias if bias_fused else None, beta)
+    elif blas and _blas_ok(g) and rows >= BLAS_MIN_M:
+        call = _blas_gemm(g, boff, work)
+    else:
+        call = _gen_gemm(g, boff, work)
     lines.append(call)
-    if bias is not None:
+    if bias is not None and not bias_fused:
         lines.append(_bias_epilogue(out, bias, beta, boff[0] if bsh else "0"))
     if bsh:
         lines.append("}")
     return "\n".join(lines)
+
+
+def _packed_weight(g: dict, b: Ref, batch_strides_b: list[int],
+                   layout: Layout | None) -> Ref | None:
+    """The packed copy of b (a W slot) when b is a constant shared by every batch and the
+    operands suit the packed kernel; None otherwise."""
+    if layout is None or b.space != "W" or any(batch_strides_b) or g["M"] < PACKED_MIN_M:
+        return None
+    if g["cs_a"] != 1 or g["cs_c"] != 1 or (g["res"] and g["cs_r"] not in (0, 1)):
+        return None
+    name = layout.weights[b.slot]
+    if not isinstance(name, str):
+        return None
+    spec = PackedWeight(name, b.offset, g["K"], g["N"], g["rs_b"], g["cs_b"])
+    return layout.add_weight(spec, (spec.k, spec.n), "float32")
+
+
+def _bias_as_addend(out: Ref, bias: Ref) -> bool:
+    """Whether the bias varies only along the columns (then the packed kernel adds it)."""
+    st = broadcast_strides(out.shape, bias.shape, bias.strides)
+    return not any(st[:-1]) and st[-1] in (0, 1)
+
+
+def _packed_gemm(g: dict, boff: list[str], work: int, packed: Ref, bias: Ref | None,
+                 beta: float) -> str:
+    addends = []
+    if g["res"]:
+        addends.append(f"{{rr + {boff[3]}, {g['rs_r']}, {g['cs_r']}, 1.0f}}")
+    if bias is not None:
+        cs = broadcast_strides((g["N"],), bias.shape[-1:], bias.strides[-1:])[0]
+        addends.append(f"{{{bias.ptr()}, 0, {cs}, {float(beta).hex()}f}}")
+    par = work >= PARALLEL_MIN * 8 and g["N"] >= 64
+    e = f"const eq_addend e[] = {{{', '.join(addends)}}};" if addends else \
+        "const eq_addend* e = NULL;"
+    return f"""{{
+    {e}
+    eq_gemm_packed({g["M"]}, {g["N"]}, {g["K"]}, a + {boff[1]}, {g["rs_a"]}, {packed.ptr()},
+                   o + {boff[0]}, {g["rs_c"]}, {float(g["alpha"]).hex()}f, NULL, e, {len(addends)},
+                   0, {int(par)});
+}}"""
 
 
 def _blas_ok(g: dict) -> bool:

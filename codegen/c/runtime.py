@@ -56,7 +56,7 @@ class CRuntime:
         self._fn.argtypes = [ctypes.c_void_p] * 4
         lay = prog.layout
         self.arena = _aligned_bytes(plan.arena_bytes)
-        self.weights = [graph.constants[name].contiguous() for name in lay.weights]
+        self.weights = lay.prepared_weights(graph.constants)
         self._w = (ctypes.c_void_p * max(len(self.weights), 1))(
             *[w.data_ptr() for w in self.weights])
         self.n_inputs = lay.n_inputs

@@ -65,8 +65,7 @@ def save_standalone(graph: Graph, plan: MemoryPlan | None, out_dir: str | Path,
     prog = emit_program(graph, plan, blas=blas)
     lay = prog.layout
     offsets, blob, pos = [], bytearray(), 0
-    for name in lay.weights:
-        t = graph.constants[name].contiguous()
+    for t in lay.prepared_weights(graph.constants):
         pad = -pos % 64
         blob += b"\0" * pad
         pos += pad

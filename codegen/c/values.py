@@ -17,6 +17,7 @@ from ...ir import Graph, TensorType, contiguous_strides, dtype_of
 from ...ops import evaluate
 from ...plan import ALIAS, ARENA, COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan
 from .errors import UnsupportedByBackend
+from .packed_gemm import PackedWeight
 
 CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t",
           "bool": "_Bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t"}
@@ -65,9 +66,22 @@ class Ref:
 class Layout:
     refs: dict[int, Ref]
     n_inputs: int
-    weights: list[str]  # constant names, by W slot
+    # by W slot: a constant's name, or a weight packed for a kernel (added while emitting)
+    weights: list[str | PackedWeight]
     outputs: list[int]  # node ids with an OUT slot, by slot
     copy_out: list[int]  # COPY_OUT nodes (a kernel copies them into their OUT slot)
+
+    def add_weight(self, spec: PackedWeight, shape: tuple[int, ...], dtype: str) -> Ref:
+        """The W slot holding `spec` (one slot per distinct spec)."""
+        if spec not in self.weights:
+            self.weights.append(spec)
+        slot = self.weights.index(spec)
+        return Ref("W", slot, 0, shape, contiguous_strides(shape), dtype)
+
+    def prepared_weights(self, constants: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """The tensors of the W slots, contiguous, in slot order."""
+        return [constants[w].contiguous() if isinstance(w, str) else w.prepare(constants)
+                for w in self.weights]
 
 
 def view_of(base: Ref, op: str, attrs: dict[str, Any], shape: tuple[int, ...]) -> Ref:

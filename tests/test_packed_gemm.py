@@ -1,0 +1,95 @@
+"""The packed-weight GEMM of the C backend (codegen/c/packed_gemm.py) against the reference:
+row counts around the 14-row tile, column counts around the 32-column panel, the fused
+epilogue (alpha, bias, residual broadcast along rows or columns), batched and strided
+operands, the AVX-512 kernel and the portable one."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import torch
+
+from eqsat_llm.codegen.c import CRuntime
+from eqsat_llm.codegen.c.build import CFLAGS, compiler
+from eqsat_llm.codegen.c.packed_gemm import NR, PackedWeight
+from eqsat_llm.ir import Graph
+
+from .test_c_backend import check, const, inp, rand_inputs
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
+
+
+def _has_avx512() -> bool:
+    cc = compiler()
+    out = subprocess.run([cc, "-march=native", "-dM", "-E", "-x", "c", "/dev/null"],
+                         capture_output=True, text=True, check=False).stdout
+    return "__AVX512F__" in out
+
+
+PORTABLE = [*CFLAGS, "-mno-avx512f"]
+FLAGS = [pytest.param(None, id="native"), pytest.param(PORTABLE, id="portable")]
+
+
+def _packed_calls(rt: CRuntime) -> int:
+    return rt.source.count("eq_gemm_packed(") - 1  # minus the definition
+
+
+def test_pack_layout_is_column_panels():
+    w = torch.arange(3 * 70, dtype=torch.float32).reshape(3, 70)
+    spec = PackedWeight("w", 0, 3, 70, 70, 1)
+    p = spec.prepare({"w": w})
+    assert p.shape == (3, 3, NR)  # ceil(70 / 32) panels of K x 32
+    assert torch.equal(p[1, 2], w[2, 32:64])
+    assert torch.equal(p[2, 0, :6], w[0, 64:]) and not p[2, :, 6:].any()  # zero padding
+    # a transposed view with a row scale
+    g = torch.randn(70)
+    t = PackedWeight("w", 0, 70, 3, 1, 70, row_scale="g").prepare({"w": w, "g": g})
+    assert torch.allclose(t[0, :, :3], w.t() * g[:, None])
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+def test_shapes_around_the_tile(flags):
+    if flags is None and not _has_avx512():
+        pytest.skip("no AVX-512 here: the native build is the portable one")
+    rows, cols, k = [1, 2, 13, 14, 15, 29, 130], [1, 16, 17, 32, 33, 100], 23
+    g = Graph()  # one program, one GEMM per (rows, cols)
+    xs = {m: inp(g, (m, k)) for m in rows}
+    ws = {n: const(g, torch.randn(k, n)) for n in cols}
+    g.outputs = [g.add("matmul", (xs[m], ws[n]), alpha=1.0) for m in rows for n in cols]
+    rt = check(g, rand_inputs(g), flags=flags, use_blas=False)
+    assert _packed_calls(rt) == len(rows) * len(cols)
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+def test_epilogues_batches_and_views(flags):
+    m, k, n = 17, 40, 45
+    g = Graph()
+    x = inp(g, (2, m, k))
+    r_full, r_row = inp(g, (2, m, n)), inp(g, (m, 1))
+    w = const(g, torch.randn(k, n))
+    wt = const(g, torch.randn(n, k))  # linear's weight: read through a transposed view
+    b = const(g, torch.randn(n))
+    x2 = g.add("view", (x,), shape=[2 * m, k])
+    g.outputs = [
+        g.add("matmul", (x, w), alpha=0.5),
+        g.add("matmul_add", (x, w, r_full), alpha=1.0),
+        g.add("matmul_add", (x, w, r_row), alpha=2.0),
+        g.add("linear_bias", (x, wt, b)),
+        g.add("addmm", (b, x2, w), beta=0.5, alpha=1.5),
+        g.add("linear", (g.add("permute", (x,), dims=[1, 0, 2]), wt)),  # rows not evenly spaced
+    ]
+    rt = check(g, rand_inputs(g), flags=flags, use_blas=False)
+    assert _packed_calls(rt) == 6
+    # one packed copy per distinct weight view: w, and wt seen transposed
+    assert sum(isinstance(s, PackedWeight) for s in rt.program.layout.weights) == 2
+    # the bias went into the kernel's epilogue: no separate bias loop
+    assert "bb[" not in rt.source
+
+
+def test_a_weight_that_is_an_input_is_not_packed():
+    g = Graph()
+    x, w = inp(g, (20, 8)), inp(g, (8, 40))
+    g.outputs = [g.add("matmul", (x, w), alpha=1.0)]
+    rt = check(g, rand_inputs(g), use_blas=False)
+    assert _packed_calls(rt) == -1  # not even defined
