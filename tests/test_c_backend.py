@@ -16,6 +16,7 @@ from eqsat_llm.codegen.c import (
     UnsupportedByBackend,
     save_standalone,
 )
+from eqsat_llm.codegen.c import emit_attention
 from eqsat_llm.codegen.c.blas import openblas_dir
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.ir import Graph, TensorType
@@ -141,7 +142,7 @@ def test_norms_softmax_embedding():
 
 
 @pytest.mark.parametrize("sq,sk,d", [(70, 70, 24), (1, 131, 16), (9, 1, 8)])
-def test_attention(sq, sk, d):
+def test_attention(sq, sk, d, monkeypatch):
     g = Graph()
     q = g.add("permute", (inp(g, (2, sq, 3, d)),), dims=[0, 2, 1, 3])  # strided like the block
     k, v = inp(g, (2, 3, sk, d)), inp(g, (2, 3, sk, d))
@@ -150,6 +151,10 @@ def test_attention(sq, sk, d):
     bias = const(g, mask)
     g.outputs = [g.add("attention", (q, k, v, bias), scale=d ** -0.5)]
     xs = rand_inputs(g)
+    # prefill-sized query blocks run on the packed GEMM's micro-kernels
+    rt = check(g, xs, use_blas=False)
+    assert ("eq_panel(" in rt.source) == (sq >= 8)
+    monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)  # too big for its stack scratch:
     check(g, xs, use_blas=False)  # the flash-style kernel
     if openblas_dir() is not None:  # per-head GEMMs through BLAS (prefill-sized query blocks)
         rt = check(g, xs, use_blas=True)

@@ -25,6 +25,13 @@ def _batch_offset(var: str, shape: list[int], strides: list[int]) -> str:
 
 BLAS_MIN_ROWS = 8  # query rows from which per-head GEMMs beat the flash kernel (prefill)
 BLAS_THREADS = 8  # scratch score matrices kept per kernel (one per thread, at most this many)
+PACKED_ROWS = 64  # query rows per block of scores in the packed-kernel attention
+PACKED_SCRATCH = 1 << 17  # floats of per-thread stack scratch it may use (512 KiB)
+
+
+def _packed_scratch_floats(sq: int, sk: int, d: int, dv: int) -> int:
+    skp, dvp = -(-sk // 32) * 32, -(-dv // 32) * 32
+    return skp * d + dvp * sk + min(sq, PACKED_ROWS) * sk
 
 
 def _head_pointers(offs: list[str]) -> str:
@@ -66,8 +73,12 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False) -> 
     o_rs, o_cs = out.strides[-2:]
     b_rs, b_cs = bias_st[-2:]
     masked = bias.space != "scalar" and b_cs != 0
-    if blas and sq >= BLAS_MIN_ROWS and q_cs == k_cs == v_cs == o_cs == 1:
-        bias_at = f"bp[i * {b_rs} + j * {b_cs}]" if not bias_lit else bias_lit
+    unit = q_cs == k_cs == v_cs == o_cs == 1
+    bias_at = f"bp[i * {b_rs} + j * {b_cs}]" if not bias_lit else bias_lit
+    if sq >= BLAS_MIN_ROWS and unit and _packed_scratch_floats(sq, sk, d, dv) <= PACKED_SCRATCH:
+        return _packed_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs), bias_ptr,
+                                 bias_at, float(node.attrs["scale"]), q, k, v, out)
+    if blas and sq >= BLAS_MIN_ROWS and unit:
         return _blas_attention(node.id, nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
                                bias_ptr, bias_at, float(node.attrs["scale"]), q, k, v, out)
     tiles = (sq + QT - 1) // QT
@@ -175,19 +186,70 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
 {_head_pointers(offs)}
     EQ_SGEMM(101, 111, 112, {sq}, {sk}, {d}, {scale.hex()}f, qp, {q_rs}, kp, {k_rs}, 0.0f,
              S, {sk});
-    for (int64_t i = 0; i < {sq}; i++) {{
-        float* s = S + i * {sk};
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < {sk}; j++) {{
-            s[j] += {bias_at};
-            mx = s[j] > mx ? s[j] : mx;
-        }}
-        float sum = 0.0f;
-#pragma omp simd reduction(+:sum)
-        for (int64_t j = 0; j < {sk}; j++) {{ s[j] = eq_expf(s[j] - mx); sum += s[j]; }}
-        const float inv = 1.0f / sum;
-#pragma omp simd
-        for (int64_t j = 0; j < {sk}; j++) s[j] *= inv;
-    }}
+{_softmax_rows(bias_at, sk, str(sq), "0")}
     EQ_SGEMM(101, 111, 111, {sq}, {dv}, {sk}, 1.0f, S, {sk}, vp, {v_rs}, 0.0f, op, {o_rs});
+}}"""
+
+
+def _softmax_rows(bias_at: str, sk: int, rows: str, row0: str) -> str:
+    """Rows of S (+ bias at (row0 + r, j)) replaced by their softmax, in place."""
+    return f"""        for (int64_t r = 0; r < {rows}; r++) {{
+            float* s = S + r * {sk};
+            const int64_t i = {row0} + r;
+            (void)i;
+            float mx = -INFINITY;
+#pragma omp simd reduction(max:mx)
+            for (int64_t j = 0; j < {sk}; j++) {{
+                s[j] += {bias_at};
+                mx = s[j] > mx ? s[j] : mx;
+            }}
+            float sum = 0.0f;
+#pragma omp simd reduction(+:sum)
+            for (int64_t j = 0; j < {sk}; j++) {{ s[j] = eq_expf(s[j] - mx); sum += s[j]; }}
+            const float inv = 1.0f / sum;
+#pragma omp simd
+            for (int64_t j = 0; j < {sk}; j++) s[j] *= inv;
+        }}"""
+
+
+def _packed_attention(nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
+                      row_strides: tuple[int, int, int, int], bias_ptr: str, bias_at: str,
+                      scale: float, q: Ref, k: Ref, v: Ref, out: Ref) -> str:
+    """Per (batch, head), on the packed GEMM's micro-kernels (packed_gemm.py): k^T and v packed
+    into 32-column panels on the stack, then per block of query rows S = q k^T * scale, + bias
+    and a row softmax in place, out = S v. Rounding differs from the reference only in the
+    order of the sums."""
+    q_rs, k_rs, v_rs, o_rs = row_strides
+    npk, npv = -(-sk // 32), -(-dv // 32)
+    rb = min(sq, PACKED_ROWS)
+    par = nb > 1 and nb * sq * sk * (d + dv) >= PARALLEL_MIN * 4
+    return f"""const float* qp0 = {q.ptr()};
+const float* kp0 = {k.ptr()};
+const float* vp0 = {v.ptr()};
+float* op0 = {out.ptr(const=False)};
+const float* bp0 = {bias_ptr if bias_ptr != "0" else "(const float*)0"};
+#pragma omp parallel for schedule(static, 1) if({int(par)})
+for (int64_t bi = 0; bi < {nb}; bi++) {{
+{_head_pointers(offs)}
+    float kt[{npk * d * 32}] __attribute__((aligned(64)));  /* k^T: key panels of d x 32 */
+    float vk[{npv * sk * 32}] __attribute__((aligned(64)));  /* v: column panels of sk x 32 */
+    float S[{rb * sk}] __attribute__((aligned(64)));
+    for (int64_t p = 0; p < {npk}; p++)
+        for (int64_t c = 0; c < {d}; c++)
+            for (int64_t j = 0; j < 32; j++)
+                kt[(p * {d} + c) * 32 + j] = p * 32 + j < {sk} ? kp[(p * 32 + j) * {k_rs} + c] : 0.0f;
+    for (int64_t p = 0; p < {npv}; p++)
+        for (int64_t j = 0; j < {sk}; j++)
+            for (int64_t c = 0; c < 32; c++)
+                vk[(p * {sk} + j) * 32 + c] = p * 32 + c < {dv} ? vp[j * {v_rs} + p * 32 + c] : 0.0f;
+    for (int64_t i0 = 0; i0 < {sq}; i0 += {rb}) {{
+        const int64_t rows = {sq} - i0 < {rb} ? {sq} - i0 : {rb};
+        for (int64_t p = 0; p < {npk}; p++)
+            eq_panel(rows, {d}, qp + i0 * {q_rs}, {q_rs}, kt + p * {d} * 32, S, {sk}, p * 32,
+                     (int)({sk} - p * 32 < 32 ? {sk} - p * 32 : 32), {scale.hex()}f, 0, 0, 0, 0);
+{_softmax_rows(bias_at, sk, "rows", "i0")}
+        for (int64_t p = 0; p < {npv}; p++)
+            eq_panel(rows, {sk}, S, {sk}, vk + p * {sk} * 32, op + i0 * {o_rs}, {o_rs}, p * 32,
+                     (int)({dv} - p * 32 < 32 ? {dv} - p * 32 : 32), 1.0f, 0, 0, 0, 0);
+    }}
 }}"""
