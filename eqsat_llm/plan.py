@@ -150,8 +150,41 @@ def _reference_strides(node: Node, xs: list[Any], t: TensorType) -> tuple[int, .
     return contiguous_strides(t.shape)
 
 
+# ops that write any output strides on every runtime (a strided kernel in C, computed then
+# copied in by the planned runtime): their buffers may take the layout their user wants
+STRIDE_FREE_OPS = frozenset({"attention"})
+
+
+def _head_merge_strides(graph: Graph, live: set[int]) -> dict[int, tuple[int, ...]]:
+    """Strides for a STRIDE_FREE_OPS buffer whose only use is a permute or transpose (the
+    attention heads merged back, `out.transpose(1, 2).reshape(b, s, h * d)`): laid out so that
+    the permuted value is contiguous, and the reshape after it a free view instead of a copy."""
+    users = graph.users()
+    chosen: dict[int, tuple[int, ...]] = {}
+    for node in graph.nodes:
+        if node.id not in live or node.op not in ("permute", "transpose"):
+            continue
+        src = graph.node(node.inputs[0])
+        if (src.op not in STRIDE_FREE_OPS or src.id in graph.outputs
+                or [u for u in users[src.id] if u in live] != [node.id]):
+            continue
+        rank = len(node.type.shape)
+        if node.op == "permute":
+            dims = [d % rank for d in node.attrs["dims"]]
+        else:
+            dims = list(range(rank))
+            a, b = node.attrs["dim0"] % rank, node.attrs["dim1"] % rank
+            dims[a], dims[b] = dims[b], dims[a]
+        st = [0] * rank
+        for i, c in zip(dims, contiguous_strides(node.type.shape)):
+            st[i] = c  # permuted[j] = src[dims[j]]: src's dim dims[j] gets stride c_j
+        chosen[src.id] = tuple(st)
+    return chosen
+
+
 def analyse_layout(graph: Graph) -> Layout:
     live = graph.live_ids()
+    preferred = _head_merge_strides(graph, live)
     outputs = set(graph.outputs)
     kinds: dict[int, str] = {}
     root: dict[int, int] = {}
@@ -185,7 +218,7 @@ def analyse_layout(graph: Graph) -> Layout:
                 else:
                     kinds[nid] = EXTERN_VIEW
                 continue
-        st = _reference_strides(node, xs, t)
+        st = preferred.get(nid) or _reference_strides(node, xs, t)
         kinds[nid] = OUTPUT if nid in outputs else ARENA
         root[nid], strides[nid] = nid, st
         meta[nid] = torch.empty_strided(t.shape, st, dtype=dtype_of(t.dtype), device="meta")

@@ -301,6 +301,25 @@ def test_views_alias_and_copies_do_not():
     assert torch.equal(first, ReferenceRuntime(g).run(inputs)[1])  # copied out, not clobbered
 
 
+@pytest.mark.parametrize("merge", ["permute", "transpose"])
+def test_attention_is_laid_out_so_that_the_head_merge_is_a_view(merge):
+    """out.transpose(1, 2).reshape(b, s, h * d): the attention buffer takes the strides that
+    make the permuted value contiguous, so the reshape aliases it instead of copying."""
+    g = Graph()
+    shape = (1, 3, 5, 4)  # batch, heads, seq, head dim
+    q, k, v = (g.append("input", (), {"name": f"x{i}", "index": i}, TensorType(shape, "float32"))
+               for i in range(3))
+    a = g.add("attention", [q, k, v, g.add("scalar", value=0.0, kind="float")], scale=0.5)
+    p = (g.add("permute", [a], dims=[0, 2, 1, 3]) if merge == "permute"
+         else g.add("transpose", [a], dim0=1, dim1=2))
+    m = g.add("view", [p], shape=[1, 5, 12])
+    g.outputs = [g.add("exp", [m])]
+    plan = plan_memory(g)
+    check_plan(g, plan)
+    assert plan.strides[a] == (60, 4, 12, 1) and plan.kinds[m] == ALIAS
+    same_outputs(g, [torch.randn(shape) for _ in range(3)], PlannedRuntime(g, plan))
+
+
 def test_output_viewing_a_whole_buffer_takes_it_out_of_the_arena():
     g = Graph()
     x = g.append("input", (), {"name": "x", "index": 0}, TensorType((4, 6), "float32"))
