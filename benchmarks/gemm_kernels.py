@@ -124,7 +124,7 @@ def main() -> None:
                           for s, t in res.items())
         lines.append(f"| {m}x{k}x{n} | {cells} |")
         print(lines[-1], flush=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = (f"{SECTION}\n\nCommand: `.venv/bin/python benchmarks/gemm_kernels.py --write` "
             f"({stamp}, {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
             f" with 2 threads, generated kernels on 2 OpenMP threads; 1-minute load "

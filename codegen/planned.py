@@ -53,8 +53,10 @@ UNARY = ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "reciprocal", 
          "sin", "erf", "logical_not", "bitwise_not")
 # No out= kernel that writes without allocating: computed by the reference, then copied in.
 # (aten.native_layer_norm.out is generated: it runs the functional op and copies, too.)
-# (rope: its rotated half is a temporary in the reference too.)
-COPY_IN_OPS = frozenset({"layer_norm", "sdpa", "sdpa_masked", "fallback", "getitem", "rope"})
+# (rope: its rotated half is a temporary in the reference too; so are rms_norm_matmul's
+# normalised rows.)
+COPY_IN_OPS = frozenset({"layer_norm", "sdpa", "sdpa_masked", "fallback", "getitem", "rope",
+                         "rms_norm_matmul"})
 
 
 def _fn_writer(fn: Callable[..., Any]) -> Writer:
@@ -75,6 +77,18 @@ def _matmul_add(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
     if a["alpha"] != 1.0:
         out.mul_(xs[3])
     out.add_(xs[2])
+
+
+_ACT_INPLACE: dict[str, Callable[[torch.Tensor], Any]] = {
+    "relu": torch.relu_, "silu": lambda t: aten.silu_(t),
+    "gelu_tanh": lambda t: aten.gelu_(t, approximate="tanh"),
+    "gelu": lambda t: aten.gelu_(t, approximate="none")}
+
+
+def _addmm_act(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
+    # the reference's own steps: addmm into the buffer, then the activation on it in place
+    torch.addmm(*xs, beta=a["beta"], alpha=a["alpha"], out=out)
+    _ACT_INPLACE[a["act"]](out)
 
 
 def _reduce_writer(fn: Callable[..., Any]) -> Writer:
@@ -128,6 +142,7 @@ WRITERS: dict[str, Writer] = {
     "linear": lambda out, xs, a: aten.linear.out(xs[0], xs[1], None, out=out),
     "linear_bias": lambda out, xs, a: aten.linear.out(*xs, out=out),
     "matmul_add": _matmul_add,
+    "addmm_act": _addmm_act,
     "sum": _reduce_writer(torch.sum),
     "amax": lambda out, xs, a: torch.amax(xs[0], a["dims"], a["keepdim"], out=out),
     "amin": lambda out, xs, a: torch.amin(xs[0], a["dims"], a["keepdim"], out=out),

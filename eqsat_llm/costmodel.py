@@ -161,6 +161,8 @@ KIND: dict[str, str] = {
     **dict.fromkeys(["permute", "transpose", "clone", "cat", "to_dtype"], "copy"),
     **dict.fromkeys(["mm", "bmm", "matmul", "addmm", "linear", "linear_bias", "matmul_add"],
                     "matmul"),
+    "rms_norm_matmul": "matmul",
+    "addmm_act": "matmul",
     **dict.fromkeys(VECTOR_WEIGHT, "vector"),
     **dict.fromkeys(["embedding", "index_select", "index"], "gather"),
     **dict.fromkeys(["attention", "sdpa", "sdpa_masked"], "attention"),
@@ -328,8 +330,8 @@ def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
                   out: TensorType) -> tuple[float, int, float]:
     """(matmul flops, smallest GEMM dimension, epilogue flops) of a matmul-family op.
     Flops = 2 * numel(out) * K: one multiply-add per output element per contracted index."""
-    a = ins[1] if op == "addmm" else ins[0]
-    b = ins[1] if op in ("linear", "linear_bias", "matmul_add") else ins[-1] if op != "addmm" \
+    a = ins[1] if op in ("addmm", "addmm_act") else ins[0]
+    b = ins[1] if op in ("linear", "linear_bias", "matmul_add", "rms_norm_matmul") else ins[-1] if op != "addmm" \
         else ins[2]
     if not a.shape:
         raise CostError(f"{op}: a 0-d operand {a} is not a matrix")
@@ -345,8 +347,13 @@ def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
     epilogue = 0.0
     if op == "addmm":
         epilogue = 2.0 * out.numel
+    elif op == "addmm_act":  # bias and activation on the tile: the product never moved
+        epilogue = (2.0 + VECTOR_WEIGHT[_ACT_OPS[attrs.get("act", "gelu")][0]]) * out.numel
     elif op == "matmul_add":  # the add (and the scale): r is read, the product never moved
         epilogue = float(out.numel) * (1.0 if attrs.get("alpha", 1.0) == 1.0 else 2.0)
+    elif op == "rms_norm_matmul":  # the row statistics (square, sum) on x; g is folded into
+        # the weight and the row scale multiplies each tile in L1 as it is stored (as alpha)
+        epilogue = 2.0 * a.numel + (0.0 if attrs.get("alpha", 1.0) == 1.0 else out.numel)
     elif op == "linear_bias" or attrs.get("alpha", 1.0) != 1.0:
         epilogue = float(out.numel)
     return 2.0 * out.numel * k, min(rows, n, k), epilogue
@@ -405,5 +412,27 @@ def _rope_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> li
             ("mul", {}, [x, sin], out), ("mul", {}, [x, cos], out), ("add", {}, [out, out], out)]
 
 
+def _rms_norm_matmul_parts(a: dict[str, Any], ins: list[TensorType],
+                           out: TensorType) -> list[Part]:
+    x, w, g = ins
+    return [("rms_norm", {"eps": a["eps"]}, [x, g], x),
+            ("matmul", {"alpha": a.get("alpha", 1.0)}, [x, w], out)]
+
+
 _DECOMPOSITIONS = {"rope": _rope_parts, "rms_norm": _rms_norm_parts, "swiglu": _swiglu_parts,
-                   "attention": _attention_parts, "matmul_add": _matmul_add_parts}
+                   "attention": _attention_parts, "matmul_add": _matmul_add_parts,
+                   "rms_norm_matmul": _rms_norm_matmul_parts}
+
+# addmm_act's activation (ops.ACTIVATIONS) as the op its reference runs, with its attributes
+_ACT_OPS: dict[str, tuple[str, dict[str, Any]]] = {
+    "relu": ("relu", {}), "silu": ("silu", {}), "gelu_tanh": ("gelu", {"approximate": "tanh"}),
+    "gelu": ("gelu", {"approximate": "none"})}
+
+
+def _addmm_act_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
+    act, act_attrs = _ACT_OPS[a["act"]]
+    return [("addmm", {"beta": a.get("beta", 1.0), "alpha": a.get("alpha", 1.0)}, ins, out),
+            (act, act_attrs, [out], out)]
+
+
+_DECOMPOSITIONS["addmm_act"] = _addmm_act_parts

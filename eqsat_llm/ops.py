@@ -202,6 +202,18 @@ register("linear_bias", 3, ref=lambda xs, a: F.linear(xs[0], xs[1], xs[2]), cate
 register("matmul_add", 3, "alpha:float",
          ref=lambda xs, a: _scaled(torch.matmul(xs[0], xs[1]), a["alpha"]) + xs[2],
          category="matmul", shape="matmul")
+# addmm_act: linear + bias + activation as one op (rules/fusion.py, issue 3): act(addmm(bias,
+# a, b)), the activation applied in the GEMM's epilogue. The reference is exactly the pair it
+# replaces, each spelled as its own op's reference (the unary ops' and gelu's).
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu, "silu": F.silu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": lambda x: F.gelu(x, approximate="none"),
+}
+register("addmm_act", 3, "beta:float alpha:float act:str",
+         ref=lambda xs, a: ACTIVATIONS[a["act"]](
+             torch.addmm(xs[0], xs[1], xs[2], beta=a["beta"], alpha=a["alpha"])),
+         category="matmul", shape="addmm")
 
 
 def _scaled(x: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -332,6 +344,13 @@ register("rms_norm", 2, "eps:float", ref=_rms_norm, category="reduction", shape=
 register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
          category="elementwise", shape="broadcast", dtype="same")
 register("attention", 4, "scale:float", ref=_attention, category="attention", shape="sdpa")
+# rms_norm_matmul(x, w, g): matmul(rms_norm(x, g, eps), w, alpha) as one kernel (issue 3; the
+# norm feeding the merged QKV / gate-up projections). w before g so that the shape rule is
+# matmul's on (x, w); w is 2-D (the rule guarantees it). The reference is exactly the pair.
+register("rms_norm_matmul", 3, "eps:float alpha:float",
+         ref=lambda xs, a: _scaled(torch.matmul(_rms_norm([xs[0], xs[2]], a), xs[1]),
+                                   a["alpha"]),
+         category="matmul", shape="matmul")
 
 
 def _rope(xs: list[Any], a: dict[str, Any]) -> Any:

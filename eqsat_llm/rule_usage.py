@@ -49,6 +49,8 @@ def result_and_pattern(rule: Rule) -> tuple[list[Skeleton], list[Skeleton]]:
 
 def _matches(graph: Graph, node_id: int, skel: Skeleton) -> bool:
     node = graph.node(node_id)
+    if node.op == "rms_norm_matmul" and skel.op in ("matmul", "rms_norm"):
+        return _matches_norm_matmul(graph, node.inputs, skel)
     if node.op != skel.op:
         return False
     for i, child in enumerate(skel.children):
@@ -58,6 +60,21 @@ def _matches(graph: Graph, node_id: int, skel: Skeleton) -> bool:
     return True
 
 
+def _matches_norm_matmul(graph: Graph, inputs: tuple[int, ...], skel: Skeleton) -> bool:
+    """rms_norm_matmul(x, w, g) is matmul(rms_norm(x, g), w) in one op: a skeleton of either
+    part matches it (the norm and the merged projection it feeds are still used)."""
+    x, w, g = inputs
+
+    def all_match(children: tuple[Skeleton | None, ...], ids: tuple[int, ...]) -> bool:
+        return all(c is None or _matches(graph, i, c) for c, i in zip(children, ids))
+    if skel.op == "rms_norm":
+        return all_match(skel.children, (x, g))
+    inner = skel.children[0] if skel.children else None
+    if inner is not None and not (inner.op == "rms_norm" and all_match(inner.children, (x, g))):
+        return False
+    return all_match(skel.children[1:2], (w,))
+
+
 def contains(graph: Graph, skel: Skeleton) -> bool:
     live = graph.live_ids()
     return any(_matches(graph, n.id, skel) for n in graph.nodes if n.id in live)
@@ -65,6 +82,10 @@ def contains(graph: Graph, skel: Skeleton) -> bool:
 
 def rule_used(rule: Rule, before: Graph, after: Graph) -> bool:
     built, matched = result_and_pattern(rule)
+    # a result under a view (free; the layout rules cancel it against its consumer's view) is
+    # also judged by the term beneath it, where that term is new (addmm-view-gelu)
+    built += [c for s in built if s.op == "view" for c in s.children[:1]
+              if c is not None and not contains(before, c)]
     if built:
         return any(contains(after, s) for s in built)
     return any(contains(before, s) and not contains(after, s) for s in matched)

@@ -216,7 +216,7 @@ def _demand(rng: random.Random, op: str, pos: int, built: dict[int, TensorType])
             if pos == 1:
                 return (TensorType((*q[:2], d, q[3]), f), None) if q else rank(4)
             return (TensorType((*k[:3], d), f), None) if k else rank(4)
-        if op == "layer_norm":
+        if op in ("layer_norm", "rms_norm"):  # (rms_norm: x, g)
             if pos > 0:
                 return (TensorType(b[0][-1:], f), None) if 0 in b else rank(1)
             return (TensorType((*_shape(rng, rng.choice((0, 1, 2))), b[1][0]), f), None) \
@@ -493,7 +493,9 @@ class _Instance:
                 return isinstance(a, UnboundVarDecl) and a.name not in self.tensors and \
                     a.name not in self.pattern.bound
             built: dict[int, int] = {}
-            for i in sorted(range(n_in), key=lambda i: fresh(args[i])):
+            # (addmm's bias last among fresh leaves: it adapts to the product's width)
+            last = 0 if opdef.shape_rule == "addmm" else -1
+            for i in sorted(range(n_in), key=lambda i: (fresh(args[i]), i == last)):
                 if opdef.name == "view":
                     demand = want
                 else:

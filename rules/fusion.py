@@ -53,12 +53,36 @@ def matmul_epilogue(y: Tensor, m: Tensor, x: Tensor, w: Tensor, r: Tensor, al: f
 
 
 @family("fusion")
+def norm_matmul(y: Tensor, x: Tensor, g: Tensor, w: Tensor, eps: f64, al: f64, sw: Vec[i64]):
+    # An RMSNorm feeding a matmul against a 2-D weight (the merged QKV and gate/up projections)
+    # is one kernel (issue 3): the normalised rows are never written out and read back; with
+    # g and w constant the C backend folds g into w's rows and scales each output row.
+    two_d = (eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)))
+    yield exact("rms-norm-matmul", rule(eq(y).to(E.matmul(E.rms_norm(x, g, eps), w, al)), *two_d).then(union(y).with_(E.rms_norm_matmul(x, w, g, eps, al))))
+
+
+@family("fusion")
 def activations(x: Tensor, k: String):
     # GPT-2's gelu_new, 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))), is one gelu;
     # written the same way in docs/examples/gelu_tanh_rule.py, the rule-authoring guide's example
     cube = E.pow(x, E.scalar(3.0, k))
     inner = E.mul(E.add(x, E.mul(cube, E.scalar(0.044715, "float"))), E.scalar(0.7978845608028654, "float"))
     yield reassociates("gelu-tanh", rewrite(E.mul(E.mul(x, E.scalar(0.5, "float")), E.add(E.tanh(inner), E.scalar(1.0, "float")))).to(E.gelu(x, "tanh")), note="torch's fused kernel rounds differently")
+
+
+@family("fusion")
+def linear_activation(b: Tensor, x: Tensor, w: Tensor, be: f64, al: f64, s: Vec[i64]):
+    # linear + bias + activation as one op (issue 3): act(addmm(b, x, w)) -> addmm_act, the
+    # activation applied in the GEMM's epilogue. addmm is 2-D and the models 3-D, so the
+    # activation usually reads the product through a view (GPT-2: addmm -> view -> gelu):
+    # an elementwise op commutes with a reshape, so that form fuses too, under the view.
+    acts = {"relu": E.relu, "silu": E.silu, "gelu-tanh": lambda t: E.gelu(t, "tanh"),
+            "gelu": lambda t: E.gelu(t, "none")}
+    for name, act in acts.items():
+        mm = E.addmm(b, x, w, be, al)
+        fused = E.addmm_act(b, x, w, be, al, String(name.replace("-", "_")))
+        yield exact(f"addmm-{name}", rewrite(act(mm)).to(fused))
+        yield exact(f"addmm-view-{name}", rewrite(act(E.view(mm, s))).to(E.view(fused, s)), note="an elementwise op commutes with a reshape")
 
 
 @family("fusion")

@@ -46,6 +46,9 @@ CASES = {
                                                         dtype=F32)), alpha=2.0),
     "rms_norm": lambda g, x: g.add("rms_norm", (x[0], g.add("full", shape=[5], value=1.5,
                                                             dtype=F32)), eps=1e-6),
+    "rms_norm_matmul": lambda g, x: g.add("rms_norm_matmul", (x[0], g.add(
+        "full", shape=[5, 4], value=0.5, dtype=F32), g.add("full", shape=[5], value=1.5,
+                                                           dtype=F32)), eps=1e-6, alpha=0.5),
     "swiglu": lambda g, x: g.add("swiglu", (x[1], g.add("view", (x[0],), shape=[2, 1, 3, 5]))),
     "attention": lambda g, x: g.add("attention", (x[0], x[0], x[0], g.add(
         "full", shape=[3, 3], value=0.0, dtype=F32)), scale=0.5),

@@ -244,7 +244,8 @@ def test_workload_plan_is_tight_and_runs_identically(workload, stage):
         plan.summary()
     # optimized programs fuse their elementwise chains (rope, swiglu, epilogues): fewer and
     # smaller intermediates, so less to save over naive and nothing left to write in place
-    assert plan.arena_bytes <= (0.5 if stage == "captured" else 0.6) * plan.naive_bytes, \
+    # (the norms fused into their projections leave the block's prefill at 0.625 of naive)
+    assert plan.arena_bytes <= (0.5 if stage == "captured" else 0.65) * plan.naive_bytes, \
         plan.summary()
     assert (plan.inplace_count > 0 or stage == "optimized") and plan.alias_count > 0
     runtime = PlannedRuntime(graph, plan)

@@ -27,7 +27,9 @@ from .emit_elementwise import (
 )
 from .emit_matmul import MATMUL_OPS, emit_matmul
 from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
+from .emit_norm_matmul import emit_rms_norm_matmul
 from .errors import UnsupportedByBackend
+from .fuse_elementwise import emit_fused, fusion_groups, overlaps
 from .packed_gemm import PACKED_GEMM_C, PackedWeight
 from .prelude import PRELUDE
 from .values import Layout, Ref, build_layout
@@ -36,7 +38,7 @@ LAYOUT_OPS = frozenset({"view", "permute", "transpose", "expand", "slice", "sele
                         "unsqueeze"})
 ROW_OPS = frozenset({"rms_norm", "layer_norm", "softmax", "log_softmax"})
 SUPPORTED_OPS = (frozenset({"input", "param", "const", "scalar", "cat", "attention",
-                            "embedding", "full", "rope"})
+                            "embedding", "full", "rope", "rms_norm_matmul"})
                  | LAYOUT_OPS | ELEMENTWISE_OPS | MATMUL_OPS | ROW_OPS)
 
 KernelHook = Callable[[str, str], str]
@@ -49,6 +51,7 @@ class Kernel:
     op: str
     first_line: int = 0
     last_line: int = 0
+    fused: tuple[int, ...] = ()  # an elementwise group's nodes (fuse_elementwise.py), root last
 
 
 @dataclass
@@ -81,6 +84,8 @@ def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool,
         return emit_rope(out, ins, restrict)
     if op == "attention":
         return emit_attention(node, out, ins, blas)
+    if op == "rms_norm_matmul":
+        return emit_rms_norm_matmul(node, out, ins, layout)
     if op == "rms_norm":
         return emit_rms_norm(node, out, ins)
     if op == "layer_norm":
@@ -120,7 +125,7 @@ def _embedding(out: Ref, ins: list[Ref]) -> str | None:
 
 
 def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
-                 kernel_hook: KernelHook | None = None) -> Program:
+                 kernel_hook: KernelHook | None = None, fuse: bool = True) -> Program:
     bad = unsupported_ops(graph)
     if bad:
         raise UnsupportedByBackend(bad)
@@ -132,11 +137,24 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
                 for k, nid in enumerate(lay.outputs)]
     parts: list[tuple[Kernel, str]] = []
     rejected: list[str] = []
+    groups = {g.root: g for g in fusion_groups(graph, plan, refs)} if fuse else {}
+    inner = {m for g in groups.values() for m in g.members[:-1]}
     for nid in plan.order:
         node = graph.node(nid)
         kind = plan.kinds[nid]
         name = f"k{nid}_{node.op}"
-        if kind in (ARENA, OUTPUT):
+        if nid in inner:  # computed in registers by its group's root kernel
+            continue
+        if nid in groups:
+            g, out = groups[nid], refs[nid]
+            ext = [refs[i] for i in g.inputs]
+            buf = plan.buffers.get(nid)
+            restrict = (buf is None or buf.inplace_of is None) and all(
+                r.root != out.root and not overlaps(r, out) for r in ext)
+            body = emit_fused(graph, g, refs, restrict)
+            assert body is not None  # fusion_groups checked every member
+            parts.append((Kernel(name, nid, node.op, fused=g.members), body))
+        elif kind in (ARENA, OUTPUT):
             out = refs[nid]
             ins = [refs[i] for i in node.inputs]
             buf = plan.buffers.get(nid)

@@ -142,13 +142,25 @@ def strided_map(out: Ref, ins: list[Ref], expr: Callable[[list[str]], str], ct: 
     return "\n".join(decl) + "\n" + loop_nest(out.shape, strides, body)
 
 
-def emit_elementwise(node: Node, out: Ref, ins: list[Ref], restrict: bool) -> str | None:
+def element_expr(node: Node, out: Ref, ins: list[Ref]
+                 ) -> tuple[str, Callable[[list[str]], str]] | None:
+    """The op on one element: (compute type, args -> C expression), the args already cast to
+    the compute type; None when this dtype combination is not generated. The caller casts
+    the expression to `out`'s type (fuse_elementwise.py chains these in registers)."""
     ct = compute_type(node, out, ins)
     if ct is None:
         return None
     table = BINARY if node.op in BINARY else FLOAT_UNARY if node.op in FLOAT_UNARY else OTHER
     fn = table[node.op]
-    return strided_map(out, ins, lambda a: fn(ct, a, node.attrs), ct, restrict)
+    return ct, lambda a: fn(ct, a, node.attrs)
+
+
+def emit_elementwise(node: Node, out: Ref, ins: list[Ref], restrict: bool) -> str | None:
+    e = element_expr(node, out, ins)
+    if e is None:
+        return None
+    ct, expr = e
+    return strided_map(out, ins, expr, ct, restrict)
 
 
 def emit_copy(out: Ref, src: Ref) -> str:

@@ -5,13 +5,15 @@ shape class by `use_blas(m)` (measured: docs/c-backend.md). Epilogues (bias of a
 linear_bias) run in the same kernel right after the product. matmul_add's residual r is added
 while the output is in cache: the generated kernel adds it to each output row as it stores the
 row from its accumulators; the BLAS path adds it to each thread's column slice right after that
-thread's sgemm (beta = 0: the product is rounded first, then r added, as in the reference)."""
+thread's sgemm (beta = 0: the product is rounded first, then r added, as in the reference).
+addmm_act's activation follows the bias: in the packed kernel's tile epilogue when the weight
+is a packed constant, else in a loop over the output right after the bias (still one kernel)."""
 
 from __future__ import annotations
 
 from ...ir import Node
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
-from .packed_gemm import PackedWeight
+from .packed_gemm import ACTIVATIONS, PackedWeight
 from .values import Layout, Ref
 
 # GEMMs with at least this many rows call BLAS (when the program is built with it); fewer rows
@@ -20,7 +22,16 @@ BLAS_MIN_M = 8
 # GEMMs against a constant weight with at least this many rows use the packed-weight kernel
 # (packed_gemm.py), with or without BLAS in the build (measured: docs/c-backend.md)
 PACKED_MIN_M = 1
-MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias", "matmul_add"})
+MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias", "matmul_add",
+                        "addmm_act"})
+# addmm_act's activation on one float v: eq_act's cases in packed_gemm.py, for the paths that
+# apply it in a loop after the GEMM and its bias
+_ACT_EXPR = {
+    "relu": "v > 0.0f ? v : 0.0f",
+    "silu": "v * eq_sigmoidf(v)",
+    "gelu_tanh": "0.5f * v * (1.0f + eq_tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))",
+    "gelu": "0.5f * v * (1.0f + erff(v * 0.7071067811865476f))",
+}
 
 
 def _t(r: Ref) -> Ref:
@@ -49,7 +60,7 @@ def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool,
         a, b, res = ins
         if res.dtype != "float32" or res.space == "scalar" or len(res.shape) > len(out.shape):
             return None
-    elif op == "addmm":
+    elif op in ("addmm", "addmm_act"):
         bias, a, b = ins
     elif op == "linear":
         a, b = ins[0], _t(ins[1])
@@ -101,8 +112,12 @@ def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool,
     work = rows * N * K * nb
     packed = _packed_weight(g, b, bst[2] if bsh else [], layout)
     bias_fused = packed is not None and bias is not None and _bias_as_addend(out, bias)
+    act = at["act"] if op == "addmm_act" else None
+    # the packed kernel's tile epilogue applies the activation after its addends (the bias)
+    act_fused = packed is not None and (bias is None or bias_fused)
     if packed is not None:
-        call = _packed_gemm(g, boff, work, packed, bias if bias_fused else None, beta)
+        call = _packed_gemm(g, boff, work, packed, bias if bias_fused else None, beta,
+                            ACTIVATIONS[act] if act and act_fused else 0)
     elif blas and _blas_ok(g) and rows >= BLAS_MIN_M:
         call = _blas_gemm(g, boff, work)
     else:
@@ -110,6 +125,8 @@ def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool,
     lines.append(call)
     if bias is not None and not bias_fused:
         lines.append(_bias_epilogue(out, bias, beta, boff[0] if bsh else "0"))
+    if act and not act_fused:
+        lines.append(_act_epilogue(out, act, boff[0] if bsh else "0"))
     if bsh:
         lines.append("}")
     return "\n".join(lines)
@@ -137,7 +154,7 @@ def _bias_as_addend(out: Ref, bias: Ref) -> bool:
 
 
 def _packed_gemm(g: dict, boff: list[str], work: int, packed: Ref, bias: Ref | None,
-                 beta: float) -> str:
+                 beta: float, act: int = 0) -> str:
     addends = []
     if g["res"]:
         addends.append(f"{{rr + {boff[3]}, {g['rs_r']}, {g['cs_r']}, 1.0f}}")
@@ -151,7 +168,7 @@ def _packed_gemm(g: dict, boff: list[str], work: int, packed: Ref, bias: Ref | N
     {e}
     eq_gemm_packed({g["M"]}, {g["N"]}, {g["K"]}, a + {boff[1]}, {g["rs_a"]}, {packed.ptr()},
                    o + {boff[0]}, {g["rs_c"]}, {float(g["alpha"]).hex()}f, NULL, e, {len(addends)},
-                   0, {int(par)});
+                   {act}, {int(par)});
 }}"""
 
 
@@ -251,3 +268,12 @@ def _bias_epilogue(out: Ref, bias: Ref, beta: float, boff: str) -> str:
     inner = loop_nest(shape, [ost, bst],
                       lambda o: f"    o[{boff} + {o[0]}] += {scale}bb[{o[1]}];")
     return f"{{ const float* bb = {bias.ptr()};\n{inner}\n}}"
+
+
+def _act_epilogue(out: Ref, act: str, boff: str) -> str:
+    # out[..., m, n] = act(out[..., m, n]), after the bias (addmm_act off the packed path)
+    from .loops import loop_nest
+    shape, ost = (out.shape, out.strides) if boff == "0" else (out.shape[-2:], out.strides[-2:])
+    inner = loop_nest(shape, [ost], lambda o: f"    {{ const float v = o[{boff} + {o[0]}]; "
+                                            f"o[{boff} + {o[0]}] = {_ACT_EXPR[act]}; }}")
+    return f"{{\n{inner}\n}}"

@@ -34,15 +34,20 @@ def _rows(out: Ref, ins: list[Ref], body: str, d: int) -> str:
                                                      simd=False) + undefs
 
 
+def inv_rms(x: str, cs: str, d: int, eps: float, r: str = "const float r") -> str:
+    """C lines setting `r` to 1 / sqrt(mean(x[c * cs]^2) + eps) over the d elements of a row
+    (rms_norm's statistics; also rms_norm_matmul's, emit_norm_matmul.py)."""
+    return f"""    float ss = 0.0f;
+#pragma omp simd reduction(+:ss)
+    for (int64_t c = 0; c < {d}; c++) ss += {x}[c * {cs}] * {x}[c * {cs}];
+    {r} = 1.0f / sqrtf(ss / {d}.0f + {float(eps).hex()}f);"""
+
+
 def emit_rms_norm(node: Node, out: Ref, ins: list[Ref]) -> str | None:
     if any(r.dtype != "float32" for r in [out] + ins) or not out.shape:
         return None
     d = out.shape[-1]
-    eps = f"{float(node.attrs['eps']).hex()}f"
-    body = f"""    float ss = 0.0f;
-#pragma omp simd reduction(+:ss)
-    for (int64_t c = 0; c < {d}; c++) ss += x0[c * CS1] * x0[c * CS1];
-    const float r = 1.0f / sqrtf(ss / {d}.0f + {eps});
+    body = f"""{inv_rms("x0", "CS1", d, node.attrs["eps"])}
 #pragma omp simd
     for (int64_t c = 0; c < {d}; c++) o[c * CS0] = x0[c * CS1] * r * x1[c * CS2];"""
     return _rows(out, ins, body, d)

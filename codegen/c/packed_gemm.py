@@ -80,10 +80,16 @@ static __attribute__((noinline)) void eq_tile_epilogue(
 #pragma omp simd
             for (int j = 0; j < ncols; j++) cr[j] += sc * q[j * cs];
         }
-        if (act) {
-#pragma omp simd
-            for (int j = 0; j < ncols; j++) cr[j] = eq_act(act, cr[j]);
+        /* one loop per activation, its code a constant: each loop vectorises */
+#define EQ_ACT_LOOP(A) { _Pragma("omp simd") for (int j = 0; j < ncols; j++) cr[j] = eq_act(A, cr[j]); }
+        switch (act) {
+        case 1: EQ_ACT_LOOP(1) break;
+        case 2: EQ_ACT_LOOP(2) break;
+        case 3: EQ_ACT_LOOP(3) break;
+        case 4: EQ_ACT_LOOP(4) break;
+        default: break;
         }
+#undef EQ_ACT_LOOP
     }
 }
 #if defined(__AVX512F__)

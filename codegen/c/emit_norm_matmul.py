@@ -1,0 +1,119 @@
+"""rms_norm_matmul(x, w, g) = alpha * rms_norm(x, g, eps) @ w as one kernel (issue 3).
+
+Fused (g and w constants, x and the output with unit column stride and evenly spaced rows):
+w is packed once with its rows scaled by g (`PackedWeight(row_scale=g)`), so that
+rms_norm(x, g) @ w = diag(inv_rms) (x @ (g * w)). Per block of `ROW_BLOCK` rows the kernel
+computes inv_rms[m] = 1 / sqrt(mean(x[m]^2) + eps) into a local array and runs the packed
+GEMM on x itself, whose epilogue scales each output row by inv_rms[m] while the tile is in
+L1: the normalised rows are never written. (g folded into w rounds differently from the
+reference, which scales x first: within ~1e-6 relative.)
+
+Otherwise (g or w computed at run time, other strides): each row is normalised into a local
+row, exactly as the reference rounds it, and multiplied by w, one row at a time. Nothing is
+allocated on the heap: the local arrays are bounded (ROW_BLOCK, K, N floats)."""
+
+from __future__ import annotations
+
+from ...ir import Node
+from .emit_norm import inv_rms
+from .loops import PARALLEL_MIN, collapse, loop_nest
+from .packed_gemm import PackedWeight
+from .values import Layout, Ref
+
+ROW_BLOCK = 256
+MAX_LOCAL = 1 << 16  # floats in one local row of the fallback (K and N)
+
+
+def emit_rms_norm_matmul(node: Node, out: Ref, ins: list[Ref],
+                         layout: Layout | None = None) -> str | None:
+    x, w, g = ins
+    if any(r.dtype != "float32" for r in (out, x, w, g)):
+        return None
+    if not x.shape or len(w.shape) != 2 or len(g.shape) > 1 or not out.shape:
+        return None
+    K, N = w.shape
+    if x.shape[-1] != K or out.shape[-1] != N or (g.shape and g.shape[0] not in (1, K)):
+        return None
+    eps, alpha = float(node.attrs["eps"]), float(node.attrs.get("alpha", 1.0))
+    lead = out.shape[:-1]
+    sh, st = collapse(lead, [x.strides[:-1], out.strides[:-1]])
+    packed = _packed(w, g, K, N, layout)
+    if packed is not None and len(sh) <= 1 and x.strides[-1] == 1 and out.strides[-1] == 1:
+        M = sh[0] if sh else 1
+        lda, ldc = (st[0][0], st[1][0]) if sh else (K, N)
+        return _fused(x, out, packed, M, K, N, lda, ldc, eps, alpha)
+    if K > MAX_LOCAL or N > MAX_LOCAL:
+        return None
+    return _rowwise(x, w, g, out, K, N, eps, alpha)
+
+
+def _packed(w: Ref, g: Ref, K: int, N: int, layout: Layout | None) -> Ref | None:
+    """w packed with its rows scaled by g, when both are constants that PackedWeight reads
+    whole (g: a whole constant of K elements)."""
+    if layout is None or w.space != "W" or g.space != "W":
+        return None
+    wname, gname = layout.weights[w.slot], layout.weights[g.slot]
+    if not isinstance(wname, str) or not isinstance(gname, str):
+        return None
+    groot = layout.refs.get(g.root)
+    gnumel = 1
+    for n in (groot.shape if groot is not None else (-1,)):
+        gnumel *= n
+    if g.offset != 0 or gnumel != K or (K > 1 and g.strides[-1] != 1):
+        return None
+    spec = PackedWeight(wname, w.offset, K, N, w.strides[0], w.strides[1], row_scale=gname)
+    return layout.add_weight(spec, (K, N), "float32")
+
+
+def _fused(x: Ref, out: Ref, packed: Ref, M: int, K: int, N: int, lda: int, ldc: int,
+           eps: float, alpha: float) -> str:
+    blk = min(ROW_BLOCK, M)
+    par_gemm = blk * N * K >= PARALLEL_MIN * 8 and N >= 64
+    return f"""const float* x = {x.ptr()};
+float* o = {out.ptr(const=False)};
+float inv[{blk}] __attribute__((aligned(64)));
+for (int64_t m0 = 0; m0 < {M}; m0 += {blk}) {{
+    const int64_t mb = {M} - m0 < {blk} ? {M} - m0 : {blk};
+#pragma omp parallel for schedule(static) if(mb * {K} >= {PARALLEL_MIN})
+    for (int64_t m = 0; m < mb; m++) {{
+        const float* xr = x + (m0 + m) * {lda};
+{inv_rms("xr", "1", K, eps, "inv[m]")}
+    }}
+    eq_gemm_packed(mb, {N}, {K}, x + m0 * {lda}, {lda}, {packed.ptr()}, o + m0 * {ldc}, {ldc},
+                   {alpha.hex()}f, inv, NULL, 0, 0, {int(par_gemm)});
+}}"""
+
+
+def _rowwise(x: Ref, w: Ref, g: Ref, out: Ref, K: int, N: int, eps: float,
+             alpha: float) -> str:
+    """One row at a time: xn = x * inv_rms * g (the reference's rounding), then xn @ w."""
+    csx, cso = x.strides[-1], out.strides[-1]
+    csg = g.strides[-1] if g.shape and g.shape[0] != 1 else 0
+    rs, cs = w.strides
+    scale = "" if alpha == 1.0 else f" * {alpha.hex()}f"
+    lead = out.shape[:-1]
+    numel = N * K
+    for n in lead:
+        numel *= n
+
+    def body(offs: list[str]) -> str:
+        return f"""    const float* xr = x + {offs[0]};
+    float* orow = o + {offs[1]};
+    float xn[{K}] __attribute__((aligned(64)));
+    float acc[{N}] __attribute__((aligned(64)));
+{inv_rms("xr", str(csx), K, eps)}
+#pragma omp simd
+    for (int64_t c = 0; c < {K}; c++) xn[c] = xr[c * {csx}] * r * gg[c * {csg}];
+    for (int64_t n = 0; n < {N}; n++) acc[n] = 0.0f;
+    for (int64_t k = 0; k < {K}; k++) {{
+        const float av = xn[k];
+        const float* br = ww + k * {rs};
+#pragma omp simd
+        for (int64_t n = 0; n < {N}; n++) acc[n] += av * br[n * {cs}];
+    }}
+#pragma omp simd
+    for (int64_t n = 0; n < {N}; n++) orow[n * {cso}] = acc[n]{scale};"""
+    return (f"const float* x = {x.ptr()};\nfloat* o = {out.ptr(const=False)};\n"
+            f"const float* gg = {g.ptr()};\nconst float* ww = {w.ptr()};\n"
+            + loop_nest(lead, [x.strides[:-1], out.strides[:-1]], body, work=numel,
+                        simd=False))

@@ -1,0 +1,129 @@
+"""rms_norm_matmul (issue 3): an RMSNorm feeding a matmul as one op and one C kernel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eqsat_llm import optimize
+from eqsat_llm.codegen import ReferenceRuntime
+from eqsat_llm.codegen.c import CRuntime
+from eqsat_llm.codegen.c.build import compiler
+from eqsat_llm.codegen.planned import PlannedRuntime
+from eqsat_llm.costmodel import DEFAULT, CostModel
+from eqsat_llm.ir import Graph, TensorType
+from eqsat_llm.ops import evaluate
+from eqsat_llm.rulebook import resolve
+from eqsat_llm.rulecheck import check_rule
+from eqsat_llm.workloads import llama_block_case, llama_case
+
+from .conftest import max_error
+from .test_c_backend import check, const, inp, rand_inputs
+
+needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
+
+
+def test_reference_is_exactly_the_pair():
+    gen = torch.Generator().manual_seed(0)
+    x, g, w = (torch.randn(3, 5, 24, generator=gen), torch.randn(24, generator=gen),
+               torch.randn(24, 40, generator=gen))
+    for alpha in (1.0, 0.5):
+        pair = evaluate("matmul", [evaluate("rms_norm", [x, g], {"eps": 1e-6}), w],
+                        {"alpha": alpha})
+        fused = evaluate("rms_norm_matmul", [x, w, g], {"eps": 1e-6, "alpha": alpha})
+        assert torch.equal(pair, fused)
+
+
+def test_rule_passes_the_checker():
+    rule = next(r for r in resolve(["fusion"]) if r.name == "rms-norm-matmul")
+    result = check_rule(rule, instances=20)
+    assert result.status == "pass" and result.instances_checked == 20, result
+
+
+def test_fused_op_costs_less_than_its_parts():
+    ref = CostModel(DEFAULT, backend="reference")
+    fused = CostModel(DEFAULT)
+    for m in (1, 128):
+        x, w, g = (TensorType((1, m, 512), "float32"), TensorType((512, 3072), "float32"),
+                   TensorType((512,), "float32"))
+        out = TensorType((1, m, 3072), "float32")
+        a = {"eps": 1e-6, "alpha": 1.0}
+        pair = (fused.seconds("rms_norm", {"eps": 1e-6}, [x, g], x)
+                + fused.seconds("matmul", {"alpha": 1.0}, [x, w], out))
+        assert fused.seconds("rms_norm_matmul", a, [x, w, g], out) < pair
+        assert ref.seconds("rms_norm_matmul", a, [x, w, g], out) > pair - 1e-12
+
+
+def _graph(m: int, k: int, n: int, lead: tuple[int, ...], *, w_const: bool, g_const: bool,
+           alpha: float = 1.0) -> Graph:
+    gen = torch.Generator().manual_seed(m * 1000 + n)
+    g = Graph()
+    x = inp(g, (*lead, m, k))
+    w = const(g, torch.randn(k, n, generator=gen) / k ** 0.5) if w_const else inp(g, (k, n))
+    gg = const(g, torch.rand(k, generator=gen) + 0.5) if g_const else inp(g, (k,))
+    g.outputs = [g.add("rms_norm_matmul", (x, w, gg), eps=1e-6, alpha=alpha)]
+    return g
+
+
+@needs_cc
+@pytest.mark.parametrize("m", [1, 5, 33, 130])
+@pytest.mark.parametrize("n", [40, 97])
+def test_kernel_fused_on_odd_shapes(m, n):
+    g = _graph(m, 48, n, (1,), w_const=True, g_const=True)
+    rt = check(g, rand_inputs(g))
+    # g folded into the packed weight; the row scale in the GEMM's epilogue
+    assert "eq_gemm_packed(mb" in rt.source and "malloc" not in rt.source
+
+
+@needs_cc
+def test_kernel_fused_over_several_row_blocks():
+    g = _graph(300, 64, 70, (2,), w_const=True, g_const=True, alpha=0.5)  # 600 rows
+    rt = check(g, rand_inputs(g))
+    assert "eq_gemm_packed(mb" in rt.source
+
+
+@needs_cc
+@pytest.mark.parametrize("w_const,g_const", [(False, True), (True, False), (False, False)])
+@pytest.mark.parametrize("m", [1, 33])
+def test_kernel_unfused_when_not_constant(m, w_const, g_const):
+    g = _graph(m, 24, 37, (2,), w_const=w_const, g_const=g_const, alpha=0.75)
+    rt = check(g, rand_inputs(g))
+    assert "eq_gemm_packed(mb" not in rt.source
+
+
+@needs_cc
+def test_kernel_on_a_strided_input():
+    g = Graph()
+    x = g.add("permute", (inp(g, (5, 3, 32)),), dims=[1, 0, 2])  # rows not evenly spaced
+    w, gg = const(g, torch.randn(32, 45)), const(g, torch.rand(32) + 0.5)
+    g.outputs = [g.add("rms_norm_matmul", (x, w, gg), eps=1e-5, alpha=1.0)]
+    check(g, rand_inputs(g))
+
+
+def test_planned_runtime_runs_it():
+    g = _graph(7, 24, 37, (1,), w_const=True, g_const=False)
+    xs = rand_inputs(g)
+    assert torch.equal(PlannedRuntime(g, check=True).run(xs)[0], ReferenceRuntime(g).run(xs)[0])
+
+
+CASES = {"prefill": lambda: llama_block_case("prefill"),
+         "decode": lambda: llama_block_case("decode"), "llama": llama_case}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fires_and_is_extracted(name):
+    model, inputs = CASES[name]()
+    compiled = optimize(model, inputs, measure_eager=False)
+    ops = compiled.graph.op_counts()
+    # every norm feeds its projection (the final one in LLaMA the LM head) in one op
+    assert ops["rms_norm_matmul"] == (5 if name == "llama" else 2), ops
+    assert ops["rms_norm"] == 0, ops
+    used = {r.name for r in compiled.report.rules if r.used}
+    # the norm and the merged projections it feeds are reported used, inside the fused op
+    assert {"rms-norm-matmul", "merge-parallel-matmul"} <= used, used
+    assert used & {"rms-norm", "rms-norm-weight-first"}, used
+    with torch.no_grad():
+        assert max_error(model(*inputs), compiled(*inputs)) <= 1e-5
+    if compiler() is not None:  # the C backend, norm folded into the packed weights
+        assert isinstance(compiled._runtime, CRuntime)
+        assert compiled._runtime.source.count("eq_gemm_packed(mb") == ops["rms_norm_matmul"]
