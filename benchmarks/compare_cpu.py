@@ -53,6 +53,7 @@ LABEL = {"eager": "eager PyTorch", "inductor": "torch.compile (inductor)",
 PHASES = ("capture", "encode", "saturate", "serialize", "extract", "decode", "fold", "plan",
           "codegen")
 OTHERS_CPU_MAX = 0.1  # cores' worth of CPU used by other processes above which a run is flagged
+SETTLE_S = 0.06  # untimed calls before each timed round (settle())
 TARGET_ROUND_S = 0.15  # about the time one system spends per round when --calls is not given
 
 
@@ -227,6 +228,17 @@ def time_calls(fn: Callable[[], Any], calls: int) -> float:
     return (time.perf_counter() - t) / calls
 
 
+def settle(fn: Callable[[], Any], seconds: float = SETTLE_S) -> None:
+    """Untimed calls for `seconds` before a system's timed round: the thread pool of the system
+    that ran before it (ONNX Runtime's spins for ~30 ms after a run, OpenMP's for a while too)
+    goes idle meanwhile instead of taking a core from the round (measured: the packed GEMM's
+    first calls after ORT ran 5x slower)."""
+    end = time.perf_counter() + seconds
+    fn()
+    while time.perf_counter() < end:
+        fn()
+
+
 def pick_calls(fn: Callable[[], Any], target: float) -> int:
     """Calls per round so that a round of `fn` takes about `target` seconds (the best of three
     short probes, so that a burst of load during the probe does not shrink it to 1)."""
@@ -285,6 +297,7 @@ def run_workload(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, An
     for r in range(args.rounds):
         k = r % max(len(timed), 1)
         for s in timed[k:] + timed[:k]:  # rotate the order: no system always runs first
+            settle(s.fn)
             s.times.append(time_calls(s.fn, s.calls))
 
     row: dict[str, Any] = {"name": name, "systems": systems,
@@ -509,7 +522,9 @@ def main(argv: list[str] | None = None) -> None:
             "rotated each round), each system N calls per round (N calibrated per system to "
             f"about {args.target * 1e3:.0f} ms per round unless --calls); figure = median over "
             "rounds "
-            "of ms per call. Compile/export time excluded (setup column), warm-up excluded. "
+            f"of ms per call; before each timed round, {SETTLE_S * 1e3:.0f} ms of untimed calls of the same "
+            "system (the previous system's thread pool stops spinning meanwhile). "
+            "Compile/export time excluded (setup column), warm-up excluded. "
             "Max abs error vs eager on the example inputs and on fresh inputs of the same "
             f"shapes; above {args.tol:g} a system is WRONG and not timed. Ratio < 1: eqsat-llm "
             "faster. How to read it and caveats: docs/benchmarks.md.\n\n"

@@ -25,12 +25,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_cpu import settle
 from optimize_time import write_section
 
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.ir import Graph, TensorType
 
 SECTION = "## GEMM kernels of the C backend"
+ROUND_S = 0.05
 SHAPES = [(128, 512, 3072), (128, 512, 1536), (128, 1536, 512), (128, 512, 512),
           (16, 128, 512), (16, 512, 128), (16, 128, 1000), (1, 512, 3072), (1, 1536, 512)]
 
@@ -95,17 +97,21 @@ def systems(m: int, k: int, n: int) -> dict[str, Callable[[], object]]:
 
 def measure(m: int, k: int, n: int, rounds: int) -> dict[str, float]:
     fns = systems(m, k, n)
-    calls = max(1, int(2e8 / (2 * m * k * n)) if m > 1 else 200)
-    samples: dict[str, list[float]] = {s: [] for s in fns}
     names = list(fns)
+    calls = {}  # per system: about ROUND_S per round, so that a pool left spinning by the
+    for s in names:  # previous system costs little
+        t = time.perf_counter()
+        fns[s]()
+        calls[s] = max(5, int(ROUND_S / max(time.perf_counter() - t, 1e-6)))
+    samples: dict[str, list[float]] = {s: [] for s in fns}
     for r in range(rounds):
         for s in names[r % len(names):] + names[:r % len(names)]:
             fn = fns[s]
-            fn()
+            settle(fn)  # the previous system's thread pool goes idle meanwhile
             t = time.perf_counter()
-            for _ in range(calls):
+            for _ in range(calls[s]):
                 fn()
-            samples[s].append((time.perf_counter() - t) / calls)
+            samples[s].append((time.perf_counter() - t) / calls[s])
     return {s: statistics.median(v) for s, v in samples.items()}
 
 
