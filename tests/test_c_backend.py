@@ -158,7 +158,37 @@ def test_attention(sq, sk, d, monkeypatch):
     check(g, xs, use_blas=False)  # the flash-style kernel
     if openblas_dir() is not None:  # per-head GEMMs through BLAS (prefill-sized query blocks)
         rt = check(g, xs, use_blas=True)
-        assert ("eq_att_scratch" in rt.source) == (sq >= 8)
+        assert ("EQ_SGEMM(101, 111, 112, rows" in rt.source) == (sq >= 8)
+
+
+@pytest.mark.parametrize("blas", BLAS)
+def test_runtimes_sharing_one_library_run_at_once(blas, monkeypatch):
+    """Two CRuntimes of one program load the same shared object: its kernels keep no state
+    of their own (scratch on the stack), so calls from two threads at once stay correct."""
+    import threading
+    if blas:  # the per-head BLAS attention, not the packed one
+        monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)
+    g = Graph()
+    q, k, v = (inp(g, (1, 4, 70, 16)) for _ in range(3))
+    g.outputs = [g.add("attention", (q, k, v, scalar(g, 0.0)), scale=0.25)]
+    rts = [CRuntime(g, use_blas=blas) for _ in range(2)]
+    assert rts[0].so_path == rts[1].so_path
+    errors: list[str] = []
+
+    def work(rt: CRuntime, seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        for _ in range(30):
+            xs = [torch.randn(1, 4, 70, 16, generator=gen) for _ in range(3)]
+            want = ReferenceRuntime(g).run(xs)[0]
+            if not torch.allclose(rt.run(xs)[0], want, atol=1e-5, rtol=1e-5):
+                errors.append(f"runtime {seed} gave a wrong result")
+
+    threads = [threading.Thread(target=work, args=(rt, i)) for i, rt in enumerate(rts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
 
 
 # --- errors, cache, caller outputs ----------------------------------------------------------------

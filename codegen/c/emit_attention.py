@@ -24,7 +24,7 @@ def _batch_offset(var: str, shape: list[int], strides: list[int]) -> str:
 
 
 BLAS_MIN_ROWS = 8  # query rows from which per-head GEMMs beat the flash kernel (prefill)
-BLAS_THREADS = 8  # scratch score matrices kept per kernel (one per thread, at most this many)
+STACK_SCORES = 1 << 16  # floats of scores per block of query rows on a thread's stack (BLAS path)
 PACKED_ROWS = 64  # query rows per block of scores in the packed-kernel attention
 PACKED_SCRATCH = 1 << 17  # floats of per-thread stack scratch it may use (512 KiB)
 
@@ -79,7 +79,7 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False) -> 
         return _packed_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs), bias_ptr,
                                  bias_at, float(node.attrs["scale"]), q, k, v, out)
     if blas and sq >= BLAS_MIN_ROWS and unit:
-        return _blas_attention(node.id, nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
+        return _blas_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
                                bias_ptr, bias_at, float(node.attrs["scale"]), q, k, v, out)
     tiles = (sq + QT - 1) // QT
     work = nb * sq * sk * (d + dv)
@@ -158,36 +158,32 @@ for (int64_t task = 0; task < {nb * tiles}; task++) {{
 }}"""
 
 
-def _blas_attention(nid: int, nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
+def _blas_attention(nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
                     row_strides: tuple[int, int, int, int], bias_ptr: str, bias_at: str,
                     scale: float, q: Ref, k: Ref, v: Ref, out: Ref) -> str:
-    """Per (batch, head): S = q k^T * scale by BLAS into a per-thread scratch matrix (static:
-    allocated once, with the library), + bias and a row softmax, then out = S v by BLAS.
+    """Per (batch, head) and block of query rows: S = q k^T * scale by BLAS into a block of
+    scores on the thread's stack (at most STACK_SCORES floats: nothing static, so programs
+    sharing this code may run at once), + bias and a row softmax, then out = S v by BLAS.
     Rounding differs from the reference only in where the scale is applied."""
     q_rs, k_rs, v_rs, o_rs = row_strides
-    scratch = f"eq_att_scratch_{nid}"
-    return f"""static float {scratch}[{BLAS_THREADS}][{sq * sk}] __attribute__((aligned(64)));
-const float* qp0 = {q.ptr()};
+    rb = max(1, min(sq, STACK_SCORES // sk))
+    return f"""const float* qp0 = {q.ptr()};
 const float* kp0 = {k.ptr()};
 const float* vp0 = {v.ptr()};
 float* op0 = {out.ptr(const=False)};
 const float* bp0 = {bias_ptr if bias_ptr != "0" else "(const float*)0"};
-int nthr = 1;
-#ifdef _OPENMP
-nthr = omp_get_max_threads() < {BLAS_THREADS} ? omp_get_max_threads() : {BLAS_THREADS};
-#endif
-#pragma omp parallel for schedule(static, 1) num_threads(nthr) if({int(nb > 1)})
+#pragma omp parallel for schedule(static, 1) if({int(nb > 1)})
 for (int64_t bi = 0; bi < {nb}; bi++) {{
-    int t = 0;
-#ifdef _OPENMP
-    t = omp_get_thread_num();
-#endif
-    float* S = {scratch}[t];
 {_head_pointers(offs)}
-    EQ_SGEMM(101, 111, 112, {sq}, {sk}, {d}, {scale.hex()}f, qp, {q_rs}, kp, {k_rs}, 0.0f,
-             S, {sk});
-{_softmax_rows(bias_at, sk, str(sq), "0")}
-    EQ_SGEMM(101, 111, 111, {sq}, {dv}, {sk}, 1.0f, S, {sk}, vp, {v_rs}, 0.0f, op, {o_rs});
+    float S[{rb * sk}] __attribute__((aligned(64)));
+    for (int64_t i0 = 0; i0 < {sq}; i0 += {rb}) {{
+        const int rows = {sq} - i0 < {rb} ? (int)({sq} - i0) : {rb};
+        EQ_SGEMM(101, 111, 112, rows, {sk}, {d}, {scale.hex()}f, qp + i0 * {q_rs}, {q_rs}, kp,
+                 {k_rs}, 0.0f, S, {sk});
+{_softmax_rows(bias_at, sk, "rows", "i0")}
+        EQ_SGEMM(101, 111, 111, rows, {dv}, {sk}, 1.0f, S, {sk}, vp, {v_rs}, 0.0f,
+                 op + i0 * {o_rs}, {o_rs});
+    }}
 }}"""
 
 
