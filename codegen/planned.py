@@ -56,7 +56,7 @@ UNARY = ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "reciprocal", 
 # (rope: its rotated half is a temporary in the reference too; so are rms_norm_matmul's
 # normalised rows.)
 COPY_IN_OPS = frozenset({"layer_norm", "sdpa", "sdpa_masked", "fallback", "getitem", "rope",
-                         "rms_norm_matmul"})
+                         "rms_norm_matmul", "matmul_swiglu"})
 
 
 def _fn_writer(fn: Callable[..., Any]) -> Writer:

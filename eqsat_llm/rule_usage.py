@@ -51,6 +51,8 @@ def _matches(graph: Graph, node_id: int, skel: Skeleton) -> bool:
     node = graph.node(node_id)
     if node.op == "rms_norm_matmul" and skel.op in ("matmul", "rms_norm"):
         return _matches_norm_matmul(graph, node.inputs, skel)
+    if node.op == "matmul_swiglu" and skel.op == "swiglu":  # swiglu(x @ wg, x @ wu), one op
+        return all(c is None or c.op == "matmul" for c in skel.children)
     if node.op != skel.op:
         return False
     for i, child in enumerate(skel.children):

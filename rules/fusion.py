@@ -62,6 +62,15 @@ def norm_matmul(y: Tensor, x: Tensor, g: Tensor, w: Tensor, eps: f64, al: f64, s
 
 
 @family("fusion")
+def swiglu_epilogue(y: Tensor, x: Tensor, wg: Tensor, wu: Tensor, sw: Vec[i64]):
+    # The gate and up projections and the SwiGLU that joins them as one kernel (issue 6): each
+    # output tile's two products are combined as they are stored. The merged gate/up matmul's
+    # slices are equal to the two products, so this matches after merge-parallel-matmul too.
+    same_2d = (eq(sw).to(shape(wg)), eq(sw).to(shape(wu)), eq(sw.length()).to(i64(2)))
+    yield exact("matmul-swiglu", rule(eq(y).to(E.swiglu(E.matmul(x, wg, 1.0), E.matmul(x, wu, 1.0))), *same_2d).then(union(y).with_(E.matmul_swiglu(x, wg, wu))))
+
+
+@family("fusion")
 def activations(x: Tensor, k: String):
     # GPT-2's gelu_new, 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))), is one gelu;
     # written the same way in docs/examples/gelu_tanh_rule.py, the rule-authoring guide's example

@@ -26,6 +26,7 @@ from .emit_elementwise import (
     emit_rope,
 )
 from .emit_matmul import MATMUL_OPS, emit_matmul
+from .emit_matmul_swiglu import emit_matmul_swiglu
 from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
 from .emit_norm_matmul import emit_rms_norm_matmul
 from .errors import UnsupportedByBackend
@@ -38,7 +39,7 @@ LAYOUT_OPS = frozenset({"view", "permute", "transpose", "expand", "slice", "sele
                         "unsqueeze"})
 ROW_OPS = frozenset({"rms_norm", "layer_norm", "softmax", "log_softmax"})
 SUPPORTED_OPS = (frozenset({"input", "param", "const", "scalar", "cat", "attention",
-                            "embedding", "full", "rope", "rms_norm_matmul"})
+                            "embedding", "full", "rope", "rms_norm_matmul", "matmul_swiglu"})
                  | LAYOUT_OPS | ELEMENTWISE_OPS | MATMUL_OPS | ROW_OPS)
 
 KernelHook = Callable[[str, str], str]
@@ -78,6 +79,8 @@ def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool,
     op = node.op
     if op in ELEMENTWISE_OPS:
         return emit_elementwise(node, out, ins, restrict)
+    if op == "matmul_swiglu":
+        return emit_matmul_swiglu(out, ins, layout)
     if op in MATMUL_OPS:
         return emit_matmul(node, out, ins, blas, layout)
     if op == "rope":

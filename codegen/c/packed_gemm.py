@@ -180,4 +180,38 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
         }
     }
 }
+/* C[M, N] = swiglu(A @ Bg, A @ Bu) = g * sigmoid(g) * u, Bg and Bu packed alike: per panel
+   and block of 14 rows, the gate and up tiles land in local buffers (L1) and are joined as
+   they are stored; neither product is written out. */
+static __attribute__((noinline)) void eq_gemm_packed_swiglu(
+        int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* bg,
+        const float* bu, float* c, int64_t ldc, int parallel) {
+    const int64_t np = (N + 31) / 32;
+#pragma omp parallel if(parallel)
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads(); t = omp_get_thread_num();
+#endif
+        float tg[14 * 32] __attribute__((aligned(64)));
+        float tu[14 * 32] __attribute__((aligned(64)));
+        const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t n0 = p * 32;
+            const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
+            for (int64_t m = 0; m < M; m += 14) {
+                const int rows = M - m < 14 ? (int)(M - m) : 14;
+                eq_panel(rows, K, a + m * lda, lda, bg + p * K * 32, tg, 32, 0, 32, 1.0f, 0, 0, 0, 0);
+                eq_panel(rows, K, a + m * lda, lda, bu + p * K * 32, tu, 32, 0, 32, 1.0f, 0, 0, 0, 0);
+                for (int r = 0; r < rows; r++) {
+                    float* cr = c + (m + r) * ldc + n0;
+                    const float* gr = tg + r * 32;
+                    const float* ur = tu + r * 32;
+#pragma omp simd
+                    for (int j = 0; j < ncols; j++) cr[j] = gr[j] * eq_sigmoidf(gr[j]) * ur[j];
+                }
+            }
+        }
+    }
+}
 """
