@@ -154,11 +154,24 @@ def test_attention(sq, sk, d, monkeypatch):
     # prefill-sized query blocks run on the packed GEMM's micro-kernels
     rt = check(g, xs, use_blas=False)
     assert ("eq_panel(" in rt.source) == (sq >= 8)
+    # the causal mask's hidden keys are skipped per block of query rows
+    assert ("key_end[] = {64, 70}" in rt.source) == (sq == sk == 70)
     monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)  # too big for its stack scratch:
     check(g, xs, use_blas=False)  # the flash-style kernel
     if openblas_dir() is not None:  # per-head GEMMs through BLAS (prefill-sized query blocks)
         rt = check(g, xs, use_blas=True)
         assert ("EQ_SGEMM(101, 111, 112, rows" in rt.source) == (sq >= 8)
+
+
+def test_key_extents_of_masks():
+    causal = torch.full((6, 6), float("-inf")).triu(1)
+    assert emit_attention.key_extents(causal, (2, 6, 6), 2) == [2, 4, 6]
+    assert emit_attention.key_extents(torch.zeros(6, 6), (2, 6, 6), 2) is None  # no mask
+    per_head = torch.stack([causal, torch.zeros(6, 6)])  # heads differ: nothing skipped
+    assert emit_attention.key_extents(per_head, (2, 6, 6), 2) is None
+    hidden = causal.clone()
+    hidden[:2] = float("-inf")  # a fully masked block keeps its keys (NaN rows, as torch)
+    assert emit_attention.key_extents(hidden, (1, 6, 6), 2) == [6, 4, 6]
 
 
 @pytest.mark.parametrize("blas", BLAS)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from ...ir import Graph, Node, contiguous_strides
 from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, MemoryPlan
 from .emit_attention import emit_attention
@@ -75,7 +77,7 @@ def unsupported_ops(graph: Graph) -> list[str]:
 
 
 def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool,
-          layout: Layout) -> str | None:
+          layout: Layout, constants: dict[str, torch.Tensor]) -> str | None:
     op = node.op
     if op in ELEMENTWISE_OPS:
         return emit_elementwise(node, out, ins, restrict)
@@ -86,7 +88,7 @@ def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool,
     if op == "rope":
         return emit_rope(out, ins, restrict)
     if op == "attention":
-        return emit_attention(node, out, ins, blas)
+        return emit_attention(node, out, ins, blas, layout.constant(ins[3], constants))
     if op == "rms_norm_matmul":
         return emit_rms_norm_matmul(node, out, ins, layout)
     if op == "rms_norm":
@@ -163,7 +165,7 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
             buf = plan.buffers.get(nid)
             restrict = (buf is None or buf.inplace_of is None) and all(
                 r.root != out.root for r in ins)
-            body = _body(node, out, ins, restrict, blas, lay)
+            body = _body(node, out, ins, restrict, blas, lay, graph.constants)
             if body is None:
                 types = ", ".join(f"{r.dtype}{list(r.shape)}" for r in ins)
                 rejected.append(f"{node.op}({types})")

@@ -5,6 +5,8 @@ for the whole tile skipped (causal masks). Prefill and decode are the same kerne
 
 from __future__ import annotations
 
+import torch
+
 from ...ir import Node
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
 from .values import Ref
@@ -44,7 +46,10 @@ def _head_pointers(offs: list[str]) -> str:
     (void)bp;"""
 
 
-def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False) -> str | None:
+def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
+                   bias_values: torch.Tensor | None = None) -> str | None:
+    """bias_values: the bias's values when it is a constant (the packed kernel then skips
+    the keys a causal mask hides from a whole block of query rows)."""
     q, k, v, bias = ins
     if any(r.dtype != "float32" for r in (out, q, k, v)) or len(q.shape) < 2:
         return None
@@ -77,7 +82,8 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False) -> 
     bias_at = f"bp[i * {b_rs} + j * {b_cs}]" if not bias_lit else bias_lit
     if sq >= BLAS_MIN_ROWS and unit and _packed_scratch_floats(sq, sk, d, dv) <= PACKED_SCRATCH:
         return _packed_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs), bias_ptr,
-                                 bias_at, float(node.attrs["scale"]), q, k, v, out)
+                                 bias_at, float(node.attrs["scale"]), q, k, v, out,
+                                 bias_values if masked else None)
     if blas and sq >= BLAS_MIN_ROWS and unit:
         return _blas_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
                                bias_ptr, bias_at, float(node.attrs["scale"]), q, k, v, out)
@@ -187,43 +193,71 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
 }}"""
 
 
-def _softmax_rows(bias_at: str, sk: int, rows: str, row0: str) -> str:
-    """Rows of S (+ bias at (row0 + r, j)) replaced by their softmax, in place."""
+def _softmax_rows(bias_at: str, sk: int, rows: str, row0: str, cols: str | None = None) -> str:
+    """Rows of S (row stride sk; the first `cols` columns, default all) + bias at
+    (row0 + r, j), replaced by their softmax, in place."""
+    n = cols or str(sk)
     return f"""        for (int64_t r = 0; r < {rows}; r++) {{
             float* s = S + r * {sk};
             const int64_t i = {row0} + r;
             (void)i;
             float mx = -INFINITY;
 #pragma omp simd reduction(max:mx)
-            for (int64_t j = 0; j < {sk}; j++) {{
+            for (int64_t j = 0; j < {n}; j++) {{
                 s[j] += {bias_at};
                 mx = s[j] > mx ? s[j] : mx;
             }}
             float sum = 0.0f;
 #pragma omp simd reduction(+:sum)
-            for (int64_t j = 0; j < {sk}; j++) {{ s[j] = eq_expf(s[j] - mx); sum += s[j]; }}
+            for (int64_t j = 0; j < {n}; j++) {{ s[j] = eq_expf(s[j] - mx); sum += s[j]; }}
             const float inv = 1.0f / sum;
 #pragma omp simd
-            for (int64_t j = 0; j < {sk}; j++) s[j] *= inv;
+            for (int64_t j = 0; j < {n}; j++) s[j] *= inv;
         }}"""
+
+
+def key_extents(bias: torch.Tensor | None, scores: tuple[int, ...], rb: int) -> list[int] | None:
+    """Per block of rb query rows, how many leading keys are not masked for every head: past
+    them the constant bias is -inf on all of the block's rows (a causal mask), so their
+    probabilities are exactly 0 and the kernel skips them. None when nothing can be skipped
+    (or the mask differs between heads). A fully masked block keeps every key (NaN rows, as
+    in the reference)."""
+    if bias is None:
+        return None
+    sq, sk = scores[-2:]
+    b = bias.broadcast_to(scores).reshape(-1, sq, sk)
+    if not bool((b == b[:1]).all()):
+        return None
+    live = b[0] != float("-inf")
+    ends = []
+    for i0 in range(0, sq, rb):
+        cols = live[i0:i0 + rb].any(0).nonzero()
+        ends.append(int(cols.max()) + 1 if len(cols) else sk)
+    return ends if min(ends) < sk else None
 
 
 def _packed_attention(nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
                       row_strides: tuple[int, int, int, int], bias_ptr: str, bias_at: str,
-                      scale: float, q: Ref, k: Ref, v: Ref, out: Ref) -> str:
+                      scale: float, q: Ref, k: Ref, v: Ref, out: Ref,
+                      bias: torch.Tensor | None) -> str:
     """Per (batch, head), on the packed GEMM's micro-kernels (packed_gemm.py): k^T and v packed
     into 32-column panels on the stack, then per block of query rows S = q k^T * scale, + bias
-    and a row softmax in place, out = S v. Rounding differs from the reference only in the
-    order of the sums."""
+    and a row softmax in place, out = S v, over the keys the block can see (key_extents).
+    Rounding differs from the reference only in the order of the sums."""
     q_rs, k_rs, v_rs, o_rs = row_strides
     npk, npv = -(-sk // 32), -(-dv // 32)
     rb = min(sq, PACKED_ROWS)
+    ends = key_extents(bias, out.shape[:-2] + (sq, sk), rb)
+    table = (f"static const int64_t key_end[] = {{{', '.join(map(str, ends))}}};" if ends
+             else "")
+    kend = f"key_end[i0 / {rb}]" if ends else str(sk)
     par = nb > 1 and nb * sq * sk * (d + dv) >= PARALLEL_MIN * 4
     return f"""const float* qp0 = {q.ptr()};
 const float* kp0 = {k.ptr()};
 const float* vp0 = {v.ptr()};
 float* op0 = {out.ptr(const=False)};
 const float* bp0 = {bias_ptr if bias_ptr != "0" else "(const float*)0"};
+{table}
 #pragma omp parallel for schedule(static, 1) if({int(par)})
 for (int64_t bi = 0; bi < {nb}; bi++) {{
 {_head_pointers(offs)}
@@ -240,12 +274,13 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
                 vk[(p * {sk} + j) * 32 + c] = p * 32 + c < {dv} ? vp[j * {v_rs} + p * 32 + c] : 0.0f;
     for (int64_t i0 = 0; i0 < {sq}; i0 += {rb}) {{
         const int64_t rows = {sq} - i0 < {rb} ? {sq} - i0 : {rb};
-        for (int64_t p = 0; p < {npk}; p++)
+        const int64_t kend = {kend};
+        for (int64_t p = 0; p * 32 < kend; p++)
             eq_panel(rows, {d}, qp + i0 * {q_rs}, {q_rs}, kt + p * {d} * 32, S, {sk}, p * 32,
-                     (int)({sk} - p * 32 < 32 ? {sk} - p * 32 : 32), {scale.hex()}f, 0, 0, 0, 0);
-{_softmax_rows(bias_at, sk, "rows", "i0")}
+                     (int)(kend - p * 32 < 32 ? kend - p * 32 : 32), {scale.hex()}f, 0, 0, 0, 0);
+{_softmax_rows(bias_at, sk, "rows", "i0", "kend")}
         for (int64_t p = 0; p < {npv}; p++)
-            eq_panel(rows, {sk}, S, {sk}, vk + p * {sk} * 32, op + i0 * {o_rs}, {o_rs}, p * 32,
+            eq_panel(rows, kend, S, {sk}, vk + p * {sk} * 32, op + i0 * {o_rs}, {o_rs}, p * 32,
                      (int)({dv} - p * 32 < 32 ? {dv} - p * 32 : 32), 1.0f, 0, 0, 0, 0);
     }}
 }}"""

@@ -78,6 +78,13 @@ class Layout:
         slot = self.weights.index(spec)
         return Ref("W", slot, 0, shape, contiguous_strides(shape), dtype)
 
+    def constant(self, ref: Ref, constants: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """The values `ref` reads when it is a view of a constant, else None."""
+        if ref.space != "W" or not isinstance(self.weights[ref.slot], str):
+            return None
+        base = constants[self.weights[ref.slot]].detach().reshape(-1)
+        return base.as_strided(ref.shape, ref.strides, ref.offset)
+
     def prepared_weights(self, constants: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """The tensors of the W slots, contiguous, in slot order."""
         return [constants[w].contiguous() if isinstance(w, str) else w.prepare(constants)
