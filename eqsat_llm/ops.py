@@ -344,9 +344,6 @@ register("rms_norm", 2, "eps:float", ref=_rms_norm, category="reduction", shape=
 register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
          category="elementwise", shape="broadcast", dtype="same")
 register("attention", 4, "scale:float", ref=_attention, category="attention", shape="sdpa")
-# rms_norm_matmul(x, w, g): matmul(rms_norm(x, g, eps), w, alpha) as one kernel (issue 3; the
-# norm feeding the merged QKV / gate-up projections). w before g so that the shape rule is
-# matmul's on (x, w); w is 2-D (the rule guarantees it). The reference is exactly the pair.
 # matmul_swiglu(x, wg, wu): swiglu(x @ wg, x @ wu) as one kernel (issue 6's SwiGLU epilogue):
 # the gate and up products of each output tile are combined as they are stored, neither is
 # written out. The reference is exactly the three ops it replaces.
@@ -356,6 +353,9 @@ def _matmul_swiglu(xs: list[Any], a: dict[str, Any]) -> Any:
 
 
 register("matmul_swiglu", 3, ref=_matmul_swiglu, category="matmul", shape="matmul")
+# rms_norm_matmul(x, w, g): matmul(rms_norm(x, g, eps), w, alpha) as one kernel (issue 3; the
+# norm feeding the merged QKV / gate-up projections). w before g so that the shape rule is
+# matmul's on (x, w); w is 2-D (the rule guarantees it). The reference is exactly the pair.
 register("rms_norm_matmul", 3, "eps:float alpha:float",
          ref=lambda xs, a: _scaled(torch.matmul(_rms_norm([xs[0], xs[2]], a), xs[1]),
                                    a["alpha"]),
