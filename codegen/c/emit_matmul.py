@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ...ir import Node
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
-from .packed_gemm import ACTIVATIONS, PackedWeight
+from .packed_gemm import ACTIVATIONS
 from .values import Layout, Ref
 
 # GEMMs with at least this many rows call BLAS (when the program is built with it); fewer rows
@@ -136,15 +136,11 @@ def _packed_weight(g: dict, b: Ref, batch_strides_b: list[int],
                    layout: Layout | None) -> Ref | None:
     """The packed copy of b (a W slot) when b is a constant shared by every batch and the
     operands suit the packed kernel; None otherwise."""
-    if layout is None or b.space != "W" or any(batch_strides_b) or g["M"] < PACKED_MIN_M:
+    if layout is None or any(batch_strides_b) or g["M"] < PACKED_MIN_M:
         return None
     if g["cs_a"] != 1 or g["cs_c"] != 1 or (g["res"] and g["cs_r"] not in (0, 1)):
         return None
-    name = layout.weights[b.slot]
-    if not isinstance(name, str):
-        return None
-    spec = PackedWeight(name, b.offset, g["K"], g["N"], g["rs_b"], g["cs_b"])
-    return layout.add_weight(spec, (spec.k, spec.n), "float32")
+    return layout.packed_weight(b, g["K"], g["N"], g["rs_b"], g["cs_b"])
 
 
 def _bias_as_addend(out: Ref, bias: Ref) -> bool:

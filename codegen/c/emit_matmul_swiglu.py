@@ -7,18 +7,9 @@ of CHUNK columns, and joined as they are stored."""
 from __future__ import annotations
 
 from .loops import PARALLEL_MIN, collapse, loop_nest
-from .packed_gemm import PackedWeight
 from .values import Layout, Ref
 
 CHUNK = 256
-
-
-def _packed(w: Ref, layout: Layout) -> Ref | None:
-    if w.space != "W" or not isinstance(layout.weights[w.slot], str):
-        return None
-    k, n = w.shape
-    spec = PackedWeight(layout.weights[w.slot], w.offset, k, n, w.strides[0], w.strides[1])
-    return layout.add_weight(spec, (k, n), "float32")
 
 
 def emit_matmul_swiglu(out: Ref, ins: list[Ref], layout: Layout) -> str | None:
@@ -30,7 +21,8 @@ def emit_matmul_swiglu(out: Ref, ins: list[Ref], layout: Layout) -> str | None:
     rows_shape = out.shape[:-1]
     sh, st = collapse(rows_shape, [x.strides[:-1], out.strides[:-1]])
     if len(sh) <= 1 and x.strides[-1] == 1 and out.strides[-1] == 1:
-        pg, pu = _packed(wg, layout), _packed(wu, layout)
+        pg = layout.packed_weight(wg, k, n, *wg.strides)
+        pu = layout.packed_weight(wu, k, n, *wu.strides)
         if pg is not None and pu is not None:
             m = sh[0] if sh else 1
             rs_x, rs_o = (st[0][0], st[1][0]) if sh else (k, n)

@@ -14,10 +14,11 @@ allocated on the heap: the local arrays are bounded (ROW_BLOCK, K, N floats)."""
 
 from __future__ import annotations
 
+import math
+
 from ...ir import Node
 from .emit_norm import inv_rms
 from .loops import PARALLEL_MIN, collapse, loop_nest
-from .packed_gemm import PackedWeight
 from .values import Layout, Ref
 
 ROW_BLOCK = 256
@@ -50,19 +51,14 @@ def emit_rms_norm_matmul(node: Node, out: Ref, ins: list[Ref],
 def _packed(w: Ref, g: Ref, K: int, N: int, layout: Layout | None) -> Ref | None:
     """w packed with its rows scaled by g, when both are constants that PackedWeight reads
     whole (g: a whole constant of K elements)."""
-    if layout is None or w.space != "W" or g.space != "W":
-        return None
-    wname, gname = layout.weights[w.slot], layout.weights[g.slot]
-    if not isinstance(wname, str) or not isinstance(gname, str):
+    gname = layout.constant_name(g) if layout is not None else None
+    if layout is None or gname is None:
         return None
     groot = layout.refs.get(g.root)
-    gnumel = 1
-    for n in (groot.shape if groot is not None else (-1,)):
-        gnumel *= n
-    if g.offset != 0 or gnumel != K or (K > 1 and g.strides[-1] != 1):
+    if g.offset != 0 or groot is None or math.prod(groot.shape) != K or (
+            K > 1 and g.strides[-1] != 1):
         return None
-    spec = PackedWeight(wname, w.offset, K, N, w.strides[0], w.strides[1], row_scale=gname)
-    return layout.add_weight(spec, (K, N), "float32")
+    return layout.packed_weight(w, K, N, w.strides[0], w.strides[1], row_scale=gname)
 
 
 def _fused(x: Ref, out: Ref, packed: Ref, M: int, K: int, N: int, lda: int, ldc: int,

@@ -71,19 +71,32 @@ class Layout:
     outputs: list[int]  # node ids with an OUT slot, by slot
     copy_out: list[int]  # COPY_OUT nodes (a kernel copies them into their OUT slot)
 
-    def add_weight(self, spec: PackedWeight, shape: tuple[int, ...], dtype: str) -> Ref:
-        """The W slot holding `spec` (one slot per distinct spec)."""
-        if spec not in self.weights:
-            self.weights.append(spec)
-        slot = self.weights.index(spec)
-        return Ref("W", slot, 0, shape, contiguous_strides(shape), dtype)
+    def constant_name(self, ref: Ref) -> str | None:
+        """The name of the constant `ref` views, or None when it is not a view of one."""
+        if ref.space != "W" or not isinstance(self.weights[ref.slot], str):
+            return None
+        return self.weights[ref.slot]  # type: ignore[return-value]
 
     def constant(self, ref: Ref, constants: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """The values `ref` reads when it is a view of a constant, else None."""
-        if ref.space != "W" or not isinstance(self.weights[ref.slot], str):
+        name = self.constant_name(ref)
+        if name is None:
             return None
-        base = constants[self.weights[ref.slot]].detach().reshape(-1)
-        return base.as_strided(ref.shape, ref.strides, ref.offset)
+        return constants[name].detach().reshape(-1).as_strided(ref.shape, ref.strides, ref.offset)
+
+    def packed_weight(self, w: Ref, k: int, n: int, rs: int, cs: int,
+                      row_scale: str | None = None) -> Ref | None:
+        """The W slot holding the [k, n] view (strides rs, cs) of the constant `w` views,
+        packed for the GEMM (optionally rows scaled by the constant `row_scale`); one slot per
+        distinct packing. None when `w` is not a view of a constant."""
+        name = self.constant_name(w)
+        if name is None:
+            return None
+        spec = PackedWeight(name, w.offset, k, n, rs, cs, row_scale)
+        if spec not in self.weights:
+            self.weights.append(spec)
+        return Ref("W", self.weights.index(spec), 0, (k, n), contiguous_strides((k, n)),
+                   "float32")
 
     def prepared_weights(self, constants: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """The tensors of the W slots, contiguous, in slot order."""
