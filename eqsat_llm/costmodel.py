@@ -356,10 +356,10 @@ def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
         # the weight and the row scale multiplies each tile in L1 as it is stored (as alpha)
         epilogue = 2.0 * a.numel + (0.0 if attrs.get("alpha", 1.0) == 1.0 else out.numel)
     elif op == "matmul_swiglu":  # two products per output, joined on the tile as it is stored:
-        # priced as its two multiplies only. Measured (prefill, 128 x 512 x 2 x 1536): this
-        # kernel ran 160 us faster than the GEMM writing both halves plus the SwiGLU kernel,
-        # which the model prices at 40 us; charging the epilogue the SwiGLU kernel's vector
-        # work instead made the two programs tie and the unfused one was kept.
+        # priced as its two multiplies only (docs/cost-model.md: in the whole block it is as
+        # fast as merged GEMM + SwiGLU, 0.95-1.01x in benchmarks/fusions.py, and never stores
+        # the [M, 2N] product; priced with the SwiGLU's vector work the two tied and the
+        # unfused one was kept)
         return 4.0 * out.numel * k, min(rows, n, k), 2.0 * out.numel
     elif op == "linear_bias" or attrs.get("alpha", 1.0) != 1.0:
         epilogue = float(out.numel)
