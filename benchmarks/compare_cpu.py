@@ -239,6 +239,25 @@ def settle(fn: Callable[[], Any], seconds: float = SETTLE_S) -> None:
         fn()
 
 
+def interleaved_medians(fns: dict[str, Callable[[], Any]], rounds: int,
+                        round_s: float) -> dict[str, float]:
+    """Median seconds per call of each function: `rounds` rounds, the order rotated each
+    round, each function `settle`d and then called back to back for about `round_s`."""
+    calls = {}
+    for name, fn in fns.items():
+        t = time.perf_counter()
+        fn()
+        calls[name] = max(5, int(round_s / max(time.perf_counter() - t, 1e-6)))
+    names = list(fns)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for n in names[k:] + names[:k]:
+            settle(fns[n])
+            samples[n].append(time_calls(fns[n], calls[n]))
+    return {n: statistics.median(v) for n, v in samples.items()}
+
+
 def pick_calls(fn: Callable[[], Any], target: float) -> int:
     """Calls per round so that a round of `fn` takes about `target` seconds (the best of three
     short probes, so that a burst of load during the probe does not shrink it to 1)."""

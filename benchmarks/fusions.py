@@ -11,16 +11,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_cpu import settle
+from compare_cpu import interleaved_medians
 from optimize_time import write_section
 
 from eqsat_llm import optimize
@@ -38,24 +36,6 @@ CASES = [
     ("gpt2", ("addmm-",), "linear + bias + activation"),
 ]
 CALLS_S = 0.1
-
-
-def _time(fns: dict[str, object], rounds: int) -> dict[str, float]:
-    calls = {}
-    for name, fn in fns.items():
-        t = time.perf_counter()
-        fn()
-        calls[name] = max(5, int(CALLS_S / max(time.perf_counter() - t, 1e-6)))
-    samples: dict[str, list[float]] = {n: [] for n in fns}
-    names = list(fns)
-    for r in range(rounds):
-        for n in names[r % 2:] + names[:r % 2]:
-            settle(fns[n])
-            t = time.perf_counter()
-            for _ in range(calls[n]):
-                fns[n]()
-            samples[n].append((time.perf_counter() - t) / calls[n])
-    return {n: statistics.median(v) for n, v in samples.items()}
 
 
 def measure(workload: str, prefixes: tuple[str, ...], rounds: int) -> tuple[float, float, str]:
@@ -77,7 +57,8 @@ def measure(workload: str, prefixes: tuple[str, ...], rounds: int) -> tuple[floa
     fused = {o for o in built["with"][0].graph.op_counts()} - {
         o for o in built["without"][0].graph.op_counts()}
     ins = list(inputs)
-    t = _time({n: (lambda c=c: c(*ins)) for n, (c, _) in built.items()}, rounds)
+    t = interleaved_medians({n: (lambda c=c: c(*ins)) for n, (c, _) in built.items()},
+                            rounds, CALLS_S)
     return t["with"] * 1e3, t["without"] * 1e3, ", ".join(sorted(fused)) or "-"
 
 

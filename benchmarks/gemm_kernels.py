@@ -16,16 +16,14 @@ import argparse
 import datetime
 import os
 import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_cpu import settle
+from compare_cpu import interleaved_medians
 from optimize_time import write_section
 
 from eqsat_llm.codegen.c import CRuntime
@@ -96,23 +94,7 @@ def systems(m: int, k: int, n: int) -> dict[str, Callable[[], object]]:
 
 
 def measure(m: int, k: int, n: int, rounds: int) -> dict[str, float]:
-    fns = systems(m, k, n)
-    names = list(fns)
-    calls = {}  # per system: about ROUND_S per round, so that a pool left spinning by the
-    for s in names:  # previous system costs little
-        t = time.perf_counter()
-        fns[s]()
-        calls[s] = max(5, int(ROUND_S / max(time.perf_counter() - t, 1e-6)))
-    samples: dict[str, list[float]] = {s: [] for s in fns}
-    for r in range(rounds):
-        for s in names[r % len(names):] + names[:r % len(names)]:
-            fn = fns[s]
-            settle(fn)  # the previous system's thread pool goes idle meanwhile
-            t = time.perf_counter()
-            for _ in range(calls[s]):
-                fn()
-            samples[s].append((time.perf_counter() - t) / calls[s])
-    return {s: statistics.median(v) for s, v in samples.items()}
+    return interleaved_medians(systems(m, k, n), rounds, ROUND_S)
 
 
 def main() -> None:
