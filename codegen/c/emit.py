@@ -33,6 +33,7 @@ from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
 from .emit_norm_matmul import emit_rms_norm_matmul
 from .errors import UnsupportedByBackend
 from .fuse_elementwise import emit_fused, fusion_groups, overlaps
+from .fuse_rope import RopeEpilogue, rope_epilogues
 from .packed_gemm import PACKED_GEMM_C, PackedWeight
 from .prelude import PRELUDE
 from .values import Layout, Ref, build_layout
@@ -55,6 +56,7 @@ class Kernel:
     first_line: int = 0
     last_line: int = 0
     fused: tuple[int, ...] = ()  # an elementwise group's nodes (fuse_elementwise.py), root last
+    epilogue: tuple[int, ...] = ()  # ropes computed in this GEMM's epilogue (fuse_rope.py)
 
 
 @dataclass
@@ -77,20 +79,21 @@ def unsupported_ops(graph: Graph) -> list[str]:
 
 
 def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool,
-          layout: Layout, constants: dict[str, torch.Tensor]) -> str | None:
+          layout: Layout, constants: dict[str, torch.Tensor],
+          ropes: tuple[RopeEpilogue, ...] = ()) -> str | None:
     op = node.op
     if op in ELEMENTWISE_OPS:
         return emit_elementwise(node, out, ins, restrict)
     if op == "matmul_swiglu":
         return emit_matmul_swiglu(out, ins, layout)
     if op in MATMUL_OPS:
-        return emit_matmul(node, out, ins, blas, layout)
+        return emit_matmul(node, out, ins, blas, layout, ropes)
     if op == "rope":
         return emit_rope(out, ins, restrict)
     if op == "attention":
         return emit_attention(node, out, ins, blas, layout.constant(ins[3], constants))
     if op == "rms_norm_matmul":
-        return emit_rms_norm_matmul(node, out, ins, layout)
+        return emit_rms_norm_matmul(node, out, ins, layout, ropes)
     if op == "rms_norm":
         return emit_rms_norm(node, out, ins)
     if op == "layer_norm":
@@ -130,7 +133,10 @@ def _embedding(out: Ref, ins: list[Ref]) -> str | None:
 
 
 def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
-                 kernel_hook: KernelHook | None = None, fuse: bool = True) -> Program:
+                 kernel_hook: KernelHook | None = None, fuse: bool = True,
+                 fuse_rope: bool = True) -> Program:
+    """The program's C source. `fuse`: elementwise chains as one kernel; `fuse_rope`: ropes in
+    the epilogue of the GEMM they read (off: each its own kernel, for A/B measurement)."""
     bad = unsupported_ops(graph)
     if bad:
         raise UnsupportedByBackend(bad)
@@ -142,13 +148,16 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
                 for k, nid in enumerate(lay.outputs)]
     parts: list[tuple[Kernel, str]] = []
     rejected: list[str] = []
-    groups = {g.root: g for g in fusion_groups(graph, plan, refs)} if fuse else {}
+    group_list = fusion_groups(graph, plan, refs) if fuse else []
+    groups = {g.root: g for g in group_list}
     inner = {m for g in groups.values() for m in g.members[:-1]}
+    ropes = rope_epilogues(graph, plan, refs, group_list) if fuse_rope else {}
+    in_epilogue: set[int] = set()  # ropes a GEMM kernel took
     for nid in plan.order:
         node = graph.node(nid)
         kind = plan.kinds[nid]
         name = f"k{nid}_{node.op}"
-        if nid in inner:  # computed in registers by its group's root kernel
+        if nid in inner or nid in in_epilogue:  # computed inside another kernel
             continue
         if nid in groups:
             g, out = groups[nid], refs[nid]
@@ -165,12 +174,19 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
             buf = plan.buffers.get(nid)
             restrict = (buf is None or buf.inplace_of is None) and all(
                 r.root != out.root for r in ins)
-            body = _body(node, out, ins, restrict, blas, lay, graph.constants)
+            eps = ropes.get(nid, ())
+            body = _body(node, out, ins, restrict, blas, lay, graph.constants, eps) if eps \
+                else None
+            if body is not None:
+                in_epilogue.update(e.node for e in eps)
+            else:
+                eps = ()
+                body = _body(node, out, ins, restrict, blas, lay, graph.constants)
             if body is None:
                 types = ", ".join(f"{r.dtype}{list(r.shape)}" for r in ins)
                 rejected.append(f"{node.op}({types})")
                 continue
-            parts.append((Kernel(name, nid, node.op), body))
+            parts.append((Kernel(name, nid, node.op, epilogue=tuple(e.node for e in eps)), body))
         elif kind == COPY_OUT:
             slot = lay.outputs.index(nid)
             parts.append((Kernel(name + "_out", nid, "copy_out"),

@@ -12,6 +12,7 @@ is a packed constant, else in a loop over the output right after the bias (still
 from __future__ import annotations
 
 from ...ir import Node
+from .fuse_rope import RopeEpilogue, gemm_rows, packed_gemm_call
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
 from .packed_gemm import ACTIVATIONS
 from .values import Layout, Ref
@@ -49,7 +50,9 @@ def _as_matrix(r: Ref) -> Ref:
 
 
 def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool,
-                layout: Layout | None = None) -> str | None:
+                layout: Layout | None = None, ropes: tuple[RopeEpilogue, ...] = ()) -> str | None:
+    """The GEMM's kernel; with `ropes` (fuse_rope.py), one that also computes them in its
+    epilogue, or None when this GEMM does not take the packed path that can."""
     op, at = node.op, node.attrs
     bias: Ref | None = None
     res: Ref | None = None  # matmul_add's r, fused into the store of each output tile
@@ -115,9 +118,12 @@ def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool,
     act = at["act"] if op == "addmm_act" else None
     # the packed kernel's tile epilogue applies the activation after its addends (the bias)
     act_fused = packed is not None and (bias is None or bias_fused)
+    if ropes and (packed is None or bsh or (bias is not None and not bias_fused)
+                  or gemm_rows(out) != (g["M"], g["rs_c"])):
+        return None
     if packed is not None:
         call = _packed_gemm(g, boff, work, packed, bias if bias_fused else None, beta,
-                            ACTIVATIONS[act] if act and act_fused else 0)
+                            ACTIVATIONS[act] if act and act_fused else 0, ropes)
     elif blas and _blas_ok(g) and rows >= BLAS_MIN_M:
         call = _blas_gemm(g, boff, work)
     else:
@@ -150,7 +156,7 @@ def _bias_as_addend(out: Ref, bias: Ref) -> bool:
 
 
 def _packed_gemm(g: dict, boff: list[str], work: int, packed: Ref, bias: Ref | None,
-                 beta: float, act: int = 0) -> str:
+                 beta: float, act: int = 0, ropes: tuple[RopeEpilogue, ...] = ()) -> str:
     addends = []
     if g["res"]:
         addends.append(f"{{rr + {boff[3]}, {g['rs_r']}, {g['cs_r']}, 1.0f}}")
@@ -160,11 +166,13 @@ def _packed_gemm(g: dict, boff: list[str], work: int, packed: Ref, bias: Ref | N
     par = work >= PARALLEL_MIN * 8 and g["N"] >= 64
     e = f"const eq_addend e[] = {{{', '.join(addends)}}};" if addends else \
         "const eq_addend* e = NULL;"
+    fn, rope_decl, rope_args = packed_gemm_call(ropes, "0")
     return f"""{{
     {e}
-    eq_gemm_packed({g["M"]}, {g["N"]}, {g["K"]}, a + {boff[1]}, {g["rs_a"]}, {packed.ptr()},
+    {rope_decl}
+    {fn}({g["M"]}, {g["N"]}, {g["K"]}, a + {boff[1]}, {g["rs_a"]}, {packed.ptr()},
                    o + {boff[0]}, {g["rs_c"]}, {float(g["alpha"]).hex()}f, NULL, e, {len(addends)},
-                   {act}, {int(par)});
+                   {act}, {int(par)}{rope_args});
 }}"""
 
 

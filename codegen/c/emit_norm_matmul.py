@@ -18,6 +18,7 @@ import math
 
 from ...ir import Node
 from .emit_norm import inv_rms
+from .fuse_rope import RopeEpilogue, gemm_rows, packed_gemm_call
 from .loops import PARALLEL_MIN, collapse, loop_nest
 from .values import Layout, Ref
 
@@ -25,8 +26,10 @@ ROW_BLOCK = 256
 MAX_LOCAL = 1 << 16  # floats in one local row of the fallback (K and N)
 
 
-def emit_rms_norm_matmul(node: Node, out: Ref, ins: list[Ref],
-                         layout: Layout | None = None) -> str | None:
+def emit_rms_norm_matmul(node: Node, out: Ref, ins: list[Ref], layout: Layout | None = None,
+                         ropes: tuple[RopeEpilogue, ...] = ()) -> str | None:
+    """The kernel; with `ropes` (fuse_rope.py) computed in the GEMM's epilogue, or None when
+    the fused path that can do so does not apply."""
     x, w, g = ins
     if any(r.dtype != "float32" for r in (out, x, w, g)):
         return None
@@ -42,8 +45,10 @@ def emit_rms_norm_matmul(node: Node, out: Ref, ins: list[Ref],
     if packed is not None and len(sh) <= 1 and x.strides[-1] == 1 and out.strides[-1] == 1:
         M = sh[0] if sh else 1
         lda, ldc = (st[0][0], st[1][0]) if sh else (K, N)
-        return _fused(x, out, packed, M, K, N, lda, ldc, eps, alpha)
-    if K > MAX_LOCAL or N > MAX_LOCAL:
+        if ropes and gemm_rows(out) != (M, ldc):
+            return None
+        return _fused(x, out, packed, M, K, N, lda, ldc, eps, alpha, ropes)
+    if ropes or K > MAX_LOCAL or N > MAX_LOCAL:
         return None
     return _rowwise(x, w, g, out, K, N, eps, alpha)
 
@@ -62,10 +67,12 @@ def _packed(w: Ref, g: Ref, K: int, N: int, layout: Layout | None) -> Ref | None
 
 
 def _fused(x: Ref, out: Ref, packed: Ref, M: int, K: int, N: int, lda: int, ldc: int,
-           eps: float, alpha: float) -> str:
+           eps: float, alpha: float, ropes: tuple[RopeEpilogue, ...]) -> str:
     blk = min(ROW_BLOCK, M)
     par_gemm = blk * N * K >= PARALLEL_MIN * 8 and N >= 64
+    fn, rope_decl, rope_args = packed_gemm_call(ropes, "m0")
     return f"""const float* x = {x.ptr()};
+{rope_decl}
 float* o = {out.ptr(const=False)};
 float inv[{blk}] __attribute__((aligned(64)));
 for (int64_t m0 = 0; m0 < {M}; m0 += {blk}) {{
@@ -75,8 +82,8 @@ for (int64_t m0 = 0; m0 < {M}; m0 += {blk}) {{
         const float* xr = x + (m0 + m) * {lda};
 {inv_rms("xr", "1", K, eps, "inv[m]")}
     }}
-    eq_gemm_packed(mb, {N}, {K}, x + m0 * {lda}, {lda}, {packed.ptr()}, o + m0 * {ldc}, {ldc},
-                   {alpha.hex()}f, inv, NULL, 0, 0, {int(par_gemm)});
+    {fn}(mb, {N}, {K}, x + m0 * {lda}, {lda}, {packed.ptr()}, o + m0 * {ldc}, {ldc},
+                   {alpha.hex()}f, inv, NULL, 0, 0, {int(par_gemm)}{rope_args});
 }}"""
 
 

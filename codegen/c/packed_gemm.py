@@ -214,4 +214,69 @@ static __attribute__((noinline)) void eq_gemm_packed_swiglu(
         }
     }
 }
+/* A rotary embedding in a GEMM's epilogue (codegen/c/fuse_rope.py): the GEMM's columns
+   [n0, n1) are heads of d columns; row m (m_base + local row) is position s = m % rows_per_b of
+   batch b = m / rows_per_b. out[b, h, s, j] = x[j] cos[.., j] - x[j + d/2] sin[.., j] and
+   out[.., j + d/2] = x[j + d/2] cos[.., j + d/2] + x[j] sin[.., j + d/2], x the head's d
+   columns of the stored row (still in L1); cos and sin broadcast by strides. */
+typedef struct {
+    int64_t n0, n1, d, rows_per_b;
+    float* o; int64_t ob, oh, os;
+    const float* cos; int64_t cb, ch, cs, cj;
+    const float* sin; int64_t sb, sh, ss, sj;
+} eq_rope;
+static void eq_rope_rows(const eq_rope* r, const float* c, int64_t ldc, int64_t m_local,
+                         int64_t m_abs, int rows, int64_t n0) {
+    const int64_t h = (n0 - r->n0) / r->d, half = r->d / 2, cj = r->cj, sj = r->sj;
+    for (int i = 0; i < rows; i++) {
+        const int64_t m = m_abs + i, b = m / r->rows_per_b, s = m % r->rows_per_b;
+        const float* x = c + (m_local + i) * ldc + n0;
+        float* o = r->o + b * r->ob + h * r->oh + s * r->os;
+        const float* co = r->cos + b * r->cb + h * r->ch + s * r->cs;
+        const float* si = r->sin + b * r->sb + h * r->sh + s * r->ss;
+        /* as the rope kernel rounds it: x * cos + rotate_half(x) * sin; unit strides apart,
+           so that the common case vectorises without gathers */
+#define EQ_ROPE_LOOP(CJ, SJ) { _Pragma("omp simd") for (int64_t j = 0; j < half; j++) { \
+            const float a = x[j], bb = x[j + half]; \
+            o[j] = a * co[j * (CJ)] + (-bb) * si[j * (SJ)]; \
+            o[j + half] = bb * co[(j + half) * (CJ)] + a * si[(j + half) * (SJ)]; } }
+        if (cj == 1 && sj == 1) EQ_ROPE_LOOP(1, 1) else EQ_ROPE_LOOP(cj, sj)
+#undef EQ_ROPE_LOOP
+    }
+}
+/* eq_gemm_packed whose columns are processed a head (d = 32 * gp columns) at a time; for the
+   heads inside a rope's columns, per block of 14 rows: the head's tiles, then the rope on those
+   rows, written to the rope's output. C itself still receives the product (and the epilogue).
+   m_base: the absolute row of a's first row (for the rope's position). */
+static __attribute__((noinline)) void eq_gemm_packed_rope(
+        int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
+        int64_t ldc, float alpha, const float* rowscale, const eq_addend* e, int ne, int act,
+        int parallel, int64_t m_base, const eq_rope* ropes, int nrope, int gp) {
+    const int64_t np = (N + 31) / 32, ng = (np + gp - 1) / gp;
+#pragma omp parallel if(parallel)
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads(); t = omp_get_thread_num();
+#endif
+        eq_addend es[4];
+        const int64_t g0 = ng * t / nt, g1 = ng * (t + 1) / nt;
+        for (int64_t g = g0; g < g1; g++) {
+            const int64_t pa = g * gp, pb = pa + gp < np ? pa + gp : np, n0 = pa * 32;
+            const eq_rope* r = 0;
+            for (int i = 0; i < nrope; i++)
+                if (ropes[i].n0 <= n0 && n0 < ropes[i].n1) r = ropes + i;
+            for (int64_t m = 0; m < M; m += r ? 14 : M) {
+                const int rows = r && M - m > 14 ? 14 : (int)(M - m);
+                for (int i = 0; i < ne; i++) { es[i] = e[i]; es[i].p += m * e[i].rs; }
+                for (int64_t p = pa; p < pb; p++) {
+                    const int ncols = (int)(N - p * 32 < 32 ? N - p * 32 : 32);
+                    eq_panel(rows, K, a + m * lda, lda, bp + p * K * 32, c + m * ldc, ldc, p * 32,
+                             ncols, alpha, rowscale ? rowscale + m : 0, es, ne, act);
+                }
+                if (r) eq_rope_rows(r, c, ldc, m, m_base + m, rows, n0);
+            }
+        }
+    }
+}
 """

@@ -35,7 +35,7 @@ def _aligned_bytes(n: int) -> torch.Tensor:
 class CRuntime:
     def __init__(self, graph: Graph, plan: MemoryPlan | None = None, *,
                  use_blas: bool | None = None, flags: list[str] | None = None,
-                 kernel_hook: KernelHook | None = None):
+                 kernel_hook: KernelHook | None = None, fuse_rope: bool = True):
         self.graph = graph
         self.plan = plan = plan if plan is not None else plan_memory(graph)
         link = blas.link_flags() if use_blas is not False else []
@@ -43,7 +43,7 @@ class CRuntime:
             raise GraphError("use_blas=True but scipy-openblas32 is not installed")
         self.uses_blas = bool(link)
         self.program = prog = emit_program(graph, plan, blas=self.uses_blas,
-                                           kernel_hook=kernel_hook)
+                                           kernel_hook=kernel_hook, fuse_rope=fuse_rope)
         self.flags = (list(flags) if flags is not None else list(CFLAGS)) + link
         built = build(prog, self.flags)
         self.so_path, self.cache_hit, self.compile_seconds = (built.path, built.cache_hit,

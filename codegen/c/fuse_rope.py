@@ -1,0 +1,160 @@
+"""Rotary embedding in the Q/K projection's epilogue (issue 3).
+
+The pattern, on the planned program: a GEMM against a packed constant writes T [M, N] (rows
+of stride ldc); a rope reads a head split of T's columns (slice -> view -> permute: element
+(b, h, s, j) is T[b * S + s, c0 + h * d + j]) and writes its own buffer. The GEMM kernel then
+runs the rope on each block of rows as soon as that block's head is computed, while the rows
+are in L1 (`eq_gemm_packed_rope`, packed_gemm.py), and the rope's own kernel is dropped. A
+rope pairs column j with j + d/2 of its head, so the GEMM visits its columns a head at a time
+(d a multiple of the 32-column panel, c0 a multiple of d).
+
+The memory plan is not changed: the rope's output is now written at the GEMM's place in the
+schedule, earlier than the plan assumed. So a rope is fused only when no kernel scheduled
+between the GEMM and the rope (nor the GEMM itself) reads or writes bytes of the rope's
+output, and its cos and sin are computed before the GEMM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir import Graph
+from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, MemoryPlan
+from .fuse_elementwise import Group, overlaps
+from .loops import broadcast_strides, collapse
+from .packed_gemm import NR
+from .values import Ref
+
+# the ops whose packed-GEMM emitters take rope epilogues (emit_matmul, emit_norm_matmul)
+GEMM_OPS = frozenset({"matmul", "mm", "matmul_add", "rms_norm_matmul"})
+ROLES = ("b", "h", "s")  # batch, head, position: the rope's dims other than the last
+
+
+@dataclass(frozen=True)
+class RopeEpilogue:
+    node: int  # the rope
+    c0: int  # its first column in the GEMM's output
+    heads: int
+    d: int  # head dim
+    rows_per_b: int  # S: GEMM row m is position m % S of batch m // S
+    out: Ref
+    cos: Ref
+    sin: Ref
+    dims: dict[str, int | None]  # role -> the rope's dim holding it (None: size 1)
+
+    def c_init(self) -> str:
+        """The eq_rope initializer (packed_gemm.py)."""
+        def role_strides(r: Ref) -> list[int]:
+            st = broadcast_strides(self.out.shape, r.shape, r.strides)
+            return [st[self.dims[k]] if self.dims[k] is not None else 0 for k in ROLES]
+
+        o, c, s = (role_strides(r) for r in (self.out, self.cos, self.sin))
+        cj = broadcast_strides(self.out.shape, self.cos.shape, self.cos.strides)[-1]
+        sj = broadcast_strides(self.out.shape, self.sin.shape, self.sin.strides)[-1]
+        return (f"{{{self.c0}, {self.c0 + self.heads * self.d}, {self.d}, {self.rows_per_b}, "
+                f"{self.out.ptr(const=False)}, {o[0]}, {o[1]}, {o[2]}, "
+                f"{self.cos.ptr()}, {c[0]}, {c[1]}, {c[2]}, {cj}, "
+                f"{self.sin.ptr()}, {s[0]}, {s[1]}, {s[2]}, {sj}}}")
+
+
+def gemm_rows(t: Ref) -> tuple[int, int] | None:
+    """(M, ldc) of a GEMM output whose leading dims are evenly spaced rows of unit-stride
+    columns (the layout the packed emitters require), else None."""
+    if not t.shape or t.strides[-1] != 1:
+        return None
+    sh, st = collapse(t.shape[:-1], [t.strides[:-1]])
+    if len(sh) > 1:
+        return None
+    return (sh[0], st[0][0]) if sh else (1, t.shape[-1])
+
+
+def packed_gemm_call(ropes: tuple[RopeEpilogue, ...], m_base: str) -> tuple[str, str, str]:
+    """(the packed GEMM function to call, a declaration to put before the call, trailing
+    arguments): eq_gemm_packed without ropes, eq_gemm_packed_rope with them (m_base: the C
+    expression of the absolute row of the call's first row)."""
+    if not ropes:
+        return "eq_gemm_packed", "", ""
+    decl = f"const eq_rope ro[] = {{{', '.join(r.c_init() for r in ropes)}}};"
+    return "eq_gemm_packed_rope", decl, f", {m_base}, ro, {len(ropes)}, {ropes[0].d // NR}"
+
+
+def _head_split(x: Ref, t: Ref, m: int, ldc: int) -> tuple[int, int, int, int,
+                                                        dict[str, int | None]] | None:
+    """How the rope's input x reads the GEMM output t: (c0, heads, d, S, roles), or None when
+    it is not a head split of t's columns covering every row."""
+    if x.space != t.space or x.slot != t.slot or x.root != t.root or len(x.shape) < 2:
+        return None
+    d, n = x.shape[-1], t.shape[-1]
+    c0 = x.offset - t.offset
+    if (x.strides[-1] != 1 and d > 1) or d % NR or not 0 <= c0 < ldc or c0 % d:
+        return None
+    dims: dict[str, int | None] = {k: None for k in ROLES}
+    size = {k: 1 for k in ROLES}
+    # the first non-trivial dim of stride ldc is the position; S * ldc the batch; d the head
+    for i, (k, s) in enumerate(zip(x.shape[:-1], x.strides[:-1])):
+        if k == 1:
+            continue
+        role = "s" if s == ldc and dims["s"] is None else "h" if s == d and d < ldc else "b"
+        if dims[role] is not None:
+            return None
+        dims[role], size[role] = i, k
+    b_dim = dims["b"]
+    if b_dim is not None and x.strides[b_dim] != size["s"] * ldc:
+        return None
+    heads = size["h"]
+    if size["b"] * size["s"] != m or c0 + heads * d > n:
+        return None
+    return c0, heads, d, size["s"], dims
+
+
+def rope_epilogues(graph: Graph, plan: MemoryPlan, refs: dict[int, Ref],
+                   groups: list[Group]) -> dict[int, tuple[RopeEpilogue, ...]]:
+    """For each GEMM node, the ropes its epilogue may compute (all of one head dim), in plan
+    order. Whether the GEMM's kernel takes them is its emitter's call (the packed path)."""
+    pos = {nid: k for k, nid in enumerate(plan.order)}
+    found: dict[int, list[RopeEpilogue]] = {}
+    for nid in plan.order:
+        node = graph.node(nid)
+        if node.op != "rope" or plan.kinds[nid] not in (ARENA, OUTPUT) or nid not in refs:
+            continue
+        x, cos, sin, out = (refs.get(i) for i in (*node.inputs, nid))
+        gemm = x.root if x is not None else -1
+        if gemm not in refs or graph.node(gemm).op not in GEMM_OPS or cos is None \
+                or sin is None or out is None:
+            continue
+        t = refs[gemm]
+        rows = gemm_rows(t)
+        if rows is None or any(r.dtype != "float32" or r.space == "scalar"
+                               for r in (x, cos, sin, out, t)):
+            continue
+        split = _head_split(x, t, *rows)
+        if split is None or out.strides[-1] != 1:
+            continue
+        c0, heads, d, s, dims = split
+        ep = RopeEpilogue(nid, c0, heads, d, s, out, cos, sin, dims)
+        earlier = found.get(gemm, [])
+        if earlier and earlier[0].d != d:
+            continue
+        if _safe(graph, plan, refs, groups, pos, gemm, ep, earlier):
+            found.setdefault(gemm, []).append(ep)
+    return {g: tuple(eps) for g, eps in found.items()}
+
+
+def _safe(graph: Graph, plan: MemoryPlan, refs: dict[int, Ref], groups: list[Group],
+          pos: dict[int, int], gemm: int, ep: RopeEpilogue, earlier: list[RopeEpilogue]) -> bool:
+    """Writing ep.out at the GEMM's place in the schedule clobbers nothing that is read or
+    written before the rope's own place, and cos and sin are ready by then."""
+    out = ep.out
+    for r in (ep.cos, ep.sin):
+        if plan.kinds.get(r.root) not in (LEAF, SCALAR) and pos.get(r.root, 1 << 60) >= pos[gemm]:
+            return False
+    if any(overlaps(out, e.out) for e in earlier):
+        return False
+    fused_earlier = {e.node for e in earlier}
+    group_inputs = {g.root: g.inputs for g in groups}
+    for w in plan.order[pos[gemm]:pos[ep.node]]:
+        if w in fused_earlier or plan.kinds[w] not in (ARENA, OUTPUT, COPY_OUT):
+            continue
+        touched = [w, *graph.node(w).inputs, *group_inputs.get(w, ())]
+        if any(i in refs and overlaps(out, refs[i]) for i in touched):
+            return False
+    return True
