@@ -136,20 +136,13 @@ def _reuse_graph() -> tuple[Graph, dict[str, int]]:
 
 
 def _plan_with(g: Graph, ids: dict[str, int], offsets: dict[str, int]) -> MemoryPlan:
-    """The planner's plan, rescheduled so that exp and softmax run between the GEMM and the
-    rope, with the given arena offsets (a valid plan: every buffer is dead where reused)."""
+    """The planner's plan, run in the graph's own node order (GEMM, exp, softmax, then the
+    rope: exp and softmax between the GEMM and the rope), with the given arena offsets (a
+    valid plan: every buffer is dead where reused)."""
     plan = plan_memory(g)
-    kernels = [ids[k] for k in ("t", "e", "f", "r", "prod")]
-    order = [n for n in plan.order if n not in kernels]
-    first_view = min(order.index(n) for n in order if g.node(n).op in ("slice", "view"))
-    order[first_view:first_view] = kernels[:3]
-    order.insert(order.index(max(n for n in order if g.node(n).op == "permute")) + 1,
-                 kernels[3])
-    order.insert(order.index(kernels[3]) + 1, kernels[4])
-    out = [n for n in plan.order if n not in order]
-    buffers = {nid: dataclasses.replace(b, offset=offsets[k]) for k, nid in ids.items()
-               for b in [plan.buffers[nid]]}
-    return dataclasses.replace(plan, order=order + out, buffers=buffers,
+    buffers = {nid: dataclasses.replace(plan.buffers[nid], offset=offsets[k])
+               for k, nid in ids.items()}
+    return dataclasses.replace(plan, order=sorted(plan.order), buffers=buffers,
                                arena_bytes=max(offsets.values()) + 4096)
 
 

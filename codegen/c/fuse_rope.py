@@ -43,17 +43,15 @@ class RopeEpilogue:
 
     def c_init(self) -> str:
         """The eq_rope initializer (packed_gemm.py)."""
-        def role_strides(r: Ref) -> list[int]:
+        def strides(r: Ref, along_head: bool = True) -> str:
+            # by role (b, h, s), then (cos, sin) along the head's columns; 0 where broadcast
             st = broadcast_strides(self.out.shape, r.shape, r.strides)
-            return [st[self.dims[k]] if self.dims[k] is not None else 0 for k in ROLES]
+            dims = [*(self.dims[k] for k in ROLES), *([-1] if along_head else [])]
+            return ", ".join(str(st[i]) if i is not None else "0" for i in dims)
 
-        o, c, s = (role_strides(r) for r in (self.out, self.cos, self.sin))
-        cj = broadcast_strides(self.out.shape, self.cos.shape, self.cos.strides)[-1]
-        sj = broadcast_strides(self.out.shape, self.sin.shape, self.sin.strides)[-1]
         return (f"{{{self.c0}, {self.c0 + self.heads * self.d}, {self.d}, {self.rows_per_b}, "
-                f"{self.out.ptr(const=False)}, {o[0]}, {o[1]}, {o[2]}, "
-                f"{self.cos.ptr()}, {c[0]}, {c[1]}, {c[2]}, {cj}, "
-                f"{self.sin.ptr()}, {s[0]}, {s[1]}, {s[2]}, {sj}}}")
+                f"{self.out.ptr(const=False)}, {strides(self.out, along_head=False)}, "
+                f"{self.cos.ptr()}, {strides(self.cos)}, {self.sin.ptr()}, {strides(self.sin)}}}")
 
 
 def gemm_rows(t: Ref) -> tuple[int, int] | None:
@@ -85,7 +83,7 @@ def _head_split(x: Ref, t: Ref, m: int, ldc: int) -> tuple[int, int, int, int,
         return None
     d, n = x.shape[-1], t.shape[-1]
     c0 = x.offset - t.offset
-    if (x.strides[-1] != 1 and d > 1) or d % NR or not 0 <= c0 < ldc or c0 % d:
+    if x.strides[-1] != 1 or d % NR or not 0 <= c0 < ldc or c0 % d:
         return None
     dims: dict[str, int | None] = {k: None for k in ROLES}
     size = {k: 1 for k in ROLES}
@@ -111,6 +109,7 @@ def rope_epilogues(graph: Graph, plan: MemoryPlan, refs: dict[int, Ref],
     """For each GEMM node, the ropes its epilogue may compute (all of one head dim), in plan
     order. Whether the GEMM's kernel takes them is its emitter's call (the packed path)."""
     pos = {nid: k for k, nid in enumerate(plan.order)}
+    group_inputs = {g.root: g.inputs for g in groups}
     found: dict[int, list[RopeEpilogue]] = {}
     for nid in plan.order:
         node = graph.node(nid)
@@ -134,15 +133,17 @@ def rope_epilogues(graph: Graph, plan: MemoryPlan, refs: dict[int, Ref],
         earlier = found.get(gemm, [])
         if earlier and earlier[0].d != d:
             continue
-        if _safe(graph, plan, refs, groups, pos, gemm, ep, earlier):
+        if _safe(graph, plan, refs, group_inputs, pos, gemm, ep, earlier):
             found.setdefault(gemm, []).append(ep)
     return {g: tuple(eps) for g, eps in found.items()}
 
 
-def _safe(graph: Graph, plan: MemoryPlan, refs: dict[int, Ref], groups: list[Group],
-          pos: dict[int, int], gemm: int, ep: RopeEpilogue, earlier: list[RopeEpilogue]) -> bool:
+def _safe(graph: Graph, plan: MemoryPlan, refs: dict[int, Ref],
+          group_inputs: dict[int, tuple[int, ...]], pos: dict[int, int], gemm: int,
+          ep: RopeEpilogue, earlier: list[RopeEpilogue]) -> bool:
     """Writing ep.out at the GEMM's place in the schedule clobbers nothing that is read or
-    written before the rope's own place, and cos and sin are ready by then."""
+    written before the rope's own place (an elementwise group's kernel reads its members'
+    inputs: `group_inputs` by root), and cos and sin are ready by then."""
     out = ep.out
     for r in (ep.cos, ep.sin):
         if plan.kinds.get(r.root) not in (LEAF, SCALAR) and pos.get(r.root, 1 << 60) >= pos[gemm]:
@@ -150,7 +151,6 @@ def _safe(graph: Graph, plan: MemoryPlan, refs: dict[int, Ref], groups: list[Gro
     if any(overlaps(out, e.out) for e in earlier):
         return False
     fused_earlier = {e.node for e in earlier}
-    group_inputs = {g.root: g.inputs for g in groups}
     for w in plan.order[pos[gemm]:pos[ep.node]]:
         if w in fused_earlier or plan.kinds[w] not in (ARENA, OUTPUT, COPY_OUT):
             continue
