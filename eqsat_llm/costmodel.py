@@ -141,7 +141,7 @@ VECTOR_WEIGHT: dict[str, float] = {
     **dict.fromkeys(["tanh", "sigmoid", "erf", "sin", "cos"], _TRANSCENDENTAL),
     "silu": _TRANSCENDENTAL + 1, "gelu": _TRANSCENDENTAL + 5, "swiglu": _TRANSCENDENTAL + 2,
     # reductions and normalisations, per input element (read once, write once)
-    **dict.fromkeys(["sum", "mean", "amax", "amin", "cumsum"], 1.0),
+    **dict.fromkeys(["sum", "mean", "amax", "amin", "any", "cumsum"], 1.0),
     # three passes over each row (max; exp and sum; scale): about three exps' worth
     "softmax": 3 * EXP_FLOPS, "log_softmax": 3 * EXP_FLOPS,
     # two passes: statistics (mean and variance; sum of squares), then normalise and scale
@@ -165,7 +165,7 @@ KIND: dict[str, str] = {
     "addmm_act": "matmul",
     "matmul_swiglu": "matmul",
     **dict.fromkeys(VECTOR_WEIGHT, "vector"),
-    **dict.fromkeys(["embedding", "index_select", "index"], "gather"),
+    **dict.fromkeys(["embedding", "index_select", "index", "gather"], "gather"),
     **dict.fromkeys(["attention", "sdpa", "sdpa_masked"], "attention"),
     "fallback": "fallback",
 }

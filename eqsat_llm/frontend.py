@@ -446,6 +446,7 @@ converts(aten.sum.dim_IntList, aten.sum.default)(_reduction("sum"))
 converts(aten.mean.dim, aten.mean.default)(_reduction("mean"))
 converts(aten.amax.default)(_reduction("amax"))
 converts(aten.amin.default)(_reduction("amin"))
+converts(aten.any.dim, aten.any.dims, aten.any.default)(_reduction("any"))
 
 
 @converts(aten._softmax.default, aten._log_softmax.default, aten.softmax.int,
@@ -468,9 +469,9 @@ def _cumsum(c: _Converter, node: FxNode, x: FxNode, dim: int, *, dtype: Any = No
 @converts(aten.native_layer_norm.default)
 def _native_layer_norm(c: _Converter, node: FxNode, x: FxNode, normalized_shape: list[int],
                        w: FxNode | None, b: FxNode | None, eps: float) -> tuple:
-    if w is None or b is None or any(u.args[1] != 0 for u in node.users):
-        raise Unsupported  # mean/rstd outputs and weightless norms run in torch
-    out = c.g.add("layer_norm", (c.t(x), c.t(w), c.t(b)),
+    if any(u.args[1] != 0 for u in node.users):
+        raise Unsupported  # the mean/rstd outputs run in torch
+    out = c.g.add("layer_norm", (c.t(x), *_affine(c, x, normalized_shape, w, b)),
                   normalized_shape=list(normalized_shape), eps=float(eps))
     c._check(next(iter(node.users)), out)
     return (out, None, None)
@@ -480,10 +481,20 @@ def _native_layer_norm(c: _Converter, node: FxNode, x: FxNode, normalized_shape:
 def _layer_norm(c: _Converter, node: FxNode, x: FxNode, normalized_shape: list[int],
                 w: FxNode | None = None, b: FxNode | None = None, eps: float = 1e-5,
                 *_: Any) -> int:
-    if w is None or b is None:
-        raise Unsupported
-    return c.g.add("layer_norm", (c.t(x), c.t(w), c.t(b)),
+    return c.g.add("layer_norm", (c.t(x), *_affine(c, x, normalized_shape, w, b)),
                    normalized_shape=list(normalized_shape), eps=float(eps))
+
+
+def _affine(c: _Converter, x: FxNode, shape: list[int], w: FxNode | None,
+            b: FxNode | None) -> tuple[int, int]:
+    """A layer norm's weight and bias; a missing one is the identity (ones / zeros), which
+    is what torch computes without it (x * 1 + 0 is exact)."""
+    dtype = c.g.type_of(c.t(x)).dtype
+
+    def given_or(a: FxNode | None, value: float) -> int:
+        return c.t(a) if a is not None else c.g.add("full", shape=list(shape), value=value,
+                                                      dtype=dtype)
+    return given_or(w, 1.0), given_or(b, 0.0)
 
 
 @converts(aten.embedding.default)
@@ -507,6 +518,22 @@ def _index(c: _Converter, node: FxNode, x: FxNode, indices: list[FxNode | None])
 @converts(aten.full.default)
 def _full(c: _Converter, node: FxNode, size: list[int], value: Any, **_: Any) -> int:
     return c.g.add("full", shape=_out_shape(node), value=float(value), dtype=_out_dtype(node))
+
+
+@converts(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default)
+def _full_like(c: _Converter, node: FxNode, x: FxNode, *args: Any, **_: Any) -> int:
+    # only x's shape and dtype are read: a shape-only constant
+    value = args[0] if node.target == aten.full_like.default else \
+        float("zeros" not in str(node.target))
+    return c.g.add("full", shape=_out_shape(node), value=float(value), dtype=_out_dtype(node))
+
+
+@converts(aten.gather.default)
+def _gather(c: _Converter, node: FxNode, x: FxNode, dim: int, idx: FxNode, **kw: Any) -> int:
+    if kw.get("sparse_grad"):
+        raise Unsupported
+    return c.g.append("gather", (c.t(x), c.t(idx)), {"dim": _dim(dim, c.rank(x))},
+                      _type(node.meta["val"]))
 
 
 @converts(aten.scalar_tensor.default)

@@ -289,6 +289,11 @@ for _name, _fn in _REDUCTIONS.items():
     # sum promotes bool/int to int64, so its dtype is not always its input's
     register(_name, 1, "dims:ints keepdim:bool", ref=_reduction(_fn), category="reduction",
              shape="reduce", dtype="same_float" if _name == "sum" else "same")
+# any: true where some element along the dims is non-zero (the masks' "some key visible")
+register("any", 1, "dims:ints keepdim:bool",
+         ref=lambda xs, a: torch.any(xs[0], a["dims"], keepdim=a["keepdim"]) if a["dims"]
+         else torch.any(xs[0]).reshape([1] * xs[0].dim() if a["keepdim"] else []),
+         category="reduction", shape="reduce", dtype="bool")
 register("softmax", 1, "dim:int", ref=lambda xs, a: torch.softmax(xs[0], a["dim"]),
          category="reduction", shape="same")
 register("log_softmax", 1, "dim:int", ref=lambda xs, a: torch.log_softmax(xs[0], a["dim"]),
@@ -305,6 +310,8 @@ register("embedding", 2, ref=lambda xs, a: F.embedding(xs[1], xs[0]), category="
 register("index_select", 2, "dim:int",
          ref=lambda xs, a: torch.index_select(xs[0], a["dim"], xs[1]), category="layout",
          shape="given")
+register("gather", 2, "dim:int", ref=lambda xs, a: torch.gather(xs[0], a["dim"], xs[1]),
+         category="layout", shape="given", dtype="same")
 register("index", None, "positions:ints", ref=lambda xs, a: _index(xs, a["positions"]),
          category="layout", shape="given", dtype="same")
 
