@@ -179,6 +179,11 @@ TRANSPOSE_PENALTY = 4.0
 # the same fallbacks, so the figure only shifts totals).
 FALLBACK_SECONDS = 1e-3
 
+# The frontend's spellings of attention (sdpa, sdpa_masked): no backend generates them, torch's
+# own kernel runs them, reading K/V repeated for every query head; the rules turn them into
+# `attention`. Charged like a fallback so that a tie never keeps them.
+FRONTEND_FORMS = frozenset({"sdpa", "sdpa_masked"})
+
 # Sub-byte dtypes are counted packed (torch reports 1 byte for them).
 _PACKED_BITS = {f"{s}int{b}": b for s in ("", "u") for b in range(1, 8)}
 
@@ -277,7 +282,8 @@ class CostModel:
             mm_flops, m_eff, epilogue = _matmul_shape(op, attrs, ins, out)
             return self._roofline(mm_flops, epilogue, read, written, m_eff, gemm=True)
         mm_flops, m_eff, vec = _attention_shape(op, ins, out)
-        return self._roofline(mm_flops, vec, read, written, m_eff, gemm=True)
+        extra = FALLBACK_SECONDS if op in FRONTEND_FORMS else 0.0
+        return self._roofline(mm_flops, vec, read, written, m_eff, gemm=True, extra=extra)
 
     def _roofline(self, mm_flops: float, vec_flops: float, read: float, written: float,
                   m_eff: int = 1, extra: float = 0.0, slowdown: float = 1.0,

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import Node as FxNode
 
 from .errors import CaptureError, GraphError
@@ -37,6 +37,12 @@ class Captured:
     out_spec: Any
     fallback_ops: list[str] = field(default_factory=list)
     aten_op_counts: dict[str, int] = field(default_factory=dict)
+    # State the model writes in place (functionalized by torch.export): the graph's first
+    # len(mutations) outputs are the new values, ("state", name) of a buffer or parameter,
+    # ("input", k) of user input k; the user outputs follow. `state` holds the written
+    # tensors themselves (the module's own), read at run time as inputs after the user's.
+    mutations: list[tuple[str, Any]] = field(default_factory=list)
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Unsupported(Exception):
@@ -63,7 +69,16 @@ def export(model: Any, example_inputs: tuple, example_kwargs: dict | None = None
                 errors.append(f"strict={strict}: {type(exc).__name__}: {exc}")
         if ep is None:
             raise CaptureError("torch.export could not capture the model:\n" + "\n".join(errors))
-    return ep.run_decompositions()
+    return ep.run_decompositions(_decompositions())
+
+
+def _decompositions() -> dict:
+    """Core-aten decompositions, except for scaled_dot_product_attention: kept whole, it maps
+    to the registry's sdpa ops and the rules make it one attention kernel (decomposed, it is
+    a dozen ops with a scale split across q and k and a guard for fully masked rows)."""
+    table = torch.export.default_decompositions()
+    table.pop(aten.scaled_dot_product_attention.default, None)
+    return table
 
 
 def capture(model: Any, example_inputs: tuple, example_kwargs: dict | None = None) -> Captured:
@@ -81,6 +96,7 @@ class _Converter:
         self.env: dict[FxNode, Any] = {}  # fx node -> IR id, or tuple of ids / None
         self.fallbacks: list[str] = []
         self.aten_counts: dict[str, int] = {}
+        self.state: dict[str, torch.Tensor] = {}  # mutated buffers/parameters, read at run time
 
     def run(self) -> Captured:
         self._bind_inputs()
@@ -96,20 +112,46 @@ class _Converter:
                 out_node = node
         assert out_node is not None
         outs = torch.utils._pytree.tree_leaves(out_node.args[0])
-        for o in outs:
+        specs = self.ep.graph_signature.output_specs
+        if len(specs) != len(outs):
+            raise CaptureError(f"the exported graph has {len(outs)} outputs but its signature "
+                               f"describes {len(specs)}")
+        writes, mutations, results = [], [], []
+        for o, spec in zip(outs, specs):
             value = self.env.get(o) if isinstance(o, FxNode) else None
             if not isinstance(value, int):
                 raise CaptureError(f"model output {o!r} is not a tensor computed by the graph; "
                                    "only tensor outputs are supported")
-            self.g.outputs.append(value)
+            if spec.kind == OutputKind.USER_OUTPUT:
+                results.append(value)
+            else:
+                writes.append(value)
+                mutations.append(self._mutation(spec))
+        self.g.outputs = writes + results
         spec = self.ep.call_spec
         return Captured(self.g, spec.in_spec, spec.out_spec, sorted(set(self.fallbacks)),
-                        self.aten_counts)
+                        self.aten_counts, mutations, self.state)
+
+    def _mutation(self, spec: Any) -> tuple[str, Any]:
+        """Where an in-place write of the model lands: ("state", name) or ("input", k)."""
+        if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION):
+            return ("state", spec.target)
+        if spec.kind == OutputKind.USER_INPUT_MUTATION:
+            users = [s.arg.name for s in self.ep.graph_signature.input_specs
+                     if s.kind == InputKind.USER_INPUT]
+            return ("input", users.index(spec.target))
+        raise CaptureError(f"the exported graph has an output of kind {spec.kind.name} "
+                           f"({spec.target or spec.arg.name}); only model outputs and in-place "
+                           "writes of buffers, parameters and inputs are supported")
 
     # -- inputs ----------------------------------------------------------------------------
     def _bind_inputs(self) -> None:
         placeholders = [n for n in self.ep.graph.nodes if n.op == "placeholder"]
+        sig = self.ep.graph_signature
         user_index = 0
+        n_user = sum(s.kind == InputKind.USER_INPUT for s in sig.input_specs)
+        mutated = {s.target for s in sig.output_specs
+                   if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION)}
         for node, spec in zip(placeholders, self.ep.graph_signature.input_specs):
             val = node.meta.get("val")
             if spec.kind == InputKind.USER_INPUT:
@@ -120,16 +162,23 @@ class _Converter:
                                                "index": user_index}, _type(val))
                 user_index += 1
                 continue
+            if spec.target in mutated:  # written in place: read at run time, never folded
+                self.state[spec.target] = self._lookup_state(spec.target, spec.kind, live=True)
+                self.env[node] = self.g.append("input", (), {
+                    "name": node.name, "index": n_user + len(self.state) - 1}, _type(val))
+                continue
             tensor = self._lookup_state(spec.target, spec.kind)
             op = "param" if spec.kind == InputKind.PARAMETER else "const"
             self.g.constants[spec.target] = tensor
             self.env[node] = self.g.append(op, (), {"name": spec.target}, _type(tensor))
 
-    def _lookup_state(self, target: str, kind: InputKind) -> torch.Tensor:
+    def _lookup_state(self, target: str, kind: InputKind, live: bool = False) -> torch.Tensor:
+        """The tensor behind a parameter, buffer or constant; `live`: the object itself (the
+        module's own, for writing into), else a detached alias."""
         for table in (self.ep.state_dict, self.ep.constants):
             if target in table:
                 value = table[target]
-                return value.detach() if isinstance(value, torch.Tensor) else value
+                return value.detach() if isinstance(value, torch.Tensor) and not live else value
         raise CaptureError(f"{kind.name.lower()} {target!r} not found in the exported program")
 
     # -- ops ---------------------------------------------------------------------------------
@@ -142,7 +191,16 @@ class _Converter:
                     raise GraphError(f"{node.name}: output {index} of {base.target} is unused "
                                      "by the converter but read by the graph")
                 return value[index]
-            return self._check(node, self.g.add("getitem", (value,), index=index))
+            return self._check(node, self.g.append("getitem", (value,), {"index": index},
+                                                   _type(node.meta.get("val"))))
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.numel() == 0:
+            # an empty tensor has no values to compute: a constant of its shape (users drop it
+            # from concatenations; any other user runs in torch with it baked in, below)
+            return self.g.add("full", shape=_out_shape(node), value=0.0, dtype=_out_dtype(node))
+        if node.target is not aten.cat.default and any(
+                _is_empty(a) for a in node.all_input_nodes):
+            return self._fallback(node)
         converter = ATEN.get(node.target)
         if converter is not None:
             try:
@@ -166,6 +224,9 @@ class _Converter:
         tensors: list[FxNode] = []
 
         def mark(a: Any) -> Any:
+            if isinstance(a, FxNode) and _is_empty(a):  # no values: baked into the call
+                v = a.meta["val"]
+                return torch.empty(v.shape, dtype=v.dtype)
             if isinstance(a, FxNode):
                 tensors.append(a)
                 return _Slot(len(tensors) - 1)
@@ -182,6 +243,8 @@ class _Converter:
         val = node.meta.get("val")
         vtype = (tuple(_type(v) for v in val) if isinstance(val, (tuple, list)) else _type(val))
         name = str(node.target)
+        if any(_is_empty(a) for a in node.all_input_nodes):
+            name += " (reading an empty tensor)"
         self.fallbacks.append(name)
         return self.g.append("fallback", tuple(inputs),
                              {"target": name, "key": len(self.g.nodes), "fn": node.target,
@@ -223,6 +286,11 @@ def run_fallback(attrs: dict[str, Any], xs: list[Any]) -> Any:
         return xs[a.index] if isinstance(a, _Slot) else a
     args, kwargs = torch.fx.node.map_aggregate(attrs["template"], fill)
     return attrs["fn"](*args, **kwargs)
+
+
+def _is_empty(a: FxNode) -> bool:
+    v = a.meta.get("val")
+    return isinstance(v, torch.Tensor) and v.numel() == 0
 
 
 def _type(val: Any) -> TensorType:
@@ -323,7 +391,8 @@ def _select(c: _Converter, node: FxNode, x: FxNode, dim: int, index: int) -> int
 
 @converts(aten.cat.default)
 def _cat(c: _Converter, node: FxNode, xs: list[FxNode], dim: int = 0) -> int:
-    return c.g.add("cat", [c.t(x) for x in xs], dim=_dim(dim, len(_out_shape(node))))
+    parts = [x for x in xs if not _is_empty(x)]  # empty pieces add nothing (output non-empty)
+    return c.g.add("cat", [c.t(x) for x in parts], dim=_dim(dim, len(_out_shape(node))))
 
 
 @converts(aten.split_with_sizes.default, aten.split.Tensor)
@@ -565,7 +634,7 @@ def _sdpa(c: _Converter, node: FxNode, q: FxNode, k: FxNode, v: FxNode, *args: A
     flash = node.target != aten.scaled_dot_product_attention.default
     names = ("dropout_p", "is_causal") if flash else ("attn_mask", "dropout_p", "is_causal")
     bound = dict(zip(names, args)) | kwargs
-    if bound.get("dropout_p", 0.0) != 0.0 or bound.get("enable_gqa") or (
+    if bound.get("dropout_p", 0.0) != 0.0 or (
             flash and any(u.args[1] != 0 for u in node.users)):
         raise Unsupported
     scale = bound.get("scale") or 1.0 / (c.shape(q)[-1] ** 0.5)

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 VOCAB = 1000
-SIZES = {"small": dict(d=64, heads=4, kv=2, ffn=128, layers=2),
-         "medium": dict(d=256, heads=8, kv=2, ffn=704, layers=2)}
+SIZES = {"small": {"d": 64, "heads": 4, "kv": 2, "ffn": 128, "layers": 2},
+         "medium": {"d": 256, "heads": 8, "kv": 2, "ffn": 704, "layers": 2}}
 
 
 class Logits(nn.Module):
@@ -47,10 +47,10 @@ def _transformers() -> Any:
 def _decoder(cls: str, cfg_cls: str, **fields: Any) -> Callable[[dict, str], nn.Module]:
     def make(s: dict, attn: str) -> nn.Module:
         T = _transformers()
-        common = dict(vocab_size=VOCAB, hidden_size=s["d"], intermediate_size=s["ffn"],
-                      num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
-                      num_key_value_heads=s["kv"], max_position_embeddings=256,
-                      use_cache=False, attn_implementation=attn)
+        common = {"vocab_size": VOCAB, "hidden_size": s["d"], "intermediate_size": s["ffn"],
+                      "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"],
+                      "num_key_value_heads": s["kv"], "max_position_embeddings": 256,
+                      "use_cache": False, "attn_implementation": attn}
         cfg = getattr(T, cfg_cls)(**(common | {k: v(s) if callable(v) else v
                                                for k, v in fields.items()}))
         return getattr(T, cls)(cfg)

@@ -326,12 +326,26 @@ def _index(xs: list[Any], positions: list[int]) -> Any:
 
 register("sdpa", 3, "is_causal:bool scale:float",
          ref=lambda xs, a: F.scaled_dot_product_attention(
-             *xs, is_causal=a["is_causal"], scale=a["scale"]),
+             *xs, is_causal=a["is_causal"], scale=a["scale"], enable_gqa=_grouped(xs)),
          category="attention", shape="sdpa")
 register("sdpa_masked", 4, "scale:float",
          ref=lambda xs, a: F.scaled_dot_product_attention(
-             xs[0], xs[1], xs[2], attn_mask=xs[3], scale=a["scale"]),
+             xs[0], xs[1], xs[2], attn_mask=xs[3], scale=a["scale"], enable_gqa=_grouped(xs)),
          category="attention", shape="sdpa")
+
+
+def _grouped(xs: list[Any]) -> bool:
+    """Grouped-query attention: k and v have fewer heads (dim -3) than q."""
+    q, k = xs[0], xs[1]
+    return q.dim() >= 3 and k.dim() >= 3 and k.shape[-3] != q.shape[-3]
+
+
+def _kv_heads(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+    # GQA: query head h reads kv head h // (Hq / Hkv), as repeat_kv / enable_gqa do
+    if q.dim() < 3 or kv.dim() < 3 or kv.shape[-3] == q.shape[-3]:
+        return kv
+    return kv.repeat_interleave(q.shape[-3] // kv.shape[-3], dim=-3)
+
 
 # --- fused ops that the rules recognise (references spell out the decomposition they replace,
 # so a recognised program is bit-identical to the captured one) -----------------------------
@@ -341,10 +355,15 @@ def _rms_norm(xs: list[Any], a: dict[str, Any]) -> Any:
 
 
 def _attention(xs: list[Any], a: dict[str, Any]) -> Any:
-    # softmax(q @ k^T * scale + bias) @ v; bias is additive (-inf where masked)
-    q, k, v, bias = xs
+    # softmax(q @ k^T * scale + bias) @ v; bias is additive (-inf where masked). As in sdpa,
+    # k and v may have fewer heads than q (grouped-query attention), and a query row that sees
+    # no key (every score -inf) is zero, where the plain formula would give NaN.
+    q, bias = xs[0], xs[3]
+    k, v = _kv_heads(q, xs[1]), _kv_heads(q, xs[2])
     scores = _scaled(torch.matmul(q, k.transpose(-2, -1)), a["scale"]) + bias
-    return torch.matmul(torch.softmax(scores, -1), v)
+    out = torch.matmul(torch.softmax(scores, -1), v)
+    blind = (scores == float("-inf")).all(-1, keepdim=True)
+    return out.masked_fill(blind, 0.0)
 
 
 register("rms_norm", 2, "eps:float", ref=_rms_norm, category="reduction", shape="same")

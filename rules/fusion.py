@@ -6,9 +6,9 @@ The fused ops' reference semantics spell out the decomposition they replace (ops
 recognising rules are exact.
 """
 
-from egglog import String, Vec, eq, f64, i64, rewrite, rule, set_, union
+from egglog import String, Vec, eq, f64, i64, rewrite, rule, set_, subsume, union
 
-from eqsat_llm.egraph.analysis import hi_id, is_const, lo_id
+from eqsat_llm.egraph.analysis import hi_id, is_const, is_float_dtype, lo_id
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
 from eqsat_llm.rulebook import exact, family, reassociates
 
@@ -24,7 +24,45 @@ def fusion(x: Tensor, y: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: 
     yield exact("swiglu", rewrite(E.mul(E.mul(g, E.sigmoid(g)), u)).to(E.swiglu(g, u)))
     yield exact("silu-mul", rewrite(E.mul(E.silu(g), u)).to(E.swiglu(g, u)), note="silu(g) = g * sigmoid(g) up to rounding of torch's fused silu")
     scores = E.matmul(q, E.permute(k, Vec[i64](0, 1, 3, 2)), al)
-    yield exact("attention", rewrite(E.matmul(E.softmax(E.add(scores, bias), i64(3)), v, f64(1.0))).to(E.attention(q, k, v, bias, al)))
+    blind = "where every key is -inf, attention's row is 0 (as sdpa's) and the formula's NaN"
+    yield exact("attention", rewrite(E.matmul(E.softmax(E.add(scores, bias), i64(3)), v, f64(1.0))).to(E.attention(q, k, v, bias, al)), note=blind)
+    yield exact("attention-no-bias", rewrite(E.matmul(E.softmax(scores, i64(3)), v, f64(1.0))).to(E.attention(q, k, v, E.scalar(0.0, "float"), al)), note="s + 0.0 = s; " + blind)
+
+
+@family("fusion")
+def sdpa_attention(y: Tensor, q: Tensor, k: Tensor, v: Tensor, m: Tensor, al: f64,
+                   sq: Vec[i64], sk: Vec[i64], dt: String):
+    # scaled_dot_product_attention (kept whole by the frontend) as the one attention op: no
+    # mask, is_causal (the top-left causal bias, -inf above the diagonal: a constant that
+    # folds and lets the kernel skip masked blocks), a boolean mask (True = attend) or an
+    # additive float mask. torch's sdpa kernel rounds differently from the formula.
+    zero, ninf = E.scalar(0.0, "float"), E.scalar(f64(float("-inf")), "float")
+    note = "torch's sdpa kernel sums in another order"
+    yield reassociates("sdpa-as-attention", rewrite(E.sdpa(q, k, v, i64(0), al)).to(E.attention(q, k, v, zero, al)), note=note)
+    sizes = (eq(sq).to(shape(q)), eq(sk).to(shape(k)), eq(dt).to(dtype(q)), is_float_dtype(dt))
+    causal = E.triu(E.full(Vec[i64](sq[sq.length() - 2], sk[sk.length() - 2]), f64(float("-inf")), dt), i64(1))
+    yield reassociates("sdpa-causal-as-attention", rule(eq(y).to(E.sdpa(q, k, v, i64(1), al)), *sizes).then(union(y).with_(E.attention(q, k, v, causal, al))), note=note)
+    yield reassociates("sdpa-bool-mask-as-attention", rule(eq(y).to(E.sdpa_masked(q, k, v, m, al)), eq(dtype(m)).to(String("bool"))).then(union(y).with_(E.attention(q, k, v, E.where(m, zero, ninf), al))), note=note)
+    yield reassociates("sdpa-float-mask-as-attention", rule(eq(y).to(E.sdpa_masked(q, k, v, m, al)), is_float_dtype(dtype(m))).then(union(y).with_(E.attention(q, k, v, m, al))), note=note)
+
+
+@family("fusion")
+def grouped_query_attention(y: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Tensor, al: f64,
+                            s1: Vec[i64], s2: Vec[i64], s3: Vec[i64], sk: Vec[i64],
+                            sq: Vec[i64]):
+    # GQA: each KV head serves a group of n query heads. repeat_kv materialises the repeat
+    # (k[:, :, None].expand(b, h, n, s, d).reshape(b, h * n, s, d)); attention reads the KV
+    # head of each query head instead (head i -> i // n), so the repeat is never made. The
+    # repeated form is subsumed: never cheaper, though the cost model prices its views at zero.
+    repeat = (eq(sk).to(shape(k)), eq(sk.length()).to(i64(4)), eq(sq).to(shape(q)),
+              eq(s1).to(Vec[i64](sk[0], sk[1], i64(1), sk[2], sk[3])),
+              eq(s2).to(Vec[i64](sk[0], sk[1], s2[2], sk[2], sk[3])),
+              eq(s3).to(Vec[i64](sk[0], sk[1] * s2[2], sk[2], sk[3])), eq(sq[1]).to(s3[1]))
+    k_rep = E.view(E.expand(E.view(k, s1), s2), s3)
+    v_rep = E.view(E.expand(E.view(v, s1), s2), s3)
+    with_k, with_v = E.attention(q, k_rep, v, bias, al), E.attention(q, k, v_rep, bias, al)
+    yield exact("attention-gqa-k", rule(eq(y).to(with_k), *repeat).then(union(y).with_(E.attention(q, k, v, bias, al)), subsume(with_k)))
+    yield exact("attention-gqa-v", rule(eq(y).to(with_v), eq(sk).to(shape(v)), *repeat[1:]).then(union(y).with_(E.attention(q, k, v, bias, al)), subsume(with_v)))
 
 
 @family("fusion")

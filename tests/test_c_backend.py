@@ -170,7 +170,7 @@ def test_key_extents_of_masks():
     per_head = torch.stack([causal, torch.zeros(6, 6)])  # heads differ: nothing skipped
     assert emit_attention.key_extents(per_head, (2, 6, 6), 2) is None
     hidden = causal.clone()
-    hidden[:2] = float("-inf")  # a fully masked block keeps its keys (NaN rows, as torch)
+    hidden[:2] = float("-inf")  # a fully masked block keeps its keys (zero rows, as sdpa)
     assert emit_attention.key_extents(hidden, (1, 6, 6), 2) == [6, 4, 6]
 
 

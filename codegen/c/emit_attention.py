@@ -1,4 +1,6 @@
-"""attention(q, k, v, bias, scale) = softmax(q @ k^T * scale + bias) @ v, flash-style: one pass
+"""attention(q, k, v, bias, scale) = softmax(q @ k^T * scale + bias) @ v (k, v may have fewer
+heads than q: grouped-query attention, each KV head read for its group; a row that sees no key
+is zero, as in sdpa), flash-style: one pass
 over blocks of keys with an online softmax (running max and sum, the accumulator rescaled once
 per block), a tile of query rows sharing each transposed key block, blocks whose bias is -inf
 for the whole tile skipped (causal masks). Prefill and decode are the same kernel."""
@@ -46,6 +48,17 @@ def _head_pointers(offs: list[str]) -> str:
     (void)bp;"""
 
 
+def _kv_group(q: Ref, k: Ref, v: Ref) -> int | None:
+    """How many query heads share each KV head (1 without grouped-query attention); None
+    when the head counts do not form groups the kernel handles."""
+    if len(q.shape) < 3 or len(k.shape) < 3 or k.shape[-3] == q.shape[-3] == v.shape[-3]:
+        return 1
+    hq, hk = q.shape[-3], k.shape[-3]
+    if len(k.shape) != len(q.shape) or v.shape[-3] != hk or hq % hk:
+        return None
+    return hq // hk
+
+
 def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
                    bias_values: torch.Tensor | None = None) -> str | None:
     """bias_values: the bias's values when it is a constant (the packed kernel then skips
@@ -59,15 +72,25 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
     sk, dv = v.shape[-2:]
     batch = out.shape[:-2]
     scores = batch + (sq, sk)
-    ops = [out, q, k, v]
-    bst = [broadcast_strides(batch, r.shape[:-2], r.strides[:-2]) for r in ops]
+    group = _kv_group(q, k, v)
+    if group is None:
+        return None
+    kv_batch = batch[:-1] + (batch[-1] // group,) if group > 1 else batch
+    bst = [broadcast_strides(batch, r.shape[:-2], r.strides[:-2]) for r in (out, q)]
+    bst += [broadcast_strides(kv_batch, r.shape[:-2], r.strides[:-2]) for r in (k, v)]
     if bias.space == "scalar":
         bias_st: tuple[int, ...] = (0,) * len(scores)
         bias_ptr, bias_lit = "0", bias.literal("float")
     else:
         bias_st = broadcast_strides(scores, bias.shape, bias.strides)
         bias_ptr, bias_lit = bias.ptr(), ""
-    bsh, bss = collapse(batch, bst + [bias_st[:-2]])
+    (b_rs, b_cs), bias_st = bias_st[-2:], bias_st[:-2]
+    if group > 1:  # heads (..., H) as (..., H / g, g): query head i reads KV head i // g
+        batch = kv_batch + (group,)
+        bst = [st[:-1] + (st[-1] * group, st[-1]) for st in bst[:2]] + \
+            [st + (0,) for st in bst[2:]]
+        bias_st = bias_st[:-1] + (bias_st[-1] * group, bias_st[-1])
+    bsh, bss = collapse(batch, bst + [bias_st])
     nb = 1
     for n in bsh:
         nb *= n
@@ -76,7 +99,6 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
     k_rs, k_cs = k.strides[-2:]
     v_rs, v_cs = v.strides[-2:]
     o_rs, o_cs = out.strides[-2:]
-    b_rs, b_cs = bias_st[-2:]
     masked = bias.space != "scalar" and b_cs != 0
     unit = q_cs == k_cs == v_cs == o_cs == 1
     bias_at = f"bp[i * {b_rs} + j * {b_cs}]" if not bias_lit else bias_lit
@@ -158,7 +180,7 @@ for (int64_t task = 0; task < {nb * tiles}; task++) {{
         }}
     }}
     for (int r = 0; r < nr; r++) {{
-        const float inv = 1.0f / l[r];
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  /* no key visible: 0, as sdpa */
         for (int c = 0; c < {dv}; c++) op[(i0 + r) * {o_rs} + c * {o_cs}] = acc[r][c] * inv;
     }}
 }}"""
@@ -207,6 +229,10 @@ def _softmax_rows(bias_at: str, sk: int, rows: str, row0: str, cols: str | None 
                 s[j] += {bias_at};
                 mx = s[j] > mx ? s[j] : mx;
             }}
+            if (mx == -INFINITY) {{  /* no key visible: a zero row, as sdpa gives */
+                for (int64_t j = 0; j < {n}; j++) s[j] = 0.0f;
+                continue;
+            }}
             float sum = 0.0f;
 #pragma omp simd reduction(+:sum)
             for (int64_t j = 0; j < {n}; j++) {{ s[j] = eq_expf(s[j] - mx); sum += s[j]; }}
@@ -220,8 +246,8 @@ def key_extents(bias: torch.Tensor | None, scores: tuple[int, ...], rb: int) -> 
     """Per block of rb query rows, how many leading keys are not masked for every head: past
     them the constant bias is -inf on all of the block's rows (a causal mask), so their
     probabilities are exactly 0 and the kernel skips them. None when nothing can be skipped
-    (or the mask differs between heads). A fully masked block keeps every key (NaN rows, as
-    in the reference)."""
+    (or the mask differs between heads). A fully masked block keeps every key (its rows are
+    zero, as in the reference)."""
     if bias is None:
         return None
     sq, sk = scores[-2:]

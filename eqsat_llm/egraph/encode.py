@@ -66,9 +66,6 @@ def encode(graph: Graph, *, assert_shapes: bool = False, egraph: EGraph | None =
         enc.let_names[node.id] = let_name(node.id)
         enc.exprs[node.id] = expr
         if isinstance(node.type, TensorType):
-            if 0 in node.type.shape:
-                raise EncodeError(f"%{node.id} ({node.op}) has a size-0 dimension; "
-                                  "empty tensors are not supported")
             if assert_shapes or opdef.shape_rule == "given":
                 facts.append(set_(shape(expr)).to(shape_literal(node.type.shape)))
             facts.append(set_(dtype(expr)).to(String(node.type.dtype)))

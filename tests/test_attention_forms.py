@@ -1,0 +1,125 @@
+"""Attention as users' models reach it: scaled_dot_product_attention (no mask, is_causal, boolean
+and additive masks, explicit scale, enable_gqa), grouped-query attention through repeat_kv, and
+the decomposed forms with and without a mask: each becomes one `attention` kernel that reads
+each KV head once, and matches eager. Plus the kernel's own edge cases: KV-head groups and rows
+that see no key (zero, as sdpa gives)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from eqsat_llm import optimize
+from eqsat_llm.codegen.c import CRuntime, emit_attention
+from eqsat_llm.codegen.c.blas import openblas_dir
+from eqsat_llm.ir import Graph
+from eqsat_llm.ops import evaluate
+from tests.test_c_backend import check, const, inp, rand_inputs
+
+
+def repeat_kv(x: torch.Tensor, n: int) -> torch.Tensor:  # transformers' spelling
+    b, h, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, n, s, d).reshape(b, h * n, s, d)
+
+
+class Attn(torch.nn.Module):
+    """q from x; k, v with fewer heads (GQA) repeated as transformers does, or via enable_gqa."""
+
+    def __init__(self, form: str, heads: int = 4, kv: int = 2, d: int = 16):
+        super().__init__()
+        self.form, self.h, self.kv, self.d = form, heads, kv, d
+        self.q = torch.nn.Linear(heads * d, heads * d, bias=False)
+        self.k = torch.nn.Linear(heads * d, kv * d, bias=False)
+        self.v = torch.nn.Linear(heads * d, kv * d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.h, self.d).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv, self.d).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv, self.d).transpose(1, 2)
+        n = self.h // self.kv
+        if self.form == "sdpa-gqa-flag":
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            k, v = repeat_kv(k, n), repeat_kv(v, n)
+            if self.form == "sdpa":
+                o = F.scaled_dot_product_attention(q, k, v)
+            elif self.form == "sdpa-causal":
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)
+            elif self.form == "sdpa-bool":
+                mask = torch.ones(s, s, dtype=torch.bool).tril()
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            elif self.form == "sdpa-float":
+                mask = torch.zeros(s, s).masked_fill(torch.ones(s, s).triu(1).bool(), -1e9)
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            elif self.form == "decomposed-no-mask":
+                o = torch.softmax(q @ k.transpose(-2, -1) * self.d ** -0.5, -1) @ v
+            else:
+                assert self.form == "decomposed-mask"
+                bias = torch.full((s, s), float("-inf")).triu(1)
+                o = torch.softmax(q @ k.transpose(-2, -1) * self.d ** -0.5 + bias, -1) @ v
+        return o.transpose(1, 2).reshape(b, s, self.h * self.d)
+
+
+FORMS = ["sdpa", "sdpa-causal", "sdpa-bool", "sdpa-float", "sdpa-gqa-flag",
+         "decomposed-no-mask", "decomposed-mask"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("seq", [1, 19])
+def test_each_form_is_one_attention_kernel_reading_kv_heads_once(form, seq):
+    torch.manual_seed(0)
+    model, x = Attn(form).eval(), torch.randn(1, seq, 64)
+    compiled = optimize(model, (x,), measure_eager=False)
+    ops = compiled.report.op_counts_after
+    assert compiled.report.backend == "c"
+    assert ops.get("attention") == 1, ops
+    assert not {"sdpa", "sdpa_masked", "softmax", "expand"} & set(ops), ops  # no repeat made
+    (att,) = [n for n in compiled.graph.nodes if n.op == "attention"]
+    assert compiled.graph.type_of(att.inputs[1]).shape[1] == 2  # k: the 2 KV heads
+    with torch.no_grad():
+        for inp_ in (x, torch.randn(1, seq, 64)):
+            torch.testing.assert_close(compiled(inp_), model(inp_), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("heads,kv", [(4, 2), (8, 1), (6, 3)])
+@pytest.mark.parametrize("sq,sk", [(1, 37), (13, 13), (70, 70)])
+def test_kernel_groups_query_heads_over_kv_heads(heads, kv, sq, sk, monkeypatch):
+    g = Graph()
+    q = g.add("permute", (inp(g, (2, sq, heads, 16)),), dims=[0, 2, 1, 3])
+    k, v = inp(g, (2, kv, sk, 16)), inp(g, (2, kv, sk, 16))
+    causal = torch.full((sq, sk), float("-inf")).triu(sk - sq + 1)
+    g.outputs = [g.add("attention", (q, k, v, const(g, causal)), scale=0.25)]
+    xs = rand_inputs(g)
+    ref = evaluate("attention", [xs[0].permute(0, 2, 1, 3), xs[1], xs[2], causal],
+                   {"scale": 0.25})
+    want = torch.stack([F.scaled_dot_product_attention(
+        xs[0].permute(0, 2, 1, 3)[:, h:h + 1], xs[1][:, h // (heads // kv)][:, None],
+        xs[2][:, h // (heads // kv)][:, None], attn_mask=causal, scale=0.25)[:, 0]
+        for h in range(heads)], 1)
+    torch.testing.assert_close(ref, want, atol=1e-5, rtol=1e-5)  # the reference itself
+    check(g, xs, use_blas=False)
+    monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)
+    check(g, xs, use_blas=False)  # flash-style kernel
+    if openblas_dir() is not None:
+        check(g, xs, use_blas=True)
+
+
+@pytest.mark.parametrize("sq", [3, 70])
+def test_rows_that_see_no_key_are_zero_as_in_sdpa(sq, monkeypatch):
+    g = Graph()
+    q, k, v = inp(g, (1, 2, sq, 8)), inp(g, (1, 2, sq, 8)), inp(g, (1, 2, sq, 8))
+    mask = torch.ones(sq, sq, dtype=torch.bool).tril()
+    mask[1] = False  # row 1 sees nothing (a padded query)
+    bias = torch.zeros(sq, sq).masked_fill(~mask, float("-inf"))
+    g.outputs = [g.add("attention", (q, k, v, const(g, bias)), scale=0.5)]
+    xs = rand_inputs(g)
+    want = F.scaled_dot_product_attention(*xs, attn_mask=mask, scale=0.5)
+    assert torch.equal(want[:, :, 1], torch.zeros_like(want[:, :, 1]))
+    for packed in (True, False):
+        if not packed:
+            monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)
+        got = CRuntime(g, use_blas=False).run(xs)[0]
+        assert not got.isnan().any()
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
