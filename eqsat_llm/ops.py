@@ -342,8 +342,8 @@ def _grouped(xs: list[Any]) -> bool:
 
 def _kv_heads(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
     # GQA: query head h reads kv head h // (Hq / Hkv), as repeat_kv / enable_gqa do
-    if q.dim() < 3 or kv.dim() < 3 or kv.shape[-3] == q.shape[-3]:
-        return kv
+    if q.dim() < 3 or kv.dim() < 3 or not 1 < kv.shape[-3] < q.shape[-3]:
+        return kv  # the same heads, or one KV head broadcast
     return kv.repeat_interleave(q.shape[-3] // kv.shape[-3], dim=-3)
 
 

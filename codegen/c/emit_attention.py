@@ -51,8 +51,8 @@ def _head_pointers(offs: list[str]) -> str:
 def _kv_group(q: Ref, k: Ref, v: Ref) -> int | None:
     """How many query heads share each KV head (1 without grouped-query attention); None
     when the head counts do not form groups the kernel handles."""
-    if len(q.shape) < 3 or len(k.shape) < 3 or k.shape[-3] == q.shape[-3] == v.shape[-3]:
-        return 1
+    if len(q.shape) < 3 or len(k.shape) < 3 or not 1 < k.shape[-3] < q.shape[-3]:
+        return 1  # the same heads, or broadcast ones
     hq, hk = q.shape[-3], k.shape[-3]
     if len(k.shape) != len(q.shape) or v.shape[-3] != hk or hq % hk:
         return None

@@ -1,0 +1,92 @@
+"""Regression tests for what users' models emit that the frontend once refused or ran in torch:
+the causal-mask helpers (any, full_like), layer_norm without weight or bias, gather, size-0
+tensors (a full rotary leaves an empty pass-through slice), and getitem of a tuple-valued op."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from eqsat_llm import optimize
+
+
+def _optimize(model, inputs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = optimize(model, inputs, measure_eager=False)
+    return compiled, [str(w.message) for w in caught if "Fallback" in w.category.__name__]
+
+
+class MaskHelpers(torch.nn.Module):
+    def forward(self, x):
+        blind = ~torch.any(x > 1.5, dim=-1, keepdim=True)      # aten.any.dim
+        fill = torch.full_like(x, 0.5)                           # aten.full_like
+        return torch.where(blind, x, fill) + torch.zeros_like(x)
+
+
+class PlainLayerNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16))
+
+    def forward(self, x):  # no affine at all, and weight without bias
+        return F.layer_norm(x, x.shape[-1:]) + F.layer_norm(x, (16,), self.w)
+
+
+class Gather(torch.nn.Module):
+    def forward(self, x, idx):
+        return torch.gather(x, 1, idx) * 2.0
+
+
+class FullRotary(torch.nn.Module):
+    """GPT-J / NeoX / StableLM with rotary over the whole head: x[..., rot:] is empty."""
+
+    def forward(self, x):
+        rot, rest = x[..., :8], x[..., 8:]
+        return torch.cat([rot * 2.0, rest], dim=-1) + rest.sum(-1, keepdim=True)
+
+
+class TopK(torch.nn.Module):
+    def forward(self, x):
+        values, indices = torch.topk(x, 2, dim=-1)
+        return values * 2.0, indices
+
+
+def test_mask_helpers_are_in_the_registry():
+    x = torch.randn(3, 5, 7)
+    compiled, fallbacks = _optimize(MaskHelpers(), (x,))
+    assert not fallbacks and not compiled.report.fallback_ops
+    torch.testing.assert_close(compiled(x), MaskHelpers()(x))
+
+
+def test_layer_norm_without_weight_or_bias():
+    torch.manual_seed(0)
+    model, x = PlainLayerNorm(), torch.randn(2, 3, 16)
+    compiled, fallbacks = _optimize(model, (x,))
+    assert not compiled.report.fallback_ops, fallbacks
+    assert compiled.report.op_counts_after["layer_norm"] == 2
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-6, rtol=1e-6)
+
+
+def test_gather_is_in_the_registry():
+    x, idx = torch.randn(4, 6), torch.randint(0, 6, (4, 3))
+    compiled, fallbacks = _optimize(Gather(), (x, idx))
+    assert not compiled.report.fallback_ops, fallbacks
+    torch.testing.assert_close(compiled(x, idx), Gather()(x, idx))
+
+
+def test_size_0_tensors_are_carried_not_refused():
+    x = torch.randn(2, 3, 8)
+    compiled, _ = _optimize(FullRotary(), (x,))
+    for inp in (x, torch.randn(2, 3, 8)):
+        torch.testing.assert_close(compiled(inp), FullRotary()(inp))
+
+
+def test_getitem_of_a_tuple_valued_op():
+    x = torch.randn(3, 9)
+    compiled, _ = _optimize(TopK(), (x,))
+    for got, want in zip(compiled(x), TopK()(x)):
+        torch.testing.assert_close(got, want)

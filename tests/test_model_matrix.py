@@ -1,0 +1,61 @@
+"""The model matrix: transformers families as users load them (sdpa attention by default, eager
+as well; grouped-query attention where the family has it; the library's masking utilities),
+built offline from small configs with random weights, at prefill and one-token shapes. Each
+must match eager, run on the C backend, and show its fused ops. The slow set runs larger
+configs (`-m slow`)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from eqsat_llm import optimize
+from eqsat_llm.model_matrix import ENCODERS, FAMILIES, build
+
+pytest.importorskip("transformers")
+
+# Mixtral's expert routing (top-k, sort, histc, index_put...) runs as torch ops inside the
+# compiled program (docs/design.md); every other family compiles whole.
+TORCH_ALLOWED = {"mixtral"}
+NORMS = ("rms_norm", "layer_norm", "rms_norm_matmul")
+GEMM_EPILOGUES = ("matmul_add", "addmm_act", "matmul_swiglu", "rms_norm_matmul")
+
+
+def _check(family: str, attn: str, seq: int, size: str) -> None:
+    model, inputs = build(family, attn=attn, seq=seq, size=size)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = optimize(model, inputs, measure_eager=False)
+    report = compiled.report
+    fallbacks = [str(w.message) for w in caught if "Fallback" in w.category.__name__]
+    assert report.backend == "c", fallbacks
+    torch_ops = getattr(report, "torch_ops", {}) or {}
+    if family not in TORCH_ALLOWED:
+        assert not report.fallback_ops and not torch_ops, (report.fallback_ops, torch_ops)
+        assert not fallbacks, fallbacks
+    ops = report.op_counts_after
+    layers = 2
+    assert ops.get("attention") == layers, ops
+    assert sum(ops.get(n, 0) for n in NORMS) >= layers, ops
+    if family not in ENCODERS:  # an encoder's GEMMs keep their bias in addmm
+        assert sum(ops.get(n, 0) for n in GEMM_EPILOGUES) >= layers, ops
+    with torch.no_grad():
+        want = model(*inputs)
+        for _ in range(2):  # the arena is reused across calls
+            torch.testing.assert_close(compiled(*inputs), want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("seq", [16, 1], ids=["prefill", "one-token"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_compiles_fused_and_matches_eager(family, attn, seq):
+    _check(family, attn, seq, "small")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seq", [64, 1], ids=["prefill", "one-token"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_medium(family, seq):
+    _check(family, "sdpa", seq, "medium")
