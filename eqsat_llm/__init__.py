@@ -5,7 +5,7 @@
     print(compiled.report.summary())
 """
 
-from .api import Compiled, FallbackWarning, optimize, optimize_graph
+from .api import Compiled, EagerFallbackWarning, FallbackWarning, optimize, optimize_graph
 from .errors import CaptureError, EncodeError, EqsatError, GraphError, RuleError
 from .report import Report
 from .saturate import Limits
@@ -13,6 +13,7 @@ from .saturate import Limits
 __all__ = [
     "CaptureError",
     "Compiled",
+    "EagerFallbackWarning",
     "EncodeError",
     "EqsatError",
     "FallbackWarning",

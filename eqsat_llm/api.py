@@ -38,6 +38,11 @@ class FallbackWarning(UserWarning):
     """Some ops of the model are outside the registry and run in torch."""
 
 
+class EagerFallbackWarning(FallbackWarning):
+    """A graph torch.compile handed over could not be optimized for the shapes it was called
+    with (a dynamic graph that does not specialise) and runs in eager PyTorch."""
+
+
 class Compiled:
     """The optimized program: call it like the model."""
 
@@ -53,7 +58,12 @@ class Compiled:
         report.memory = memory_summary(self.plan, getattr(self._runtime, "copy_in_ops", []))
         self._lock = threading.Lock()  # the arena is shared state: one call at a time
         self.cost_model: CostModel | None = None  # the model extraction used
-        self._input_types = [captured.graph.type_of(i) for i in captured.graph.input_ids]
+        # the user's inputs; the mutated buffers (captured.state) are bound after them
+        n_state = len(captured.state)
+        ids = captured.graph.input_ids
+        self._input_types = [captured.graph.type_of(i) for i in ids[:len(ids) - n_state]]
+        self._state = list(captured.state.values())
+        self._writes = list(captured.mutations)
         self._prepare_call()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -73,19 +83,36 @@ class Compiled:
                 raise EqsatError(f"input {k}: expected {t}, got {got}; shapes are static: "
                                  "optimize again for new shapes")
         with self._lock, torch.no_grad():
-            outs = self._runtime.run(list(flat))
+            outs = self._runtime.run(list(flat) + self._state if self._state else list(flat))
+            if self._writes:
+                outs = self._write_back(outs, flat)
         if self._out_kind == "leaf":
             return outs[0]
         if self._out_kind == "tuple":
             return tuple(outs)
         return pytree.tree_unflatten(outs, self.captured.out_spec)
 
+    def _write_back(self, outs: list[Any], flat: Any) -> list[Any]:
+        """Copy the program's new values of the state the model writes in place (its first
+        outputs) into the module's buffers and the caller's tensors; the model's outputs
+        remain. A value still sharing memory with a written tensor (the old state, returned
+        or stored as is) is cloned first, so no write is seen by another value."""
+        k = len(self._writes)
+        targets = [self.captured.state[t] if kind == "state" else flat[t]
+                   for kind, t in self._writes]
+        written = {t.untyped_storage().data_ptr() for t in targets}
+        values = [v.clone() if isinstance(v, torch.Tensor)
+                  and v.untyped_storage().data_ptr() in written else v for v in outs]
+        for target, value in zip(targets, values[:k]):
+            target.copy_(value)
+        return values[k:]
+
     def _prepare_call(self) -> None:
         n = len(self._input_types)
         self._expected = [(torch.Size(t.shape), dtype_of(t.dtype)) for t in self._input_types]
         self._positional = pytree.tree_flatten((tuple(range(n)), {}))[1] == \
             self.captured.in_spec
-        out_spec, k = self.captured.out_spec, len(self.graph.outputs)
+        out_spec, k = self.captured.out_spec, len(self.graph.outputs) - len(self._writes)
         self._out_kind = ("leaf" if out_spec == pytree.tree_flatten(0)[1] else
                           "tuple" if out_spec == pytree.tree_flatten(tuple(range(k)))[1] else
                           "tree")
@@ -183,7 +210,8 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     compiled.cost_model = cost_model
     if isinstance(model, torch.export.ExportedProgram):
         model = model.module()
-    if measure_eager and callable(model):
+    # a model that writes its state or its inputs in place is not run: the run would write
+    if measure_eager and callable(model) and not captured.mutations:
         from .codegen.planned import peak_bytes
 
         with torch.no_grad():

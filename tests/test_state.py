@@ -1,0 +1,181 @@
+"""Models that mutate their state: buffers written in place (a static KV cache, a step counter,
+slice assignment, copy_) and user inputs written in place. The compiled program returns the
+model's output, writes the new state into the module's own buffer (or the caller's tensor)
+and reads the buffer at run time on every call, so the state carries across calls as in eager."""
+
+import copy
+import functools
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from eqsat_llm import EqsatError, optimize
+
+BACKENDS = ["c", "reference"]
+
+
+class IndexCopyCache(nn.Module):
+    """The static KV cache pattern: new rows written at `pos`, then the whole cache read."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.register_buffer("cache", torch.zeros(6, 4))
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(0, pos, self.proj(x))
+        return torch.softmax(x @ self.cache.t(), dim=-1) @ self.cache * 2.0
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x):
+        self.count += 1
+        return x * self.count + 1.0
+
+
+class SliceAssign(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.ones(5, 3))
+
+    def forward(self, x):
+        self.buf[1:3] = self.buf[1:3] * 0.5 + x
+        return self.buf.sum(0) - x.mean(0)
+
+
+class CopyInto(nn.Module):
+    """An exponential moving average kept in a non-persistent buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("avg", torch.zeros(2, 3), persistent=False)
+
+    def forward(self, x):
+        self.avg.copy_(self.avg * 0.9 + x * 0.1)
+        return x - self.avg
+
+
+class ReturnsOldState(nn.Module):
+    """The output is the state before the mutation: it must not see the write-back."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(2, 3))
+
+    def forward(self, x):
+        old = self.buf.clone()
+        self.buf.add_(x)
+        return old
+
+
+class ParameterUpdate(nn.Module):
+    """A parameter written in place (an online statistic kept as a frozen parameter)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(3), requires_grad=False)
+
+    def forward(self, x):
+        self.scale.mul_(0.5).add_(x[0])
+        return x * self.scale
+
+
+class InputMutation(nn.Module):
+    def forward(self, x, acc):
+        acc.add_(x * 2.0)
+        return acc * x + 1.0
+
+
+def _inputs(name: str, step: int):
+    g = torch.Generator().manual_seed(step)
+    if name == "index_copy":
+        return torch.randn(1, 4, generator=g), torch.tensor([step])
+    return (torch.randn(2, 3, generator=g),)
+
+
+MODELS = {"index_copy": IndexCopyCache, "counter": Counter, "slice": SliceAssign,
+          "copy": CopyInto, "return_old": ReturnsOldState, "parameter": ParameterUpdate}
+# the C backend generates these whole (the others have ops it lacks: the reference runs them)
+RUN_IN_C = {"counter", "copy", "return_old"}
+
+
+def _attr(model, name):
+    return functools.reduce(getattr, name.split("."), model)
+
+
+def _optimize(model, inputs, backend):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a C backend fallback to the reference is fine here
+        return optimize(model, inputs, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(MODELS))
+def test_buffer_mutation_carries_state_like_eager(name, backend):
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    eager = copy.deepcopy(model)
+    state = dict(model.named_buffers()) | dict(model.named_parameters())
+    compiled = _optimize(model, _inputs(name, 0), backend)
+    if name in RUN_IN_C:
+        assert compiled.report.backend == backend
+    before = dict(eager.named_buffers()) | dict(eager.named_parameters())
+    for k, v in state.items():  # optimizing does not run the mutation
+        assert _attr(model, k) is v and torch.equal(v, before[k])
+    with torch.no_grad():
+        for step in range(3):
+            inputs = _inputs(name, step)
+            got, expected = compiled(*inputs), eager(*inputs)
+            assert got.shape == expected.shape
+            assert (got - expected).abs().max().item() <= 1e-5, (name, step)
+            for k, v in before.items():
+                mine = _attr(model, k)
+                assert mine is state[k]  # written into the module's own tensor
+                assert (mine - v).abs().max().item() <= 1e-5, (name, k, step)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_mutated_buffer_is_read_at_run_time(backend):
+    """Reset between calls (as a generation loop does for a new prompt): the program sees it."""
+    model = Counter().eval()
+    compiled = _optimize(model, (torch.randn(2, 3),), backend)
+    assert compiled.report.backend == backend
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        compiled(x)
+        model.count.fill_(10.0)
+        assert torch.allclose(compiled(x), x * 11.0 + 1.0)
+        assert model.count.item() == 11.0
+    assert not any(n.op == "const" and "count" in n.attrs["name"]
+                   for n in compiled.graph.nodes)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_user_input_mutation_writes_into_the_callers_tensor(backend):
+    model = InputMutation()
+    compiled = _optimize(model, (torch.randn(2, 3), torch.zeros(2, 3)), backend)
+    assert compiled.report.backend == backend
+    mine, theirs = torch.zeros(2, 3), torch.zeros(2, 3)
+    with torch.no_grad():
+        for step in range(3):
+            x = torch.randn(2, 3, generator=torch.Generator().manual_seed(step))
+            got, expected = compiled(x, mine), model(x, theirs)
+            assert (got - expected).abs().max().item() <= 1e-5
+            assert (mine - theirs).abs().max().item() <= 1e-5
+    assert mine.abs().sum() > 0
+
+
+def test_an_unhandled_output_kind_is_refused_at_optimize_time():
+    from torch.export.graph_signature import OutputKind
+
+    ep = torch.export.export(Counter(), (torch.randn(2, 3),))
+    specs = ep.graph_signature.output_specs
+    specs[0].kind = OutputKind.LOSS_OUTPUT
+    with pytest.raises(EqsatError, match="LOSS_OUTPUT"):
+        optimize(ep, (torch.randn(2, 3),), measure_eager=False)
