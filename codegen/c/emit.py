@@ -27,10 +27,12 @@ from .emit_elementwise import (
     emit_reshape_copy,
     emit_rope,
 )
+from .emit_gather import GATHER_OPS, emit_gather
 from .emit_matmul import MATMUL_OPS, emit_matmul
 from .emit_matmul_swiglu import emit_matmul_swiglu
 from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
 from .emit_norm_matmul import emit_rms_norm_matmul
+from .emit_reduce import REDUCE_OPS, emit_reduce
 from .errors import UnsupportedByBackend
 from .fuse_elementwise import emit_fused, fusion_groups, overlaps
 from .fuse_rope import RopeEpilogue, rope_epilogues
@@ -43,7 +45,7 @@ LAYOUT_OPS = frozenset({"view", "permute", "transpose", "expand", "slice", "sele
 ROW_OPS = frozenset({"rms_norm", "layer_norm", "softmax", "log_softmax"})
 SUPPORTED_OPS = (frozenset({"input", "param", "const", "scalar", "cat", "attention",
                             "embedding", "full", "rope", "rms_norm_matmul", "matmul_swiglu"})
-                 | LAYOUT_OPS | ELEMENTWISE_OPS | MATMUL_OPS | ROW_OPS)
+                 | LAYOUT_OPS | ELEMENTWISE_OPS | MATMUL_OPS | ROW_OPS | REDUCE_OPS | GATHER_OPS)
 
 KernelHook = Callable[[str, str], str]
 
@@ -109,6 +111,10 @@ def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool,
         return emit_copy(out, view_of(ins[0], op, node.attrs, out.shape))
     if op == "embedding":
         return _embedding(out, ins)
+    if op in REDUCE_OPS:
+        return emit_reduce(node, out, ins)
+    if op in GATHER_OPS:
+        return emit_gather(node, out, ins)
     if op == "full":
         return emit_elementwise(Node(node.id, "clone", (), {}, node.type), out,
                                 [Ref("scalar", 0, 0, (), (), "float64",

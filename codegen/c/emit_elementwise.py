@@ -73,6 +73,8 @@ BINARY: dict[str, Expr] = {
     "ge": lambda ct, a, at: f"({a[0]} >= {a[1]})",
     "logical_and": lambda ct, a, at: f"({a[0]} && {a[1]})",
     "logical_or": lambda ct, a, at: f"({a[0]} || {a[1]})",
+    "bitwise_and": lambda ct, a, at: f"({a[0]} & {a[1]})",
+    "bitwise_or": lambda ct, a, at: f"({a[0]} | {a[1]})",
 }
 FLOAT_UNARY: dict[str, Expr] = {
     "neg": lambda ct, a, at: f"(-{a[0]})",
@@ -95,12 +97,14 @@ FLOAT_UNARY: dict[str, Expr] = {
 OTHER: dict[str, Expr] = {
     "where": lambda ct, a, at: f"({a[0]} ? {a[1]} : {a[2]})",
     "logical_not": lambda ct, a, at: f"(!{a[0]})",
+    "bitwise_not": lambda ct, a, at: f"(!{a[0]})" if ct == "_Bool" else f"(~{a[0]})",
     "to_dtype": lambda ct, a, at: a[0],
     "clone": lambda ct, a, at: a[0],
 }
 ELEMENTWISE_OPS = frozenset(BINARY) | frozenset(FLOAT_UNARY) | frozenset(OTHER)
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"})
 FLOAT_CT = ("float", "double")
+BITWISE = frozenset({"bitwise_and", "bitwise_or", "bitwise_not"})
 
 
 def compute_type(node: Node, out: Ref, ins: list[Ref]) -> str | None:
@@ -117,6 +121,8 @@ def compute_type(node: Node, out: Ref, ins: list[Ref]) -> str | None:
         return out.ctype if out.ctype in FLOAT_CT else None
     if op == "logical_not":
         return "_Bool"
+    if op in BITWISE:  # bool and integers only, as in torch
+        return None if out.ctype in FLOAT_CT else out.ctype
     return out.ctype
 
 
