@@ -17,7 +17,7 @@ copied into their buffer. Kernels may also allocate internally where the referen
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -222,33 +222,43 @@ def _prepared_inputs(node: Node, xs: list[Any], out_dtype: torch.dtype) -> dict[
 
 
 # --- the runtime ----------------------------------------------------------------------------------
-class PlannedRuntime:
-    """Same interface as ReferenceRuntime: `run(inputs) -> outputs`, the same outputs."""
+Step = tuple[Node, str, list[int], dict[int, Any], Writer | None]
 
-    def __init__(self, graph: Graph, plan: MemoryPlan | None = None, *, check: bool = False):
-        self.graph = graph
-        self.plan = plan = plan if plan is not None else plan_memory(graph)
-        if check:
-            check_plan(graph, plan)
-        self.arena = _aligned_bytes(plan.arena_bytes)
+
+class ArenaSteps:
+    """A planned program's values as torch tensors on an arena, and the steps that compute
+    nodes into them with torch ops. Shared by PlannedRuntime (every node) and the C backend's
+    CRuntime (the nodes its C code does not generate, run between its compiled segments on
+    the same arena: `nodes` selects them, plus the inputs and views they read).
+
+    `static` holds, by node id, what does not change between calls: numbers, the constants
+    (the graph's own tensors, never a backend's packed copy), every arena buffer and every view
+    of one (a strided view of `arena` at its planned offset). A call copies it into `values`,
+    binds the per-call values (inputs, OUTPUT tensors, which a caller may preset) and runs
+    `steps` in order with `run`."""
+
+    def __init__(self, graph: Graph, plan: MemoryPlan, arena: torch.Tensor,
+                 nodes: Collection[int] | None = None):
+        self.graph, self.plan, self.arena = graph, plan, arena
         self.copy_in_nodes: list[int] = []  # nodes computed into a torch temporary per call
         self.converting_nodes: list[int] = []  # kernels that may convert an input (temporary)
-        self.label_steps = False  # wrap each step in record_function("node:%d") (profiling)
         layout = analyse_layout(graph)  # meta values: the scalars' partners' dtypes
         n = max((nd.id for nd in graph.nodes), default=-1) + 1
-        self._static: list[Any] = [None] * n
-        self._steps: list[tuple[Node, str, list[int], dict[int, Any], Writer | None]] = []
+        self.static: list[Any] = [None] * n
+        self.steps: list[Step] = []
         for nid in plan.order:
             node = graph.node(nid)
             kind = plan.kinds[nid]
             if kind == SCALAR:
-                self._static[nid] = evaluate("scalar", [], node.attrs)
+                self.static[nid] = evaluate("scalar", [], node.attrs)
             elif node.op in ("param", "const"):
-                self._static[nid] = graph.constants[node.attrs["name"]]
+                self.static[nid] = graph.constants[node.attrs["name"]]
             elif kind == ARENA:
-                self._static[nid] = self._buffer_tensor(nid, node.type)
+                self.static[nid] = self._buffer_tensor(nid, node.type)
             elif kind in (ALIAS, COPY_OUT):
-                self._static[nid] = self._alias_tensor(node)
+                self.static[nid] = self._alias_tensor(node)
+            if nodes is not None and nid not in nodes:
+                continue
             if kind in (ARENA, OUTPUT, COPY_OUT, EXTERN_VIEW, TEMP) or node.op == "input":
                 writer = WRITERS.get(node.op) if kind in (ARENA, OUTPUT) else None
                 if kind in (ARENA, OUTPUT) and (writer is None or node.op in COPY_IN_OPS):
@@ -260,20 +270,17 @@ class PlannedRuntime:
                 prep = _prepared_inputs(node, metas, out_dtype) if writer else {}
                 if writer and _may_convert(node.op, metas, prep, out_dtype):
                     self.converting_nodes.append(nid)
-                self._steps.append((node, kind, list(node.inputs), prep, writer))
+                self.steps.append((node, kind, list(node.inputs), prep, writer))
         # temporaries (fallback results) are dropped after their last use
         last: dict[int, int] = {}
-        for p, (node, *_rest) in enumerate(self._steps):
+        for p, (node, *_rest) in enumerate(self.steps):
             for i in node.inputs:
                 last[i] = p
-        self._free_after: list[list[int]] = [[] for _ in self._steps]
+        self.free_after: list[list[int]] = [[] for _ in self.steps]
         for i, p in last.items():
             if plan.kinds.get(i) == TEMP and i not in set(graph.outputs):
-                self._free_after[p].append(i)
+                self.free_after[p].append(i)
         self.copy_in_ops = sorted({graph.node(i).op for i in self.copy_in_nodes})
-        self.n_inputs = 1 + max((nd.attrs["index"] for nd in graph.nodes
-                                 if nd.op == "input" and plan.kinds.get(nd.id) == LEAF),
-                                default=-1)
 
     def _buffer_tensor(self, nid: int, t: Any) -> torch.Tensor:
         b = self.plan.buffers[nid]
@@ -282,7 +289,7 @@ class PlannedRuntime:
         return raw.view(dt).as_strided(t.shape, self.plan.strides[nid])
 
     def _alias_tensor(self, node: Node) -> torch.Tensor:
-        xs = [self._static[i] for i in node.inputs]
+        xs = [self.static[i] for i in node.inputs]
         v = evaluate(node.op, xs, node.attrs)
         b = self.plan.buffers[node.id]
         start = v.data_ptr() - self.arena.data_ptr()
@@ -292,23 +299,23 @@ class PlannedRuntime:
                              f"{b.offset}, but torch did not return that view")
         return v
 
-    @torch.no_grad()  # out= kernels do not record autograd history; this is inference only
-    def run(self, inputs: list[torch.Tensor]) -> list[Any]:
-        if len(inputs) < self.n_inputs:
-            raise GraphError(f"the program reads {self.n_inputs} inputs, got {len(inputs)}")
-        values = list(self._static)
-        copies: dict[int, torch.Tensor] = {}
-        for p, step in enumerate(self._steps):
-            if self.label_steps:
+    def run(self, values: list[Any], inputs: list[torch.Tensor],
+            copies: dict[int, torch.Tensor], start: int = 0, stop: int | None = None,
+            label: bool = False) -> None:
+        """Run steps [start, stop). `values`: a copy of `static`, an OUTPUT's entry preset to
+        the tensor to write it into (else allocated here); `copies`: COPY_OUT results by node
+        id, an entry preset to the tensor to copy into (else a clone is made)."""
+        for p in range(start, len(self.steps) if stop is None else stop):
+            step = self.steps[p]
+            if label:
                 with record_function(f"node:{step[0].id}"):
                     self._run_step(step, values, inputs, copies)
             else:
                 self._run_step(step, values, inputs, copies)
-            for i in self._free_after[p]:
+            for i in self.free_after[p]:
                 values[i] = None
-        return [copies[i] if i in copies else values[i] for i in self.graph.outputs]
 
-    def _run_step(self, step: tuple, values: list[Any], inputs: list[torch.Tensor],
+    def _run_step(self, step: Step, values: list[Any], inputs: list[torch.Tensor],
                   copies: dict[int, torch.Tensor]) -> None:
         node, kind, srcs, prep, writer = step
         nid = node.id
@@ -316,14 +323,19 @@ class PlannedRuntime:
             values[nid] = inputs[node.attrs["index"]]
             return
         if kind == COPY_OUT:  # the caller gets its own copy; the arena is reused next call
-            copies[nid] = values[nid].clone()
+            dst = copies.get(nid)
+            if dst is None:
+                copies[nid] = values[nid].clone()
+            else:
+                dst.copy_(values[nid])
             return
         xs = [prep[k] if k in prep else values[i] for k, i in enumerate(srcs)]
-        if kind in (EXTERN_VIEW, TEMP) or (kind == OUTPUT and writer is None):
+        if kind in (EXTERN_VIEW, TEMP) or (kind == OUTPUT and writer is None
+                                          and values[nid] is None):
             values[nid] = run_fallback(node.attrs, xs) if node.op == "fallback" \
                 else evaluate(node.op, xs, node.attrs)
             return
-        if kind == OUTPUT:
+        if values[nid] is None:  # an OUTPUT: allocated per call, with the plan's strides
             t = node.type
             values[nid] = torch.empty_strided(t.shape, self.plan.strides[nid],
                                               dtype=dtype_of(t.dtype))
@@ -335,6 +347,34 @@ class PlannedRuntime:
         else:
             writer(out, xs + [prep[k] for k in sorted(prep) if k >= len(srcs)],
                    node.attrs)
+
+
+class PlannedRuntime:
+    """Same interface as ReferenceRuntime: `run(inputs) -> outputs`, the same outputs."""
+
+    def __init__(self, graph: Graph, plan: MemoryPlan | None = None, *, check: bool = False):
+        self.graph = graph
+        self.plan = plan = plan if plan is not None else plan_memory(graph)
+        if check:
+            check_plan(graph, plan)
+        self.arena = _aligned_bytes(plan.arena_bytes)
+        self.label_steps = False  # wrap each step in record_function("node:%d") (profiling)
+        self.steps = ArenaSteps(graph, plan, self.arena)
+        self.copy_in_nodes = self.steps.copy_in_nodes
+        self.converting_nodes = self.steps.converting_nodes
+        self.copy_in_ops = self.steps.copy_in_ops
+        self.n_inputs = 1 + max((nd.attrs["index"] for nd in graph.nodes
+                                 if nd.op == "input" and plan.kinds.get(nd.id) == LEAF),
+                                default=-1)
+
+    @torch.no_grad()  # out= kernels do not record autograd history; this is inference only
+    def run(self, inputs: list[torch.Tensor]) -> list[Any]:
+        if len(inputs) < self.n_inputs:
+            raise GraphError(f"the program reads {self.n_inputs} inputs, got {len(inputs)}")
+        values = list(self.steps.static)
+        copies: dict[int, torch.Tensor] = {}
+        self.steps.run(values, inputs, copies, label=self.label_steps)
+        return [copies[i] if i in copies else values[i] for i in self.graph.outputs]
 
 
 def _aligned_bytes(n: int) -> torch.Tensor:

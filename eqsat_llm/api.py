@@ -56,6 +56,9 @@ class Compiled:
         with _phase(report.timings, "codegen"):
             self._runtime, report.backend = _make_runtime(graph, self.plan, backend)
         report.memory = memory_summary(self.plan, getattr(self._runtime, "copy_in_ops", []))
+        # nodes the C backend runs in torch between its compiled segments, by op
+        report.torch_ops = dict(Counter(op for _, op in getattr(self._runtime, "torch_steps",
+                                                                  [])))
         self._lock = threading.Lock()  # the arena is shared state: one call at a time
         self.cost_model: CostModel | None = None  # the model extraction used
         # the user's inputs; the mutated buffers (captured.state) are bound after them
@@ -146,9 +149,11 @@ class BackendFallbackWarning(UserWarning):
 
 
 def _make_runtime(graph: Graph, plan: Any, backend: str) -> tuple[Any, str]:
-    """The runtime of `backend` on the planned program. The C backend falls back to the
-    reference runtime (torch ops on the same arena plan) with a warning naming why: ops it
-    does not generate, or a failed compile (the kernel and the compiler's message)."""
+    """The runtime of `backend` on the planned program. The C backend runs the nodes it does
+    not generate in torch between its compiled segments (CRuntime.torch_steps); it falls back
+    to the reference runtime (torch ops on the same arena plan) with a warning naming why only
+    when the C compile fails (the kernel and the compiler's message) or, should one remain, a
+    program it cannot run at all."""
     from .codegen.planned import PlannedRuntime
 
     if backend == "c":

@@ -56,6 +56,9 @@ class Report:
     timings: dict[str, float] = field(default_factory=dict)
     backend: str = "reference"
     memory: dict[str, Any] = field(default_factory=dict)
+    # nodes the C backend ran in torch between its compiled segments, by op (a fallback by
+    # its aten target); empty when everything ran as generated C
+    torch_ops: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -80,6 +83,9 @@ class Report:
                          f"{self.folded_bytes / 2**20:.2f} MiB prepared")
         if self.fallback_ops:
             lines.append("fallback to torch: " + ", ".join(self.fallback_ops))
+        if self.torch_ops:
+            lines.append(f"backend {self.backend}; ran in torch: " + ", ".join(
+                f"{op} x{n}" for op, n in sorted(self.torch_ops.items())))
         lines.append("")
         lines.append(f"{'op':<16}{'before':>8}{'after':>8}")
         for op in sorted(set(self.op_counts_before) | set(self.op_counts_after),

@@ -212,13 +212,17 @@ def small_graph() -> Graph:
     return g
 
 
-def test_unsupported_ops_are_named():
+def test_ops_without_a_kernel_run_in_torch_and_the_standalone_build_names_them(tmp_path):
+    # an integer matmul has no C kernel: CRuntime runs it in torch between its C segments
+    # (tests/test_segments.py); the standalone build, which has no torch, refuses the program
     g = Graph()
-    q = inp(g, (1, 2, 4, 8))
-    g.outputs = [g.add("sdpa", (g.add("exp", (q,)), q, q), is_causal=False, scale=0.5)]
-    with pytest.raises(UnsupportedByBackend, match="sdpa") as e:
-        CRuntime(g)
-    assert e.value.ops == ["sdpa"]
+    x, w = inp(g, (4, 5), "int64"), inp(g, (5, 3), "int64")
+    m = g.add("to_dtype", (g.add("matmul", (x, w), alpha=1.0),), dtype="float32")
+    g.outputs = [g.add("exp", (m,))]
+    assert [op for _, op in CRuntime(g).torch_steps] == ["matmul"]
+    with pytest.raises(UnsupportedByBackend, match="matmul") as e:
+        save_standalone(g, None, tmp_path / "model")
+    assert e.value.ops == ["matmul"]
 
 
 def test_compile_error_names_the_kernel(tmp_path, monkeypatch):

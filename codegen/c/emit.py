@@ -3,6 +3,15 @@ strides and arena offsets) and `eq_forward`, which calls them in the plan's orde
 
     void eq_forward(char* A, void* const* IN, void* const* W, void* const* OUT);
 
+A node the backend does not generate (an op outside SUPPORTED_OPS, a `fallback`, a dtype or
+shape its emitter declines, a torch temporary) is a torch step instead: the kernels are then
+split into segments at those steps, and the program exports
+
+    void eq_segment(int k, char* A, void* const* IN, void* const* W, void* const* OUT);
+
+(no `eq_forward`): CRuntime calls segment 0, the torch steps of `Program.torch_phases[0]`
+(codegen/planned.py's ArenaSteps, on the same arena), segment 1, and so on.
+
 A: the arena (64-byte aligned, `eq_arena_bytes()` long); IN: the inputs by index (contiguous);
 W: the prepared constants (contiguous, in `Layout.weights` order; weights packed for the
 GEMMs among them); OUT: the per-call output
@@ -11,13 +20,14 @@ copied out contiguously). Nothing is allocated by the generated code."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from itertools import pairwise
 
 import torch
 
 from ...ir import Graph, Node, contiguous_strides
-from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, MemoryPlan
+from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, TEMP, MemoryPlan
 from .emit_attention import emit_attention
 from .emit_elementwise import (
     ELEMENTWISE_OPS,
@@ -67,6 +77,14 @@ class Program:
     kernels: list[Kernel]
     layout: Layout
     out_refs: list[Ref]  # the OUT slots' own layouts
+    # kernel indices of each C segment; empty when there is no torch step (eq_forward)
+    segments: list[tuple[int, ...]] = field(default_factory=list)
+    # node ids run in torch after segment k, in plan order (len(segments) - 1 of them)
+    torch_phases: list[tuple[int, ...]] = field(default_factory=list)
+
+    @property
+    def torch_nodes(self) -> list[int]:
+        return [nid for phase in self.torch_phases for nid in phase]
 
     def kernel_at(self, line: int) -> Kernel | None:
         for k in self.kernels:
@@ -76,6 +94,7 @@ class Program:
 
 
 def unsupported_ops(graph: Graph) -> list[str]:
+    """The ops no kernel is generated for (they run as torch steps between segments)."""
     live = graph.live_ids()
     return sorted({n.op for n in graph.nodes if n.id in live and n.op not in SUPPORTED_OPS})
 
@@ -142,10 +161,8 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
                  kernel_hook: KernelHook | None = None, fuse: bool = True,
                  fuse_rope: bool = True) -> Program:
     """The program's C source. `fuse`: elementwise chains as one kernel; `fuse_rope`: ropes in
-    the epilogue of the GEMM they read (off: each its own kernel, for A/B measurement)."""
-    bad = unsupported_ops(graph)
-    if bad:
-        raise UnsupportedByBackend(bad)
+    the epilogue of the GEMM they read (off: each its own kernel, for A/B measurement). Nodes
+    no kernel is generated for become torch steps (`Program.torch_phases`)."""
     lay = build_layout(graph, plan)
     refs = lay.refs
     out_refs = [refs[nid] if plan.kinds[nid] == OUTPUT else
@@ -153,7 +170,7 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
                     root=nid)
                 for k, nid in enumerate(lay.outputs)]
     parts: list[tuple[Kernel, str]] = []
-    rejected: list[str] = []
+    torch_at: list[tuple[int, int]] = []  # (kernels emitted before it, node) per torch step
     group_list = fusion_groups(graph, plan, refs) if fuse else []
     groups = {g.root: g for g in group_list}
     inner = {m for g in groups.values() for m in g.members[:-1]}
@@ -174,6 +191,8 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
             body = emit_fused(graph, g, refs, restrict)
             assert body is not None  # fusion_groups checked every member
             parts.append((Kernel(name, nid, node.op, fused=g.members), body))
+        elif kind == TEMP or (kind in (ARENA, OUTPUT) and not _in_c(node, refs)):
+            torch_at.append((len(parts), nid))
         elif kind in (ARENA, OUTPUT):
             out = refs[nid]
             ins = [refs[i] for i in node.inputs]
@@ -188,19 +207,19 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
             else:
                 eps = ()
                 body = _body(node, out, ins, restrict, blas, lay, graph.constants)
-            if body is None:
-                types = ", ".join(f"{r.dtype}{list(r.shape)}" for r in ins)
-                rejected.append(f"{node.op}({types})")
+            if body is None:  # this dtype/shape combination is not generated: torch
+                torch_at.append((len(parts), nid))
                 continue
             parts.append((Kernel(name, nid, node.op, epilogue=tuple(e.node for e in eps)), body))
+        elif kind == COPY_OUT and not refs[nid].in_c:
+            torch_at.append((len(parts), nid))
         elif kind == COPY_OUT:
             slot = lay.outputs.index(nid)
             parts.append((Kernel(name + "_out", nid, "copy_out"),
                           emit_copy(out_refs[slot], refs[nid])))
         elif kind not in (LEAF, SCALAR) and nid not in refs:
-            rejected.append(node.op)
-    if rejected:
-        raise UnsupportedByBackend(rejected, "these dtypes/shapes are not generated")
+            raise UnsupportedByBackend([node.op], f"storage kind {kind}")
+    segments, phases = _segments(len(parts), torch_at)
     lines = [f"/* generated by eqsat_llm.codegen.c: {len(parts)} kernels */",
              "#define EQ_BLAS_BUILD " + ("1" if blas else "0")]
     lines += PRELUDE.strip("\n").split("\n")
@@ -223,8 +242,40 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
               "#define EQ_T0 double eq_t = omp_get_wtime();",
               "#define EQ_T1(k) eq_profile[k] += omp_get_wtime() - eq_t;",
               "#else", "#define EQ_T0", "#define EQ_T1(k)", "#endif"]
-    lines.append("void eq_forward(char* A, void* const* IN, void* const* W, void* const* OUT) {")
-    lines += [f"    {{ EQ_T0 {k.name}(A, IN, W, OUT); EQ_T1({i}) }}"
-              for i, k in enumerate(kernels)]
-    lines.append("}")
-    return Program("\n".join(lines) + "\n", kernels, lay, out_refs)
+
+    def calls(idx: Iterable[int], indent: str) -> list[str]:
+        return [f"{indent}{{ EQ_T0 {kernels[i].name}(A, IN, W, OUT); EQ_T1({i}) }}" for i in idx]
+
+    if not phases:
+        lines.append("void eq_forward(char* A, void* const* IN, void* const* W, "
+                     "void* const* OUT) {")
+        lines += calls(range(len(kernels)), "    ")
+        lines.append("}")
+    else:  # one entry for all segments: a ctypes call each, torch steps in between
+        lines.append("void eq_segment(int k, char* A, void* const* IN, void* const* W, "
+                     "void* const* OUT) {")
+        lines.append("    switch (k) {")
+        for s, seg in enumerate(segments):
+            lines += [f"    case {s}:", *calls(seg, "        "), "        break;"]
+        lines += ["    default: break;", "    }", "}"]
+    return Program("\n".join(lines) + "\n", kernels, lay, out_refs, segments, phases)
+
+
+def _in_c(node: Node, refs: dict[int, Ref]) -> bool:
+    """Whether a kernel may be generated for the node: a supported op whose value and inputs
+    all have C places (not torch temporaries, not dtypes without a C type)."""
+    return node.op in SUPPORTED_OPS and node.id in refs and refs[node.id].in_c and all(
+        i in refs and refs[i].in_c for i in node.inputs)
+
+
+def _segments(n_kernels: int, torch_at: list[tuple[int, int]]
+              ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """Split the kernels 0..n-1 at the torch steps (each after the kernels emitted before
+    it): the C segments and, between each two, the torch steps run there (none: no split)."""
+    if not torch_at:
+        return [], []
+    cuts = sorted({k for k, _ in torch_at})
+    bounds = [0, *cuts, n_kernels]
+    segments = [tuple(range(a, b)) for a, b in pairwise(bounds)]
+    phases = [tuple(nid for k, nid in torch_at if k == c) for c in cuts]
+    return segments, phases

@@ -77,7 +77,8 @@ def fusion_groups(graph: Graph, plan: MemoryPlan,
         node = graph.node(nid)
         if node.op not in ELEMENTWISE_OPS or plan.kinds.get(nid) not in (ARENA, OUTPUT):
             return False
-        if nid not in refs or any(i not in refs for i in node.inputs):
+        if nid not in refs or any(i not in refs or not refs[i].in_c for i in node.inputs) \
+                or not refs[nid].in_c:  # a torch step's value (emit.py)
             return False
         return element_expr(node, refs[nid], [refs[i] for i in node.inputs]) is not None
 

@@ -11,14 +11,15 @@ rope pairs column j with j + d/2 of its head, so the GEMM visits its columns a h
 The memory plan is not changed: the rope's output is now written at the GEMM's place in the
 schedule, earlier than the plan assumed. So a rope is fused only when no kernel scheduled
 between the GEMM and the rope (nor the GEMM itself) reads or writes bytes of the rope's
-output, and its cos and sin are computed before the GEMM."""
+output, and its cos and sin are computed before the GEMM. The torch steps that run between
+C segments (emit.py) count as kernels here: they read and write the same arena."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ...ir import Graph
-from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, MemoryPlan
+from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, TEMP, MemoryPlan
 from .fuse_elementwise import Group, overlaps
 from .loops import broadcast_strides, collapse
 from .packed_gemm import NR
@@ -152,7 +153,9 @@ def _safe(graph: Graph, plan: MemoryPlan, refs: dict[int, Ref],
         return False
     fused_earlier = {e.node for e in earlier}
     for w in plan.order[pos[gemm]:pos[ep.node]]:
-        if w in fused_earlier or plan.kinds[w] not in (ARENA, OUTPUT, COPY_OUT):
+        # a torch step counts as a kernel: it reads its inputs and writes its buffer then
+        # (TEMP: a tuple torch allocates, from inputs that may lie in the arena)
+        if w in fused_earlier or plan.kinds[w] not in (ARENA, OUTPUT, COPY_OUT, TEMP):
             continue
         touched = [w, *graph.node(w).inputs, *group_inputs.get(w, ())]
         if any(i in refs and overlaps(out, refs[i]) for i in touched):

@@ -4,11 +4,14 @@
     outs = rt.run(inputs)                 # fresh output tensors per call
     rt.run(inputs, out=outs)              # or into caller-provided ones (same layouts)
 
-Construction raises `UnsupportedByBackend` (naming the ops) when the program has ops or dtypes
-the backend does not generate, and `CCompileError` (naming the kernel and the compiler's
-message) when compiling fails: the caller then runs the reference runtime. The arena and the
-prepared weights are allocated once; `eq_forward` allocates nothing. Not reentrant: one call
-at a time per CRuntime (they share the arena)."""
+Nodes the backend does not generate (ops outside SUPPORTED_OPS, fallbacks, dtypes or shapes an
+emitter declines) run in torch between compiled segments, on the same arena (`torch_steps`
+lists them): one ctypes call per segment, the torch steps (codegen/planned.py's ArenaSteps:
+out= writers into the planned buffers, copy-in, fallbacks) in between. Without them a call is
+one ctypes call of `eq_forward`. Construction raises `CCompileError` (naming the kernel and the
+compiler's message) when compiling fails: the caller then runs the reference runtime. The
+arena and the prepared weights are allocated once; the generated code allocates nothing. Not
+reentrant: one call at a time per CRuntime (they share the arena)."""
 
 from __future__ import annotations
 
@@ -18,12 +21,13 @@ from typing import Any
 import torch
 
 from ...errors import GraphError
-from ...ir import Graph, TensorType, dtype_of
+from ...ir import Graph, Node, TensorType, dtype_of
 from ...ops import evaluate
-from ...plan import EXTERN_VIEW, LEAF, SCALAR, MemoryPlan, plan_memory
+from ...plan import COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan, plan_memory
+from ..planned import ArenaSteps
 from . import blas
 from .build import CFLAGS, build
-from .emit import KernelHook, emit_program
+from .emit import KernelHook, Program, emit_program
 
 
 def _aligned_bytes(n: int) -> torch.Tensor:
@@ -51,11 +55,18 @@ class CRuntime:
         if self.uses_blas:
             blas.load_openblas()
         self._lib = ctypes.CDLL(str(built.path))
-        self._fn = self._lib.eq_forward
-        self._fn.restype = None
-        self._fn.argtypes = [ctypes.c_void_p] * 4
         lay = prog.layout
         self.arena = _aligned_bytes(plan.arena_bytes)
+        # the nodes run in torch between segments: (node id, op; a fallback's aten target)
+        self.torch_steps = [(nid, torch_op_name(graph.node(nid))) for nid in prog.torch_nodes]
+        self._torch: ArenaSteps | None = None
+        self.copy_in_ops: list[str] = []
+        if prog.torch_phases:
+            self._setup_segments(prog)
+        else:
+            self._fn = self._lib.eq_forward
+            self._fn.restype = None
+            self._fn.argtypes = [ctypes.c_void_p] * 4
         self.weights = lay.prepared_weights(graph.constants)
         self._w = (ctypes.c_void_p * max(len(self.weights), 1))(
             *[w.data_ptr() for w in self.weights])
@@ -72,6 +83,51 @@ class CRuntime:
                       ctypes.cast(self._in, ctypes.c_void_p),
                       ctypes.cast(self._w, ctypes.c_void_p),
                       ctypes.cast(self._out, ctypes.c_void_p))
+
+    def _setup_segments(self, prog: Program) -> None:
+        """The torch side: ArenaSteps for the torch steps (and the inputs and views of inputs
+        or outputs they read) on this arena, the step range of each phase, and which OUT
+        buffers the steps write into."""
+        graph, plan, lay = self.graph, self.plan, prog.layout
+        self._seg = self._lib.eq_segment
+        self._seg.restype = None
+        self._seg.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4
+        needed = set(prog.torch_nodes)
+        stack = list(needed)
+        while stack:
+            for i in graph.node(stack.pop()).inputs:
+                if i not in needed and (plan.kinds.get(i) == EXTERN_VIEW
+                                        or graph.node(i).op == "input"):
+                    needed.add(i)
+                    stack.append(i)
+        self._torch = steps = ArenaSteps(graph, plan, self.arena, needed)
+        self.copy_in_ops = steps.copy_in_ops
+        pos = {node.id: p for p, (node, *_rest) in enumerate(steps.steps)}
+        ends = [pos[phase[-1]] + 1 for phase in prog.torch_phases]
+        self._phases = list(zip([0, *ends[:-1]], ends))
+        self._c_segs = [bool(seg) for seg in prog.segments]  # empty ones are not called
+        self._out_nodes = [(nid, k) for k, nid in enumerate(lay.outputs)
+                           if plan.kinds[nid] == OUTPUT]
+        self._copy_nodes = [(nid, lay.outputs.index(nid)) for nid in prog.torch_nodes
+                            if plan.kinds[nid] == COPY_OUT]
+
+    def _run_segments(self, ins: list[torch.Tensor], bufs: list[torch.Tensor]) -> None:
+        if torch.is_grad_enabled():  # out= kernels record no autograd history
+            with torch.no_grad():
+                return self._run_segments(ins, bufs)
+        steps = self._torch
+        assert steps is not None
+        values = list(steps.static)
+        for nid, k in self._out_nodes:  # outputs live in this call's OUT buffers
+            values[nid] = bufs[k]
+        copies = {nid: bufs[k] for nid, k in self._copy_nodes}
+        for k, (a, b) in enumerate(self._phases):
+            if self._c_segs[k]:
+                self._seg(k, *self._ptrs)
+            steps.run(values, ins, copies, a, b)
+        if self._c_segs[-1]:
+            self._seg(len(self._phases), *self._ptrs)
+        return None
 
     def _result_spec(self, nid: int) -> tuple[str, Any]:
         """How a graph output is returned: an OUT slot, a view of one, an input, a weight or a
@@ -111,7 +167,10 @@ class CRuntime:
             bufs = self._check_out(out)
         for k, b in enumerate(bufs):
             self._out[k] = b.data_ptr()
-        self._fn(*self._ptrs)
+        if self._torch is None:
+            self._fn(*self._ptrs)
+        else:
+            self._run_segments(ins, bufs)
         res: list[Any] = []
         for how, a in self._results:
             if how == "out":
@@ -143,3 +202,8 @@ class CRuntime:
     @property
     def source(self) -> str:
         return self.program.source
+
+
+def torch_op_name(node: Node) -> str:
+    """What a torch step runs, for reports: its op, or a fallback's aten target."""
+    return str(node.attrs["target"]) if node.op == "fallback" else node.op

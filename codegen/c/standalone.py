@@ -11,6 +11,7 @@ import torch
 from ...ir import Graph, dtype_of
 from ...plan import MemoryPlan, plan_memory
 from .emit import emit_program
+from .errors import UnsupportedByBackend
 
 MAIN_C = r"""/* Runs the generated model: ./model weights.bin inputs.bin outputs.bin
    inputs.bin: the inputs' bytes, in input order, each contiguous;
@@ -58,11 +59,16 @@ def _arr(name: str, xs: list[int]) -> str:
 def save_standalone(graph: Graph, plan: MemoryPlan | None, out_dir: str | Path,
                     *, blas: bool = False) -> Path:
     """Write model.c, model.h, weights.bin and main.c into `out_dir`. With `blas`, model.c
-    calls `EQ_SGEMM` (define it, and link a cblas) when built with -DEQ_USE_BLAS."""
+    calls `EQ_SGEMM` (define it, and link a cblas) when built with -DEQ_USE_BLAS. Raises
+    UnsupportedByBackend when the program has torch steps (ops no C is generated for)."""
     plan = plan if plan is not None else plan_memory(graph)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     prog = emit_program(graph, plan, blas=blas)
+    if prog.torch_phases:  # no torch here to run the steps between segments
+        raise UnsupportedByBackend(sorted({graph.node(i).op for i in prog.torch_nodes}),
+                                   "these run in torch between C segments; a standalone "
+                                   "build has no torch")
     lay = prog.layout
     offsets, blob, pos = [], bytearray(), 0
     for t in lay.prepared_weights(graph.constants):

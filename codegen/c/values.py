@@ -3,7 +3,8 @@
 A `Ref` is a strided view (shape, element strides, element offset) into one of five spaces:
 the arena (`A`, a byte pointer; `offset` is in bytes of the root buffer plus elements), the
 user inputs (`IN[k]`), the prepared weights (`W[k]`), the per-call outputs (`OUT[k]`), or a
-Python number inlined as a literal (`scalar`)."""
+Python number inlined as a literal (`scalar`). Every value but the torch temporaries (TEMP)
+has one; one whose dtype has no C type (`Ref.in_c`) is only read and written by torch steps."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from ...ir import Graph, TensorType, contiguous_strides, dtype_of
 from ...ops import evaluate
-from ...plan import ALIAS, ARENA, COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan
+from ...plan import ALIAS, ARENA, COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, TEMP, MemoryPlan
 from .errors import UnsupportedByBackend
 from .packed_gemm import PackedWeight
 
@@ -37,6 +38,12 @@ class Ref:
     @property
     def ctype(self) -> str:
         return CTYPES[self.dtype]
+
+    @property
+    def in_c(self) -> bool:
+        """Whether the generated C code can read or write this value (its dtype has a C
+        type); others are only touched by the torch steps between segments."""
+        return self.dtype in CTYPES
 
     def ptr(self, const: bool = True) -> str:
         q = "const " if const else ""
@@ -136,9 +143,9 @@ def build_layout(graph: Graph, plan: MemoryPlan) -> Layout:
             refs[nid] = Ref("scalar", 0, 0, (), (), {"py_float": "float64", "py_int": "int64",
                                                       "py_bool": "bool"}[t.dtype], v)
             continue
-        assert isinstance(t, TensorType)
-        if t.dtype not in CTYPES:
-            raise UnsupportedByBackend([f"{node.op}:{t.dtype}"], "dtype")
+        if kind == TEMP:  # a value torch allocates (a tuple): only torch steps read it
+            continue
+        assert isinstance(t, TensorType)  # a dtype outside CTYPES: only torch steps touch it
         if kind == LEAF:
             if node.op == "input":
                 k = node.attrs["index"]
