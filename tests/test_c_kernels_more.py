@@ -309,32 +309,32 @@ def test_index(dtype, how):
 
 
 # --- out-of-range indices -----------------------------------------------------------------------
-def test_out_of_range_indices_read_nothing():
-    """torch raises; the kernels cannot: an out-of-range index reads nothing and its output
-    element is NaN (float outputs) or 0 (integer outputs). Never a clamp, never a stray read."""
+@pytest.mark.parametrize("bad", ["gather", "index_select", "index", "embedding"])
+def test_out_of_range_indices_raise_as_torch_does(bad):
+    """torch raises on an out-of-range index; so does the compiled call (KernelIndexError, an
+    IndexError): the kernel reads nothing there and flags it. Never a clamp, never a stray
+    read, never a value returned. The next call with good indices is right."""
+    from eqsat_llm.codegen.c import KernelIndexError
+
     g = Graph()
-    x, xi = inp(g, (5, 6)), inp(g, (5, 6), "int64")
-    gi, si = inp(g, (5, 3), "int64"), inp(g, (4,), "int64")
-    ii = inp(g, (4,), "int64")
-    g.outputs = [g.add("gather", (x, gi), dim=1), g.add("gather", (xi, gi), dim=1),
-                 g.add("index_select", (x, si), dim=0), g.add("index_select", (xi, si), dim=0),
-                 g.append("index", (x, ii), {"positions": [1]}, TensorType((5, 4), "float32"))]
-    xv, xiv = torch.randn(5, 6), torch.randint(-9, 9, (5, 6))
-    gv = torch.tensor([[0, 6, 2]] * 5)
-    gv[3, 0] = -1
-    sv = torch.tensor([1, 5, 4, -1])
-    iv = torch.tensor([-6, 5, 6, -7])  # index wraps negatives: -6 is 0, -7 and 6 are out
-    outs = c_runtime(g).run([xv, xiv, gv, sv, iv])
-    ok_g = (gv >= 0) & (gv < 6)
-    want = torch.gather(xv, 1, gv.clamp(0, 5))
-    assert torch.equal(outs[0][ok_g], want[ok_g]) and outs[0][~ok_g].isnan().all()
-    wanti = torch.gather(xiv, 1, gv.clamp(0, 5))
-    assert torch.equal(outs[1][ok_g], wanti[ok_g]) and (outs[1][~ok_g] == 0).all()
-    torch.testing.assert_close(outs[2][[0, 2]], xv[[1, 4]])
-    assert outs[2][[1, 3]].isnan().all()
-    assert torch.equal(outs[3][[0, 2]], xiv[[1, 4]]) and (outs[3][[1, 3]] == 0).all()
-    torch.testing.assert_close(outs[4][:, [0, 1]], xv[:, [0, 5]])
-    assert outs[4][:, [2, 3]].isnan().all()
+    x = inp(g, (5, 6))
+    gi, si, ii, ei = (inp(g, s, "int64") for s in ((5, 3), (4,), (4,), (2, 3)))
+    g.outputs = [g.add("gather", (x, gi), dim=1), g.add("index_select", (x, si), dim=0),
+                 g.append("index", (x, ii), {"positions": [1]}, TensorType((5, 4), "float32")),
+                 g.add("embedding", (x, ei))]
+    good = [torch.randn(5, 6), torch.tensor([[0, 5, 2]] * 5), torch.tensor([1, 4, 4, 0]),
+            torch.tensor([-6, 5, 0, -1]), torch.tensor([[0, 4, 1], [2, 3, 3]])]
+    wrong = {"gather": (1, torch.tensor([[0, 6, 2]] * 5)), "index_select": (2, torch.tensor(
+        [1, 5, 4, 0])), "index": (3, torch.tensor([-7, 5, 0, 1])),
+        "embedding": (4, torch.tensor([[0, 5, 1], [2, 3, 3]]))}[bad]
+    rt = c_runtime(g)
+    xs = list(good)
+    xs[wrong[0]] = wrong[1]
+    with pytest.raises(KernelIndexError, match="out of range"):
+        rt.run(xs)
+    want = ReferenceRuntime(g).run(good)
+    for got, w in zip(rt.run(good), want):
+        torch.testing.assert_close(got, w)
 
 
 # --- declined combinations ------------------------------------------------------------------------

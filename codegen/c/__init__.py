@@ -3,7 +3,7 @@ system compiler (OpenMP, optional OpenBLAS for GEMMs) and called through ctypes.
 docs/c-backend.md."""
 
 from .emit import SUPPORTED_OPS, emit_program, unsupported_ops
-from .errors import CCompileError, UnsupportedByBackend
+from .errors import CCompileError, KernelIndexError, UnsupportedByBackend
 from .runtime import CRuntime
 from .standalone import save_standalone
 
@@ -11,6 +11,7 @@ __all__ = [
            "SUPPORTED_OPS",
            "CCompileError",
            "CRuntime",
+           "KernelIndexError",
            "UnsupportedByBackend",
            "emit_program",
            "save_standalone",

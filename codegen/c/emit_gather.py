@@ -1,11 +1,10 @@
 """Kernels whose elements depend on their positions: the gathers by index tensors
 (index_select, gather, index: aten.index.Tensor), arange, triu and tril.
 
-Out-of-range indices: torch raises; the generated code has no way to raise (no error channel
-from `eq_forward` to the runtime), and clamping would be a silent wrong answer. Every index is
-checked against its dim before the read, and an out-of-range one reads nothing: its output
-element is NaN (float outputs) or 0 (integer and bool outputs). index_select and gather
-accept [0, n) as torch does; index also wraps [-n, 0) as torch does."""
+Out-of-range indices: torch raises, and so does the call: every index is checked against its
+dim before the read; an out-of-range one reads nothing (its element is NaN or 0) and sets
+`eq_index_error`, which CRuntime turns into a KernelIndexError after the call. index_select and
+gather accept [0, n) as torch does; index also wraps [-n, 0) as torch does."""
 
 from __future__ import annotations
 
@@ -73,8 +72,8 @@ def _gather(out: Ref, x: Ref, picks: list[tuple[int, Ref, tuple[int, ...]]],
                 lines.append(f"q{k} += q{k} < 0 ? {n} : 0;")
             ok.append(f"(uint64_t)q{k} < {n}ULL")
             at.append(f"q{k} * {x.strides[d]}")
-        lines.append(f"o[{offs[0]}] = {' && '.join(ok)} ? x[{' + '.join(at)}] : "
-                     f"{_poison(out.ctype)};")
+        lines.append(f"if ({' && '.join(ok)}) o[{offs[0]}] = x[{' + '.join(at)}];")
+        lines.append(f"else {{ o[{offs[0]}] = {_poison(out.ctype)}; EQ_INDEX_ERROR(); }}")
         return "    " + "\n    ".join(lines)
     return "\n".join(decl) + "\n" + loop_nest(out.shape, strides, body)
 

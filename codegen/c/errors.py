@@ -26,3 +26,8 @@ class CCompileError(EqsatError):
         self.command = command
         where = f"in kernel {kernel}" if kernel else "(not attributable to one kernel)"
         super().__init__(f"C compile failed {where}: {' '.join(command)}\n{message.strip()}")
+
+
+class KernelIndexError(EqsatError, IndexError):
+    """A generated kernel met an index out of range (an embedding id, gather indices): it read
+    nothing there, and the call raises as torch would."""

@@ -17,6 +17,11 @@ void EQ_SGEMM(int order, int ta, int tb, int m, int n, int k, float alpha, const
               int lda, const float *b, int ldb, float beta, float *c, int ldc);
 #endif
 
+/* Set by a kernel that met an index out of range (it reads nothing there); the runtime checks
+   it after each call and raises, as torch does. */
+int eq_index_error = 0;
+#define EQ_INDEX_ERROR() __atomic_store_n(&eq_index_error, 1, __ATOMIC_RELAXED)
+
 /* exp in float32, branch-free so that loops vectorize (Cephes polynomial, ~1 ulp);
    0 below the normal range, inf above, NaN kept. */
 static inline float eq_expf(float x) {

@@ -27,6 +27,7 @@ from ...plan import COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan, pla
 from ..planned import ArenaSteps
 from . import blas
 from .build import CFLAGS, build
+from .errors import KernelIndexError
 from .emit import KernelHook, Program, emit_program
 
 
@@ -55,6 +56,7 @@ class CRuntime:
         if self.uses_blas:
             blas.load_openblas()
         self._lib = ctypes.CDLL(str(built.path))
+        self._index_error = ctypes.c_int.in_dll(self._lib, "eq_index_error")
         lay = prog.layout
         self.arena = _aligned_bytes(plan.arena_bytes)
         # the nodes run in torch between segments: (node id, op; a fallback's aten target)
@@ -171,6 +173,10 @@ class CRuntime:
             self._fn(*self._ptrs)
         else:
             self._run_segments(ins, bufs)
+        if self._index_error.value:
+            self._index_error.value = 0
+            raise KernelIndexError("an index is out of range (an embedding id, or the indices "
+                                   "of gather / index_select / index): torch raises here too")
         res: list[Any] = []
         for how, a in self._results:
             if how == "out":
