@@ -27,8 +27,8 @@ from ...plan import COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan, pla
 from ..planned import ArenaSteps
 from . import blas
 from .build import CFLAGS, build
-from .errors import KernelIndexError
 from .emit import KernelHook, Program, emit_program
+from .errors import KernelIndexError
 
 
 def _aligned_bytes(n: int) -> torch.Tensor:
