@@ -159,7 +159,10 @@ def _patterns(rule: Rule) -> list[_Pattern]:
 # Types flow bottom-up (each node is type-checked by Graph.add as it is built) and demands flow
 # down: an op asks for input types that fit the inputs it already has (mm's second input starts
 # with the first one's last dim), and a view asked for a type takes it as its target shape and
-# asks its own input for the same numel (so view -> bmm -> view chains type-check and fire).
+# asks its own input for the same numel (so view -> bmm -> view chains type-check and fire); an
+# expand asked for a type takes it as its target and asks its input for it with dims set to 1.
+# A view or expand tells the one just below what it made of the shape (_Instance.unview), so
+# view(expand(view(k))) chains (transformers' repeat_kv) are built as often as they fire.
 Want = tuple[TensorType, int | None]  # a demanded type, and for int64 indices their bound
 
 
@@ -207,15 +210,8 @@ def _demand(rng: random.Random, op: str, pos: int, built: dict[int, TensorType])
             return TensorType(_shape(rng, rng.choice((1, 2))), "int64"), b[0][0] if 0 in b else 1
         if op == "index_select" and pos == 1:
             return TensorType(_shape(rng, 1), "int64"), min(b[0]) if 0 in b else 1
-        if op in ("sdpa", "sdpa_masked"):
-            q, k = b.get(0), b.get(1)
-            if pos == 3:
-                return (TensorType((q[2], k[2]), f), None) if q and k else rank(2)
-            if pos == 0:
-                return (TensorType((*k[:2], d, k[3]), f), None) if k else rank(4)
-            if pos == 1:
-                return (TensorType((*q[:2], d, q[3]), f), None) if q else rank(4)
-            return (TensorType((*k[:3], d), f), None) if k else rank(4)
+        if op in ("sdpa", "sdpa_masked", "attention"):
+            return _attention_input(rng, op, pos, b)
         if op in ("layer_norm", "rms_norm"):  # (rms_norm: x, g)
             if pos > 0:
                 return (TensorType(b[0][-1:], f), None) if 0 in b else rank(1)
@@ -238,6 +234,68 @@ def _demand(rng: random.Random, op: str, pos: int, built: dict[int, TensorType])
     return None
 
 
+def _attention_input(rng: random.Random, op: str, pos: int,
+                     b: dict[int, tuple[int, ...]]) -> Want:
+    """Input `pos` of sdpa / sdpa_masked / attention (q, k, v, mask or bias), 4-D and
+    consistent with the inputs already built: q [B, H, Lq, E], k [B, Hk, Lk, E],
+    v [B, Hk, Lk, Ev], with Hk = H or (k and v fresh, a fifth of the time) a divisor of H
+    (grouped-query attention), H (the first input built) 4 or 6 half the time so that heads
+    can be grouped; a mask or bias of rank 2 to 4 that broadcasts to [B, H, Lq, Lk] (often
+    [Lq, Lk]), sdpa_masked's a bool mask (True = attend) half the time."""
+    q, k, v = b.get(0), b.get(1), b.get(2)
+    kv = k if k is not None else v
+
+    def first(*dims: int | None) -> int:
+        return next((n for n in dims if n is not None), rng.choice(DIMS))
+
+    def at(s: tuple[int, ...] | None, i: int) -> int | None:
+        return None if s is None else s[i]
+
+    batch, lq, lk = first(at(q, 0), at(kv, 0)), first(at(q, 2)), first(at(kv, 2))
+    heads, e = first(at(q, 1), at(kv, 1)), first(at(q, 3), at(k, 3))
+    if q is None and kv is None and rng.random() < 0.5:
+        heads = rng.choice((4, 6))  # heads that grouped-query attention can group
+    if pos == 0:
+        return TensorType((batch, heads, lq, e), "float64"), None
+    if pos in (1, 2):
+        if kv is not None:
+            heads = kv[1]
+        elif rng.random() < 0.2:
+            heads = rng.choice([n for n in DIMS if heads % n == 0])
+        return TensorType((batch, heads, lk, e if pos == 1 else first(at(v, 3))), "float64"), None
+    full = (batch, heads, lq, lk)
+    mask = full[-rng.choice((2, 2, 2, 3, 4)):]  # (torch's sdpa rejects a 1-D mask)
+    mask = tuple(1 if rng.random() < 0.25 else n for n in mask)
+    boolean = op == "sdpa_masked" and rng.random() < 0.5
+    return TensorType(mask, "bool" if boolean else "float64"), None
+
+
+def _unexpand(rng: random.Random, x: tuple[int, ...],
+              split: tuple[int, ...] = ()) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """An input shape that expands to x, and the dims the expand broadcasts (from 1). Under a
+    view that split one dim of x into two (`split`, dims i and i + 1: the view merges them),
+    mostly one of those two (the inner one two times in three: k[:, :, None].expand(b, h, n,
+    s, d).reshape(b, h * n, s, d) as transformers' repeat_kv, or a factor already 1, kept 1);
+    else x itself a fifth of the time (a no-op expand), or x with one dim (often) or several
+    set to 1; a leading dim dropped (expand adds leading dims) a sixth of the time."""
+    how = rng.random()
+    if split and how < 0.8:
+        i = split[1] if rng.random() < 2 / 3 else split[0]
+        out = [1 if j == i else n for j, n in enumerate(x)]
+        return tuple(out), (i,)
+    if how < 0.2 or not x:
+        return x, ()
+    if how < 0.8:
+        i = rng.choice([i for i, n in enumerate(x) if n > 1] or range(len(x)))
+        out = [1 if j == i else n for j, n in enumerate(x)]
+    else:
+        out = [1 if rng.random() < 0.5 else n for n in x]
+    dims = [i for i, (a, b) in enumerate(zip(out, x)) if a != b]
+    if rng.random() < 1 / 6:
+        out, dims = out[1:], [i - 1 for i in dims if i > 0]
+    return tuple(out), tuple(dims)
+
+
 def _undo(x: tuple[int, ...], pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """(dim, first factor) splits of x that undo a merge of two dims (`pairs`)."""
     return [(i, u) for i, n in enumerate(x) for u, v in pairs if u * v == n]
@@ -246,13 +304,21 @@ def _undo(x: tuple[int, ...], pairs: list[tuple[int, int]]) -> list[tuple[int, i
 def _split(rng: random.Random, x: tuple[int, ...], pairs: list[tuple[int, int]]) -> list[int]:
     """x with one dim split in two: undoing a merge of the instance where one fits, else the
     leading dim half the time (torch.export merges batch and heads)."""
+    return _split_at(rng, x, pairs)[0]
+
+
+def _split_at(rng: random.Random, x: tuple[int, ...],
+              pairs: list[tuple[int, int]]) -> tuple[list[int], int]:
+    """_split, and the dim it split (dims i and i + 1 of the result)."""
     fits = _undo(x, pairs)
     if fits:
         i, u = rng.choice(fits)
     else:
         i = 0 if rng.random() < 0.5 else rng.randrange(len(x))
-        u = rng.choice([f for f in DIMS if x[i] % f == 0])
-    return [*x[:i], u, x[i] // u, *x[i + 1:]]
+        factors = [f for f in DIMS if x[i] % f == 0]
+        proper = [f for f in factors if 1 < f < x[i]]  # (n = 1 * n: an unsqueeze)
+        u = rng.choice(proper if proper and rng.random() < 2 / 3 else factors)
+    return [*x[:i], u, x[i] // u, *x[i + 1:]], i
 
 
 def _view_shape(rng: random.Random, x: tuple[int, ...], seen: list[tuple[int, ...]],
@@ -403,6 +469,7 @@ class _Instance:
         self.bounds: dict[int, int] = {}  # int64 leaf -> exclusive bound of its values
         self.memo: dict[ExprDecl, int] = {}
         self.building: set[str] = set()
+        self.made: tuple[tuple[int, ...], str, tuple[int, ...]] | None = None  # see op()
         roots = [self.tensor(p, None) for p in pattern.roots]
         self.graph.outputs = list(dict.fromkeys(roots))
 
@@ -474,17 +541,42 @@ class _Instance:
             raise _Unsupported(f"attribute {op}.{name} = {_show(e)} is computed from variables")
         return _literal(_evaluate(self.decls, a), kind)
 
+    def unview(self, op: str, arg: ExprDecl, x: tuple[int, ...], how: str,
+               dims: tuple[int, ...]) -> tuple[tuple[int, ...], Any]:
+        """The shape a view or expand asked for x asks its input `arg` for, and what it made
+        of it for a view or expand below: (shape, "split", the two dims it split one into) or
+        (shape, "broadcast", the dims it expands). `how`, `dims`: what the view or expand just
+        above made of x. A view splits one dim (undoing a merge of the instance where one
+        fits), removes a 1 (an unsqueeze: mostly, under an expand that broadcasts that 1) or
+        keeps x; a view of an expand mostly splits (reshape(expand(...)) merges what the
+        expand broadcast); an expand sets dims to 1 (_unexpand)."""
+        rng = self.rng
+        if op == "expand":
+            out, broadcast = _unexpand(rng, x, dims if how == "split" else ())
+            return out, (out, "broadcast", broadcast)
+        ones = [i for i, n in enumerate(x) if n == 1]
+        hinted = [i for i in dims if x[i] == 1] if how == "broadcast" else []
+        of_expand = _is_op(arg) and arg.callable.ident.name == "expand"  # type: ignore[attr-defined]
+        if ones and not of_expand and rng.random() < (0.8 if hinted else 0.15):
+            i = rng.choice(hinted or ones)
+            return (*x[:i], *x[i + 1:]), None
+        if x and rng.random() < (0.9 if of_expand else 0.7):
+            out, i = _split_at(rng, x, _merges(self.graph))
+            return tuple(out), (tuple(out), "split", (i, i + 1))
+        return x, None
+
     def op(self, e: CallDecl, want: Want | None) -> int:
         opdef: OpDef = REGISTRY[e.callable.ident.name]  # type: ignore[union-attr]
         n_in = 1 if opdef.arity is None else opdef.arity
         args = [a.expr for a in e.args]
-        if opdef.name == "view" and want is not None:  # become the wanted shape
+        made, self.made = self.made, None  # what a view or expand just above made of `want`
+        if opdef.name in ("view", "expand") and want is not None:  # become the wanted shape
             s = args[1]
             if isinstance(s, UnboundVarDecl) and s.name not in self.attrs:
                 self.attrs[s.name] = list(want[0].shape)
             x = want[0].shape
-            unviewed = _split(self.rng, x, _merges(self.graph)) if x and self.rng.random() < 0.7\
-                else list(x)
+            hint = made[1:] if made is not None and made[0] == x else ("", ())
+            unviewed, self.made = self.unview(opdef.name, args[0], x, *hint)
             want = TensorType(tuple(unviewed), want[0].dtype), None
         if opdef.arity is None:
             inputs = self.tensor_list(args[0])
@@ -496,7 +588,7 @@ class _Instance:
             # (addmm's bias last among fresh leaves: it adapts to the product's width)
             last = 0 if opdef.shape_rule == "addmm" else -1
             for i in sorted(range(n_in), key=lambda i: (fresh(args[i]), i == last)):
-                if opdef.name == "view":
+                if opdef.name in ("view", "expand"):
                     demand = want
                 else:
                     demand = _demand(self.rng, opdef.name, i,
@@ -504,6 +596,7 @@ class _Instance:
                     if demand is None and opdef.category == "elementwise":
                         demand = want
                 built[i] = self.tensor(args[i], demand)
+                self.made = None
             inputs = [built[i] for i in range(n_in)]
         types = [self.type(i) for i in inputs]
         attrs: dict[str, Any] = {}
