@@ -152,10 +152,10 @@ def _embedding(out: Ref, ins: list[Ref]) -> str | None:
             f"const {idx.ctype}* ix = {idx.ptr()};\n"
             + loop_nest(idx.shape, [flat.strides[:-1], idx.strides],
                         lambda o: f"    const int64_t r = (int64_t)ix[{o[1]}];\n"
-                        f"    if ((uint64_t)r >= {w.shape[0]}ULL) {{ EQ_INDEX_ERROR(); continue; }}\n"
-                        f"    const {w.ctype}* wr = w + r * {w.strides[0]};\n"
-                        f"    for (int64_t c = 0; c < {d}; c++) "
-                        f"o[{o[0]} + c * {flat.strides[-1]}] = wr[c * {w.strides[1]}];",
+                        f"    if ((uint64_t)r >= {w.shape[0]}ULL) EQ_INDEX_ERROR();\n"
+                        f"    else for (int64_t c = 0; c < {d}; c++) "
+                        f"o[{o[0]} + c * {flat.strides[-1]}] = w[r * {w.strides[0]} + "
+                        f"c * {w.strides[1]}];",
                         simd=False))
 
 
