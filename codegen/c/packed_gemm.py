@@ -158,6 +158,30 @@ static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float
     }
 }
 #endif
+/* Rows of A that lie a multiple of 4 KiB apart (hidden size 2048, 4096...) all map to one L1
+   set: a 14-row tile's rows evict each other at every k (measured: such GEMMs ran at ~60% of
+   the speed of the others, benchmarks/gemm_kernels.py). Such an A is copied once per GEMM with
+   its rows 64 bytes further apart, into a buffer of the calling thread, grown when needed and
+   kept (so a call allocates nothing once the first has run; runtimes on other threads have
+   their own). */
+static __thread float* eq_apad = 0;
+static __thread int64_t eq_apad_n = 0;
+static const float* eq_unaliased(const float* a, int64_t* lda, int64_t M, int64_t K) {
+#ifdef EQ_NO_UNALIAS  /* (tests: the same program without the copy) */
+    return a;
+#endif
+    if (M < 8 || (*lda * 4) % 4096) return a;
+    const int64_t ld = *lda + 16;
+    if (eq_apad_n < M * ld) {
+        free(eq_apad);
+        eq_apad = (float*)aligned_alloc(64, (size_t)((M * ld * 4 + 63) / 64 * 64));
+        eq_apad_n = eq_apad ? M * ld : 0;
+        if (!eq_apad) return a;
+    }
+    for (int64_t m = 0; m < M; m++) memcpy(eq_apad + m * ld, a + m * *lda, (size_t)K * 4);
+    *lda = ld;
+    return eq_apad;
+}
 /* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ B) + sum_i scale_i * e_i);
    A [M, K] with row stride lda and unit column stride; bp: B packed by PackedWeight. */
 static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
@@ -165,6 +189,7 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
                            const float* rowscale, const eq_addend* e, int ne, int act,
                            int parallel) {
     const int64_t np = (N + 31) / 32;
+    a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
     {
         int nt = 1, t = 0;
@@ -187,6 +212,7 @@ static __attribute__((noinline)) void eq_gemm_packed_swiglu(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* bg,
         const float* bu, float* c, int64_t ldc, int parallel) {
     const int64_t np = (N + 31) / 32;
+    a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
     {
         int nt = 1, t = 0;
@@ -253,6 +279,7 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
         int64_t ldc, float alpha, const float* rowscale, const eq_addend* e, int ne, int act,
         int parallel, int64_t m_base, const eq_rope* ropes, int nrope, int gp) {
     const int64_t np = (N + 31) / 32, ng = (np + gp - 1) / gp;
+    a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
     {
         int nt = 1, t = 0;

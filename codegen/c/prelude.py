@@ -4,6 +4,7 @@ vectorizable math helpers the kernels share."""
 PRELUDE = r"""
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
