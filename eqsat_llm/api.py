@@ -28,6 +28,7 @@ from .report import Report, RuleStat, memory_summary
 from .rule_usage import rule_used
 from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
+from .state import write_state_in_place
 
 BACKENDS = ("c", "reference")
 EXTRACTORS = {"tree": extractors.extract_tree_greedy, "dag": extractors.extract_dag_greedy,
@@ -104,10 +105,12 @@ class Compiled:
         targets = [self.captured.state[t] if kind == "state" else flat[t]
                    for kind, t in self._writes]
         written = {t.untyped_storage().data_ptr() for t in targets}
-        values = [v.clone() if isinstance(v, torch.Tensor)
-                  and v.untyped_storage().data_ptr() in written else v for v in outs]
+        values = [v if k_ < k and _same_tensor(v, targets[k_]) else v.clone()
+                  if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() in written
+                  else v for k_, v in enumerate(outs)]
         for target, value in zip(targets, values[:k]):
-            target.copy_(value)
+            if value is not target and not _same_tensor(value, target):
+                target.copy_(value)  # (a write run in place left nothing to copy)
         return values[k:]
 
     def _prepare_call(self) -> None:
@@ -142,6 +145,11 @@ def refuse_unchecked(rules: list[Rule]) -> None:
             raise RuleError(f"rule {r.name!r} failed its check ({result.status}): "
                             f"{result.message}; counterexample: {result.counterexample}. "
                             "Fix the rule, or pass force_rules=True to use it anyway.")
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+            and a.dtype == b.dtype)
 
 
 class BackendFallbackWarning(UserWarning):
@@ -211,6 +219,7 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
                            cost_model=cost_model)
     report.aten_op_counts = captured.aten_op_counts
     report.fallback_ops = captured.fallback_ops
+    report.state_in_place = len(write_state_in_place(graph, captured))
     compiled = Compiled(graph, captured, report, backend)
     compiled.cost_model = cost_model
     if isinstance(model, torch.export.ExportedProgram):

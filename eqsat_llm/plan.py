@@ -218,6 +218,10 @@ def analyse_layout(graph: Graph) -> Layout:
                 else:
                     kinds[nid] = EXTERN_VIEW
                 continue
+        if node.attrs.get("inplace"):  # a state write run in place (state.py): its value
+            base = root[node.inputs[0]]  # is the state input itself
+            meta[nid], root[nid], kinds[nid] = xs[0], base, EXTERN_VIEW
+            continue
         st = preferred.get(nid) or _reference_strides(node, xs, t)
         kinds[nid] = OUTPUT if nid in outputs else ARENA
         root[nid], strides[nid] = nid, st

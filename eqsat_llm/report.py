@@ -59,6 +59,8 @@ class Report:
     # nodes the C backend ran in torch between its compiled segments, by op (a fallback by
     # its aten target); empty when everything ran as generated C
     torch_ops: dict[str, int] = field(default_factory=dict)
+    # state writes (a KV cache's index_copy_) run in place on the module's buffer (state.py)
+    state_in_place: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -86,6 +88,9 @@ class Report:
         if self.torch_ops:
             lines.append(f"backend {self.backend}; ran in torch: " + ", ".join(
                 f"{op} x{n}" for op, n in sorted(self.torch_ops.items())))
+        if self.state_in_place:
+            lines.append(f"state writes run in place on the module's buffers: "
+                         f"{self.state_in_place}")
         lines.append("")
         lines.append(f"{'op':<16}{'before':>8}{'after':>8}")
         for op in sorted(set(self.op_counts_before) | set(self.op_counts_after),

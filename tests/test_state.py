@@ -179,3 +179,43 @@ def test_an_unhandled_output_kind_is_refused_at_optimize_time():
     specs[0].kind = OutputKind.LOSS_OUTPUT
     with pytest.raises(EqsatError, match="LOSS_OUTPUT"):
         optimize(ep, (torch.randn(2, 3),), measure_eager=False)
+
+
+class StaticKVCache(nn.Module):
+    """A decode step's K cache: the new key written at `pos` (index_copy_), attention over it."""
+
+    def __init__(self, slots: int = 512, d: int = 64):
+        super().__init__()
+        self.k = nn.Linear(d, d, bias=False)
+        self.register_buffer("cache", torch.zeros(slots, d))
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(0, pos, self.k(x))
+        return torch.softmax(x @ self.cache.t(), dim=-1) @ self.cache
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_kv_cache_write_runs_in_place_without_copying_the_cache(backend):
+    """The write lands in the module's buffer itself (no new cache built, none copied back):
+    no allocation of the cache's size during a call, and the state matches eager's."""
+    from eqsat_llm.codegen.planned import memory_events
+
+    torch.manual_seed(0)
+    model = StaticKVCache()
+    ref = copy.deepcopy(model)
+    x = torch.randn(1, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = optimize(model, (x, torch.tensor([0])), backend=backend)
+    assert compiled.report.state_in_place == 1
+    buffer = model.cache
+    cache_bytes = buffer.numel() * buffer.element_size()
+    with torch.no_grad():
+        for step in range(4):
+            x, pos = torch.randn(1, 64), torch.tensor([step * 7])
+            got = []
+            events = memory_events(lambda: got.append(compiled(x, pos)))
+            assert not [b for _, b, _ in events if b >= cache_bytes], "the cache was copied"
+            torch.testing.assert_close(got[0], ref(x, pos), atol=1e-5, rtol=1e-5)
+            assert model.cache is buffer
+            torch.testing.assert_close(model.cache, ref.cache)

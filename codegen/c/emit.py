@@ -193,7 +193,8 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
             body = emit_fused(graph, g, refs, restrict)
             assert body is not None  # fusion_groups checked every member
             parts.append((Kernel(name, nid, node.op, fused=g.members), body))
-        elif kind == TEMP or (kind in (ARENA, OUTPUT) and not _in_c(node, refs)):
+        elif kind == TEMP or (kind in (ARENA, OUTPUT) and not _in_c(node, refs)) or \
+                node.attrs.get("inplace"):  # (a state write in place: torch's own op)
             torch_at.append((len(parts), nid))
         elif kind in (ARENA, OUTPUT):
             out = refs[nid]

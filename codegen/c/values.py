@@ -161,6 +161,8 @@ def build_layout(graph: Graph, plan: MemoryPlan) -> Layout:
         elif kind == OUTPUT:
             refs[nid] = Ref("OUT", slot_of[nid], 0, t.shape, plan.strides[nid], t.dtype,
                             root=nid)
+        elif node.attrs.get("inplace"):  # a state write in place: the state input itself
+            refs[nid] = refs[node.inputs[0]]
         elif kind in (ALIAS, EXTERN_VIEW, COPY_OUT):
             refs[nid] = view_of(refs[node.inputs[0]], node.op, node.attrs, t.shape)
             if kind == COPY_OUT:
