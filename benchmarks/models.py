@@ -51,6 +51,7 @@ from compare_cpu import (
     fresh_inputs,
     interleaved_medians,
     max_abs_err,
+    ort_runner,
     others_cpu,
     short,
     wait_for_load,
@@ -270,7 +271,7 @@ def _export(model: nn.Module, inputs: tuple, path: Path) -> None:
 def make_ort(model: nn.Module, inputs: tuple, fresh: tuple, path: Path) -> System:
     s = System("ort")
     try:
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401 - missing: say so before exporting
     except ImportError as exc:
         s.error = short(exc)
         return s
@@ -303,21 +304,7 @@ def make_ort(model: nn.Module, inputs: tuple, fresh: tuple, path: Path) -> Syste
             inner.set_experts_implementation(own)
     s.info["export_s"] = time.perf_counter() - t
     try:
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.intra_op_num_threads = 2
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.log_severity_level = 3
-        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        names = [i.name for i in sess.get_inputs()]
-        if len(names) != len(inputs):
-            raise RuntimeError(f"the ONNX model takes {len(names)} inputs, the model "
-                               f"{len(inputs)}")
-
-        def run(args: tuple) -> list[torch.Tensor]:
-            outs = sess.run(None, {n: x.numpy() for n, x in zip(names, args)})
-            return [torch.from_numpy(o) for o in outs]
+        run = ort_runner(path, len(inputs), sequential=True)
         s.setup_s = time.perf_counter() - t
         s.fn, s.fresh = (lambda: run(inputs)), (lambda: run(fresh))
     except Exception as exc:  # noqa: BLE001 - reported in the row

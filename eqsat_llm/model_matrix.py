@@ -44,78 +44,58 @@ def _transformers() -> Any:
     return transformers
 
 
-def _decoder(cls: str, cfg_cls: str, **fields: Any) -> Callable[[dict, str], nn.Module]:
+def _family(cls: str, cfg_cls: str, fields: dict[str, Any], **kw: Any
+            ) -> Callable[[dict, str], nn.Module]:
+    """A builder: `cfg_cls(**fields)` (a callable field is given the size dict) and `cls` of
+    it. `kw` goes to the model's constructor."""
     def make(s: dict, attn: str) -> nn.Module:
         T = _transformers()
-        common = {"vocab_size": VOCAB, "hidden_size": s["d"], "intermediate_size": s["ffn"],
-                      "num_hidden_layers": s["layers"], "num_attention_heads": s["heads"],
-                      "num_key_value_heads": s["kv"], "max_position_embeddings": 256,
-                      "use_cache": False, "attn_implementation": attn}
-        cfg = getattr(T, cfg_cls)(**(common | {k: v(s) if callable(v) else v
-                                               for k, v in fields.items()}))
-        return getattr(T, cls)(cfg)
+        cfg = getattr(T, cfg_cls)(attn_implementation=attn, **{
+            k: v(s) if callable(v) else v for k, v in fields.items()})
+        return getattr(T, cls)(cfg, **kw)
     return make
 
 
-def _gpt2(s: dict, attn: str) -> nn.Module:
-    T = _transformers()
-    cfg = T.GPT2Config(vocab_size=VOCAB, n_positions=256, n_embd=s["d"], n_layer=s["layers"],
-                       n_head=s["heads"], bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1,
-                       use_cache=False, attn_implementation=attn)
-    return T.GPT2LMHeadModel(cfg)
+def _d(key: str) -> Callable[[dict], int]:
+    return lambda s: s[key]
 
 
-def _gptj(s: dict, attn: str) -> nn.Module:
-    T = _transformers()
-    cfg = T.GPTJConfig(vocab_size=VOCAB, n_positions=256, n_embd=s["d"], n_layer=s["layers"],
-                       n_head=s["heads"], rotary_dim=s["d"] // s["heads"] // 2,
-                       bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1, use_cache=False,
-                       attn_implementation=attn)
-    return T.GPTJForCausalLM(cfg)
-
-
-def _opt(s: dict, attn: str) -> nn.Module:
-    T = _transformers()
-    cfg = T.OPTConfig(vocab_size=VOCAB, hidden_size=s["d"], ffn_dim=s["ffn"],
-                      num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
-                      word_embed_proj_dim=s["d"], max_position_embeddings=256,
-                      pad_token_id=1, bos_token_id=2, eos_token_id=2, use_cache=False,
-                      attn_implementation=attn)
-    return T.OPTForCausalLM(cfg)
-
-
-def _falcon(s: dict, attn: str) -> nn.Module:
-    T = _transformers()
-    cfg = T.FalconConfig(vocab_size=VOCAB, hidden_size=s["d"], num_hidden_layers=s["layers"],
-                         num_attention_heads=s["heads"], num_kv_heads=s["kv"],
-                         new_decoder_architecture=True, bias=False, parallel_attn=True,
-                         max_position_embeddings=256, use_cache=False,
-                         attn_implementation=attn)
-    return T.FalconForCausalLM(cfg)
-
-
-def _bert(s: dict, attn: str) -> nn.Module:
-    T = _transformers()
-    cfg = T.BertConfig(vocab_size=VOCAB, hidden_size=s["d"], num_hidden_layers=s["layers"],
-                       num_attention_heads=s["heads"], intermediate_size=s["ffn"],
-                       max_position_embeddings=256, attn_implementation=attn)
-    return T.BertModel(cfg, add_pooling_layer=False)
-
+# LLaMA-like configs share their field names; the others spell them their own way.
+LLAMA_LIKE = {"vocab_size": VOCAB, "hidden_size": _d("d"), "intermediate_size": _d("ffn"),
+              "num_hidden_layers": _d("layers"), "num_attention_heads": _d("heads"),
+              "num_key_value_heads": _d("kv"), "max_position_embeddings": 256,
+              "use_cache": False}
+GPT_LIKE = {"vocab_size": VOCAB, "n_positions": 256, "n_embd": _d("d"), "n_layer": _d("layers"),
+            "n_head": _d("heads"), "bos_token_id": VOCAB - 1, "eos_token_id": VOCAB - 1,
+            "use_cache": False}
 
 FAMILIES: dict[str, Callable[[dict, str], nn.Module]] = {
-    "llama": _decoder("LlamaForCausalLM", "LlamaConfig"),
-    "qwen3": _decoder("Qwen3ForCausalLM", "Qwen3Config", head_dim=lambda s: s["d"] // s["heads"]),
-    "granite": _decoder("GraniteForCausalLM", "GraniteConfig"),
-    "olmo2": _decoder("Olmo2ForCausalLM", "Olmo2Config"),
-    "stablelm": _decoder("StableLmForCausalLM", "StableLmConfig"),
-    "starcoder2": _decoder("Starcoder2ForCausalLM", "Starcoder2Config"),
-    "mixtral": _decoder("MixtralForCausalLM", "MixtralConfig", num_local_experts=4,
-                        num_experts_per_tok=2),
-    "gptj": _gptj,
-    "opt": _opt,
-    "falcon": _falcon,
-    "gpt2": _gpt2,
-    "bert": _bert,
+    "llama": _family("LlamaForCausalLM", "LlamaConfig", LLAMA_LIKE),
+    "qwen3": _family("Qwen3ForCausalLM", "Qwen3Config",
+                     LLAMA_LIKE | {"head_dim": lambda s: s["d"] // s["heads"]}),
+    "granite": _family("GraniteForCausalLM", "GraniteConfig", LLAMA_LIKE),
+    "olmo2": _family("Olmo2ForCausalLM", "Olmo2Config", LLAMA_LIKE),
+    "stablelm": _family("StableLmForCausalLM", "StableLmConfig", LLAMA_LIKE),
+    "starcoder2": _family("Starcoder2ForCausalLM", "Starcoder2Config", LLAMA_LIKE),
+    "mixtral": _family("MixtralForCausalLM", "MixtralConfig",
+                       LLAMA_LIKE | {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    "gptj": _family("GPTJForCausalLM", "GPTJConfig",
+                    GPT_LIKE | {"rotary_dim": lambda s: s["d"] // s["heads"] // 2}),
+    "gpt2": _family("GPT2LMHeadModel", "GPT2Config", GPT_LIKE),
+    "opt": _family("OPTForCausalLM", "OPTConfig", {
+        "vocab_size": VOCAB, "hidden_size": _d("d"), "ffn_dim": _d("ffn"),
+        "num_hidden_layers": _d("layers"), "num_attention_heads": _d("heads"),
+        "word_embed_proj_dim": _d("d"), "max_position_embeddings": 256, "pad_token_id": 1,
+        "bos_token_id": 2, "eos_token_id": 2, "use_cache": False}),
+    "falcon": _family("FalconForCausalLM", "FalconConfig", {
+        "vocab_size": VOCAB, "hidden_size": _d("d"), "num_hidden_layers": _d("layers"),
+        "num_attention_heads": _d("heads"), "num_kv_heads": _d("kv"),
+        "new_decoder_architecture": True, "bias": False, "parallel_attn": True,
+        "max_position_embeddings": 256, "use_cache": False}),
+    "bert": _family("BertModel", "BertConfig", {
+        "vocab_size": VOCAB, "hidden_size": _d("d"), "num_hidden_layers": _d("layers"),
+        "num_attention_heads": _d("heads"), "intermediate_size": _d("ffn"),
+        "max_position_embeddings": 256}, add_pooling_layer=False),
 }
 ENCODERS = frozenset({"bert"})
 
