@@ -357,7 +357,7 @@ class PlannedRuntime:
         self.plan = plan = plan if plan is not None else plan_memory(graph)
         if check:
             check_plan(graph, plan)
-        self.arena = _aligned_bytes(plan.arena_bytes)
+        self.arena = aligned_bytes(plan.arena_bytes)
         self.label_steps = False  # wrap each step in record_function("node:%d") (profiling)
         self.steps = ArenaSteps(graph, plan, self.arena)
         self.copy_in_nodes = self.steps.copy_in_nodes
@@ -377,10 +377,11 @@ class PlannedRuntime:
         return [copies[i] if i in copies else values[i] for i in self.graph.outputs]
 
 
-def _aligned_bytes(n: int) -> torch.Tensor:
-    raw = torch.empty(n + 64, dtype=torch.uint8)
+def aligned_bytes(n: int) -> torch.Tensor:
+    """An arena: n bytes (at least 1, so that it has an address), 64-byte aligned."""
+    raw = torch.empty(max(n, 1) + 64, dtype=torch.uint8)
     skip = -raw.data_ptr() % 64
-    return raw[skip:skip + n]
+    return raw[skip:skip + max(n, 1)]
 
 
 # --- measuring allocations ------------------------------------------------------------------------

@@ -229,7 +229,7 @@ class _Converter:
                 return torch.empty(v.shape, dtype=v.dtype)
             if isinstance(a, FxNode):
                 tensors.append(a)
-                return _Slot(len(tensors) - 1)
+                return Slot(len(tensors) - 1)
             return a
 
         template = torch.fx.node.map_aggregate((node.args, dict(node.kwargs)), mark)
@@ -274,7 +274,7 @@ class _Converter:
 
 
 @dataclass(frozen=True)
-class _Slot:
+class Slot:
     """Where a fallback's tensor argument goes in its captured call."""
 
     index: int
@@ -283,7 +283,7 @@ class _Slot:
 def run_fallback(attrs: dict[str, Any], xs: list[Any]) -> Any:
     """Call a fallback node's torch op with its inputs put back into the captured call."""
     def fill(a: Any) -> Any:
-        return xs[a.index] if isinstance(a, _Slot) else a
+        return xs[a.index] if isinstance(a, Slot) else a
     args, kwargs = torch.fx.node.map_aggregate(attrs["template"], fill)
     return attrs["fn"](*args, **kwargs)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .frontend import Captured, _Slot
+from .frontend import Captured, Slot
 from .ir import Graph
 
 aten = torch.ops.aten
@@ -37,7 +37,7 @@ def write_state_in_place(graph: Graph, captured: Captured) -> list[int]:
         state = by_index.get(n_user + names.index(target))
         fn = write.attrs.get("fn") if write.op == "fallback" else None
         if (fn not in IN_PLACE or state is None or write.inputs[:1] != (state,)
-                or write.attrs["template"][0][:1] != (_Slot(0),)
+                or write.attrs["template"][0][:1] != (Slot(0),)
                 or [u for u in users[state] if u in live] != [write.id]
                 or not captured.state[target].is_contiguous()):
             continue  # another reader needs the old value: a new buffer, copied back

@@ -18,7 +18,7 @@ from eqsat_llm.api import BackendFallbackWarning
 from eqsat_llm.codegen import PlannedRuntime, ReferenceRuntime
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import compiler
-from eqsat_llm.frontend import _Slot
+from eqsat_llm.frontend import Slot
 from eqsat_llm.ir import Graph, TensorType
 from eqsat_llm.plan import MemoryPlan, check_plan, plan_memory
 
@@ -208,7 +208,7 @@ def cumsum_in_torch(g: Graph, x: int, dim: int) -> int:
     t = g.node(x).type
     return g.append("fallback", (x,), {"target": "aten.cumsum.default", "key": len(g.nodes),
                                        "fn": torch.ops.aten.cumsum.default,
-                                       "template": ((_Slot(0), dim), {})}, t)
+                                       "template": ((Slot(0), dim), {})}, t)
 
 
 # --- backend fusions next to a torch step ------------------------------------------------------
@@ -251,7 +251,7 @@ def rope_graph(step: str) -> tuple[Graph, dict[str, int]]:
         zt = g.node(z).type
         pair = g.append("fallback", (src,), {
             "target": "aten.sort.default", "key": len(g.nodes), "fn": torch.ops.aten.sort.default,
-            "template": ((_Slot(0), 3), {})}, (zt, TensorType(zt.shape, "int64")))
+            "template": ((Slot(0), 3), {})}, (zt, TensorType(zt.shape, "int64")))
         e = ids["e"] = g.append("getitem", (pair,), {"index": 0}, zt)
     else:
         e = ids["e"] = cumsum_in_torch(g, src, 3)

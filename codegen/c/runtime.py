@@ -24,17 +24,11 @@ from ...errors import GraphError
 from ...ir import Graph, Node, TensorType, dtype_of
 from ...ops import evaluate
 from ...plan import COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan, plan_memory
-from ..planned import ArenaSteps
+from ..planned import ArenaSteps, aligned_bytes
 from . import blas
 from .build import CFLAGS, build
 from .emit import KernelHook, Program, emit_program
 from .errors import KernelIndexError
-
-
-def _aligned_bytes(n: int) -> torch.Tensor:
-    raw = torch.empty(max(n, 1) + 64, dtype=torch.uint8)
-    skip = -raw.data_ptr() % 64
-    return raw[skip:skip + max(n, 1)]
 
 
 class CRuntime:
@@ -58,7 +52,7 @@ class CRuntime:
         self._lib = ctypes.CDLL(str(built.path))
         self._index_error = ctypes.c_int.in_dll(self._lib, "eq_index_error")
         lay = prog.layout
-        self.arena = _aligned_bytes(plan.arena_bytes)
+        self.arena = aligned_bytes(plan.arena_bytes)
         # the nodes run in torch between segments: (node id, op; a fallback's aten target)
         self.torch_steps = [(nid, torch_op_name(graph.node(nid))) for nid in prog.torch_nodes]
         self._torch: ArenaSteps | None = None
