@@ -2,7 +2,7 @@
 system compiler (OpenMP, optional OpenBLAS for GEMMs) and called through ctypes.
 docs/c-backend.md."""
 
-from .emit import SUPPORTED_OPS, emit_program, unsupported_ops
+from .emit import SUPPORTED_OPS, emit_program
 from .errors import CCompileError, KernelIndexError, UnsupportedByBackend
 from .runtime import CRuntime
 from .standalone import save_standalone
@@ -15,5 +15,4 @@ __all__ = [
            "UnsupportedByBackend",
            "emit_program",
            "save_standalone",
-           "unsupported_ops",
 ]

@@ -93,12 +93,6 @@ class Program:
         return None
 
 
-def unsupported_ops(graph: Graph) -> list[str]:
-    """The ops no kernel is generated for (they run as torch steps between segments)."""
-    live = graph.live_ids()
-    return sorted({n.op for n in graph.nodes if n.id in live and n.op not in SUPPORTED_OPS})
-
-
 def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool,
           layout: Layout, constants: dict[str, torch.Tensor],
           ropes: tuple[RopeEpilogue, ...] = ()) -> str | None:
