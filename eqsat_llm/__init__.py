@@ -3,10 +3,14 @@
     compiled = eqsat_llm.optimize(model, example_inputs)
     out = compiled(*inputs)
     print(compiled.report.summary())
+
+    gen = eqsat_llm.Generator(causal_lm, max_seq_len=256)
+    tokens = gen.generate(input_ids, max_new_tokens=32)
 """
 
 from .api import Compiled, EagerFallbackWarning, FallbackWarning, optimize, optimize_graph
 from .errors import CaptureError, EncodeError, EqsatError, GraphError, RuleError
+from .generation import Generator, generate
 from .report import Report
 from .saturate import Limits
 
@@ -17,10 +21,12 @@ __all__ = [
     "EncodeError",
     "EqsatError",
     "FallbackWarning",
+    "Generator",
     "GraphError",
     "Limits",
     "Report",
     "RuleError",
+    "generate",
     "optimize",
     "optimize_graph",
 ]

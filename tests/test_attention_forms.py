@@ -123,3 +123,37 @@ def test_rows_that_see_no_key_are_zero_as_in_sdpa(sq, monkeypatch):
         got = CRuntime(g, use_blas=False).run(xs)[0]
         assert not got.isnan().any()
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("sq,sk,past", [(1, 300, 40), (16, 96, 21), (70, 300, 130)])
+def test_run_time_mask_skips_the_unused_tail_of_a_kv_cache(sq, sk, past, monkeypatch):
+    """A KV cache's mask is a run-time value: keys past the valid prefix are -inf for every
+    row. Each kernel path finds that extent at run time, skips the tail, and still matches
+    the reference, also when a row (a padded query) sees nothing. The tail holds NaN, so a
+    key read there would show: the prefill paths skip exactly past the extent, the flash-style
+    kernel whole blocks of BK keys."""
+    g = Graph()
+    q, k, v = inp(g, (1, 2, sq, 16)), inp(g, (1, 2, sk, 16)), inp(g, (1, 2, sk, 16))
+    bias = inp(g, (1, 1, sq, sk))
+    g.outputs = [g.add("attention", (q, k, v, bias), scale=0.25)]
+    xs = rand_inputs(g)
+    visible = torch.arange(sk)[None, :] <= past + torch.arange(sq)[:, None]
+    visible[sq // 2] = False  # a query that sees no key
+    xs[3] = torch.zeros(1, 1, sq, sk).masked_fill(~visible, float("-inf"))
+    want = F.scaled_dot_product_attention(xs[0], xs[1][:, :, :past + sq],
+                                          xs[2][:, :, :past + sq],
+                                          attn_mask=visible[:, :past + sq], scale=0.25)
+    paths = [(True, False)] + ([(True, True)] if openblas_dir() is not None else [])
+    for packed, blas in paths + [(False, False)]:
+        end = past + sq
+        if not packed:
+            monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)  # the flash-style kernel
+            end = -(-end // emit_attention.BK) * emit_attention.BK
+        cache = [x.clone() for x in xs]
+        for t in (1, 2):
+            cache[t][:, :, end:] = float("nan")  # the cache's unused tail
+        rt = CRuntime(g, use_blas=blas)
+        got = rt.run(cache)[0]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        if sq >= emit_attention.BLAS_MIN_ROWS and (packed or blas):
+            assert "!= -INFINITY) { kend = j + 1; break; }" in rt.source

@@ -105,10 +105,12 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
     if sq >= BLAS_MIN_ROWS and unit and _packed_scratch_floats(sq, sk, d, dv) <= PACKED_SCRATCH:
         return _packed_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs), bias_ptr,
                                  bias_at, float(node.attrs["scale"]), q, k, v, out,
-                                 bias_values if masked else None)
+                                 bias_values if masked else None,
+                                 (b_rs, b_cs) if masked else (0, 0))
     if blas and sq >= BLAS_MIN_ROWS and unit:
         return _blas_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
-                               bias_ptr, bias_at, float(node.attrs["scale"]), q, k, v, out)
+                               bias_ptr, bias_at, float(node.attrs["scale"]), q, k, v, out,
+                               (b_rs, b_cs) if masked else (0, 0))
     tiles = (sq + QT - 1) // QT
     work = nb * sq * sk * (d + dv)
     par = work >= PARALLEL_MIN * 4 and nb * tiles >= 2
@@ -188,10 +190,12 @@ for (int64_t task = 0; task < {nb * tiles}; task++) {{
 
 def _blas_attention(nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
                     row_strides: tuple[int, int, int, int], bias_ptr: str, bias_at: str,
-                    scale: float, q: Ref, k: Ref, v: Ref, out: Ref) -> str:
+                    scale: float, q: Ref, k: Ref, v: Ref, out: Ref,
+                    bias_strides: tuple[int, int]) -> str:
     """Per (batch, head) and block of query rows: S = q k^T * scale by BLAS into a block of
     scores on the thread's stack (at most STACK_SCORES floats: nothing static, so programs
-    sharing this code may run at once), + bias and a row softmax, then out = S v by BLAS.
+    sharing this code may run at once), + bias and a row softmax, then out = S v by BLAS, over
+    the keys the block can see (_live_keys: a KV cache's unused tail is skipped).
     Rounding differs from the reference only in where the scale is applied."""
     q_rs, k_rs, v_rs, o_rs = row_strides
     rb = max(1, min(sq, STACK_SCORES // sk))
@@ -206,13 +210,30 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
     float S[{rb * sk}] __attribute__((aligned(64)));
     for (int64_t i0 = 0; i0 < {sq}; i0 += {rb}) {{
         const int rows = {sq} - i0 < {rb} ? (int)({sq} - i0) : {rb};
-        EQ_SGEMM(101, 111, 112, rows, {sk}, {d}, {scale.hex()}f, qp + i0 * {q_rs}, {q_rs}, kp,
-                 {k_rs}, 0.0f, S, {sk});
-{_softmax_rows(bias_at, sk, "rows", "i0")}
-        EQ_SGEMM(101, 111, 111, rows, {dv}, {sk}, 1.0f, S, {sk}, vp, {v_rs}, 0.0f,
+{_live_keys(bias_ptr, *bias_strides, sk, "rows", "i0")}
+        EQ_SGEMM(101, 111, 112, rows, (int)kend, {d}, {scale.hex()}f, qp + i0 * {q_rs}, {q_rs},
+                 kp, {k_rs}, 0.0f, S, {sk});
+{_softmax_rows(bias_at, sk, "rows", "i0", "kend")}
+        EQ_SGEMM(101, 111, 111, rows, {dv}, (int)kend, 1.0f, S, {sk}, vp, {v_rs}, 0.0f,
                  op + i0 * {o_rs}, {o_rs});
     }}
 }}"""
+
+
+def _live_keys(bias_ptr: str, b_rs: int, b_cs: int, sk: int, rows: str, row0: str) -> str:
+    """C statements setting `kend` to one past the last key a run-time bias leaves visible to
+    any of `rows` query rows from `row0` (scanned from the end, so a cache's unused tail costs
+    one read per key): the keys past it are -inf for every row and are skipped. A fully
+    masked block keeps all keys (its rows come out zero, as in the reference)."""
+    if bias_ptr == "0" or b_cs == 0:
+        return f"        const int64_t kend = {sk};"
+    return f"""        int64_t kend = 0;
+        for (int64_t r = 0; r < {rows}; r++) {{
+            const float* br = bp + ({row0} + r) * {b_rs};
+            for (int64_t j = {sk} - 1; j >= kend; j--)
+                if (br[j * {b_cs}] != -INFINITY) {{ kend = j + 1; break; }}
+        }}
+        if (kend == 0) kend = {sk};"""
 
 
 def _softmax_rows(bias_at: str, sk: int, rows: str, row0: str, cols: str | None = None) -> str:
@@ -265,10 +286,12 @@ def key_extents(bias: torch.Tensor | None, scores: tuple[int, ...], rb: int) -> 
 def _packed_attention(nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
                       row_strides: tuple[int, int, int, int], bias_ptr: str, bias_at: str,
                       scale: float, q: Ref, k: Ref, v: Ref, out: Ref,
-                      bias: torch.Tensor | None) -> str:
+                      bias: torch.Tensor | None, bias_strides: tuple[int, int]) -> str:
     """Per (batch, head), on the packed GEMM's micro-kernels (packed_gemm.py): k^T and v packed
     into 32-column panels on the stack, then per block of query rows S = q k^T * scale, + bias
-    and a row softmax in place, out = S v, over the keys the block can see (key_extents).
+    and a row softmax in place, out = S v, over the keys the block can see (key_extents for a
+    constant bias, _live_keys at run time otherwise: a KV cache's unused tail is neither packed
+    nor multiplied).
     Rounding differs from the reference only in the order of the sums."""
     q_rs, k_rs, v_rs, o_rs = row_strides
     npk, npv = -(-sk // 32), -(-dv // 32)
@@ -276,7 +299,13 @@ def _packed_attention(nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str
     ends = key_extents(bias, out.shape[:-2] + (sq, sk), rb)
     table = (f"static const int64_t key_end[] = {{{', '.join(map(str, ends))}}};" if ends
              else "")
-    kend = f"key_end[i0 / {rb}]" if ends else str(sk)
+    run_time = not ends and bias_ptr != "0" and bias_strides[1] != 0
+    packed_keys = _live_keys(bias_ptr, *bias_strides, sk, str(sq), "0").replace(
+        "kend", "kpack") if run_time else f"        const int64_t kpack = {sk};"
+    kend = (f"        const int64_t kend = key_end[i0 / {rb}];" if ends else
+            _live_keys(bias_ptr, *bias_strides, sk, "rows", "i0").replace(
+                f"kend = {sk};", "kend = kpack;") if run_time else
+            f"        const int64_t kend = {sk};")
     par = nb > 1 and nb * sq * sk * (d + dv) >= PARALLEL_MIN * 4
     return f"""const float* qp0 = {q.ptr()};
 const float* kp0 = {k.ptr()};
@@ -290,17 +319,18 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
     float kt[{npk * d * 32}] __attribute__((aligned(64)));  /* k^T: key panels of d x 32 */
     float vk[{npv * sk * 32}] __attribute__((aligned(64)));  /* v: column panels of sk x 32 */
     float S[{rb * sk}] __attribute__((aligned(64)));
-    for (int64_t p = 0; p < {npk}; p++)
+{packed_keys}
+    for (int64_t p = 0; p * 32 < kpack; p++)
         for (int64_t c = 0; c < {d}; c++)
             for (int64_t j = 0; j < 32; j++)
-                kt[(p * {d} + c) * 32 + j] = p * 32 + j < {sk} ? kp[(p * 32 + j) * {k_rs} + c] : 0.0f;
+                kt[(p * {d} + c) * 32 + j] = p * 32 + j < kpack ? kp[(p * 32 + j) * {k_rs} + c] : 0.0f;
     for (int64_t p = 0; p < {npv}; p++)
-        for (int64_t j = 0; j < {sk}; j++)
+        for (int64_t j = 0; j < kpack; j++)
             for (int64_t c = 0; c < 32; c++)
                 vk[(p * {sk} + j) * 32 + c] = p * 32 + c < {dv} ? vp[j * {v_rs} + p * 32 + c] : 0.0f;
     for (int64_t i0 = 0; i0 < {sq}; i0 += {rb}) {{
         const int64_t rows = {sq} - i0 < {rb} ? {sq} - i0 : {rb};
-        const int64_t kend = {kend};
+{kend}
         for (int64_t p = 0; p * 32 < kend; p++)
             eq_panel(rows, {d}, qp + i0 * {q_rs}, {q_rs}, kt + p * {d} * 32, S, {sk}, p * 32,
                      (int)(kend - p * 32 < 32 ? kend - p * 32 : 32), {scale.hex()}f, 0, 0, 0, 0);

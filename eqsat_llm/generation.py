@@ -1,0 +1,302 @@
+"""Text generation on compiled programs: `Generator` and `generate`.
+
+    gen = eqsat_llm.Generator(model, max_seq_len=256, batch_size=1)
+    tokens = gen.generate(input_ids, max_new_tokens=32)      # greedy, as model.generate
+    print(gen.report.summary())
+
+Two programs are compiled once per Generator from one `CachedStep` (kv_cache.py), sharing its
+cache buffers: the decode step (one token per sequence) and the prefill chunk (`prefill_chunk`
+tokens). Both take the cache position as a run-time input, so any prompt length up to
+`max_seq_len` runs without another compile: the prompt goes through the chunk program chunk by
+chunk; a prompt shorter than a chunk is padded at its end (the padding's cache entries sit past
+the prompt, unseen, and the decode steps overwrite them), and the last chunk of a longer prompt
+is moved back to end at the prompt's end (it rewrites entries already written, with the same
+values). docs/generation.md gives the measurements behind the chunk size."""
+
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import EqsatError
+from .kv_cache import CachedStep
+
+DEFAULT_CHUNK = 64
+
+
+@dataclass
+class Sampling:
+    """Greedy when `do_sample` is False; else softmax(logits / temperature) restricted to the
+    top_k tokens and the smallest set whose probability reaches top_p, drawn with `generator`
+    (a seeded torch.Generator makes it repeatable)."""
+
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    generator: torch.Generator | None = None
+
+    def __post_init__(self) -> None:
+        if self.do_sample and not self.temperature > 0:
+            raise EqsatError(f"temperature must be > 0 when sampling, got {self.temperature}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise EqsatError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k is not None and self.top_k < 1:
+            raise EqsatError(f"top_k must be >= 1, got {self.top_k}")
+
+    def next_tokens(self, logits: torch.Tensor) -> torch.Tensor:
+        """[B, vocab] logits -> [B] token ids."""
+        if not self.do_sample:
+            return logits.argmax(-1)
+        scores = logits.float() / self.temperature
+        if self.top_k is not None and self.top_k < scores.shape[-1]:
+            kth = scores.topk(self.top_k, dim=-1).values[..., -1:]
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        if self.top_p is not None and self.top_p < 1:
+            ordered, order = scores.sort(dim=-1, descending=True)
+            mass = ordered.softmax(-1).cumsum(-1)
+            # drop a token when the tokens ranked above it already reach top_p
+            drop = (mass - ordered.softmax(-1)) >= self.top_p
+            scores = scores.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+        probs = scores.softmax(-1)
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+
+
+@dataclass
+class GeneratorReport:
+    """What a Generator compiled: its two programs' reports, the cache and the arenas."""
+
+    prefill: Any  # Report of the prefill-chunk program
+    decode: Any  # Report of the decode-step program
+    cache_bytes: int
+    cache_buffers: int  # two per layer: keys and values
+    cache_shape: tuple[int, ...]
+    prefill_chunk: int
+    compile_seconds: float
+    last_run: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prefill": self.prefill.to_dict(), "decode": self.decode.to_dict(),
+                "cache_bytes": self.cache_bytes, "cache_buffers": self.cache_buffers,
+                "cache_shape": list(self.cache_shape),
+                "prefill_chunk": self.prefill_chunk, "compile_seconds": self.compile_seconds,
+                "last_run": dict(self.last_run)}
+
+    def summary(self) -> str:
+        def mib(n: float) -> str:
+            return f"{n / 2**20:.2f} MiB"
+
+        arena = {k: r.memory.get("arena_bytes", 0) for k, r in
+                 (("prefill", self.prefill), ("decode", self.decode))}
+        lines = [
+            "eqsat-llm generator",
+            "===================",
+            f"KV cache: {mib(self.cache_bytes)} ({self.cache_buffers} buffers of "
+            f"{list(self.cache_shape)}), written in place by both programs",
+            f"arenas: prefill {mib(arena['prefill'])}, decode {mib(arena['decode'])}",
+            f"compiled in {self.compile_seconds:.1f} s (both programs)",
+        ]
+        if self.last_run:
+            r = self.last_run
+            lines.append(f"last generate: prompt {r['prompt_tokens']:.0f} tokens in "
+                         f"{r['prefill_s'] * 1e3:.1f} ms, {r['new_tokens']:.0f} new tokens in "
+                         f"{r['decode_s'] * 1e3:.1f} ms ({r['tokens_per_s']:.1f} tokens/s)")
+        for name, rep in (("prefill", self.prefill), ("decode", self.decode)):
+            title = (f"prefill program ({self.prefill_chunk} tokens per chunk)"
+                     if name == "prefill" else "decode program (1 token)")
+            lines += ["", f"--- {title} ---", rep.summary()]
+        return "\n".join(lines)
+
+
+class Generator:
+    """A causal LM compiled for generation: a decode step and a prefill chunk over a static KV
+    cache of `max_seq_len` positions for `batch_size` sequences. `optimize_options` go to
+    `eqsat_llm.optimize` for both programs (rules, extractor, limits, progress...)."""
+
+    def __init__(self, model: nn.Module, max_seq_len: int, *, batch_size: int = 1,
+                 prefill_chunk: int | None = None, **optimize_options: Any):
+        from .api import optimize
+
+        if max_seq_len < 2 or batch_size < 1:
+            raise EqsatError(f"max_seq_len must be >= 2 and batch_size >= 1, got "
+                             f"{max_seq_len} and {batch_size}")
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        if limit is not None and max_seq_len > limit:
+            raise EqsatError(f"max_seq_len {max_seq_len} exceeds the model's "
+                             f"max_position_embeddings ({limit})")
+        dtype = next((p.dtype for p in model.parameters()), torch.float32)
+        if dtype != torch.float32:
+            raise EqsatError(f"the model's weights are {dtype}; generation compiles float32 "
+                             "models (cast with model.float())")
+        self.model = model.eval()
+        self.max_seq_len, self.batch_size = max_seq_len, batch_size
+        self.chunk = min(prefill_chunk or DEFAULT_CHUNK, max_seq_len)
+        if self.chunk < 1:
+            raise EqsatError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        self.step = CachedStep(model, batch_size, max_seq_len).eval()
+        options = {"measure_eager": False, **optimize_options}
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            self.decode_program = optimize(self.step, self._example(1), **options)
+            self.prefill_program = optimize(self.step, self._example(self.chunk), **options)
+        caches = self.step.caches()
+        self.report = GeneratorReport(
+            prefill=self.prefill_program.report, decode=self.decode_program.report,
+            cache_bytes=sum(c.numel() * c.element_size() for c in caches),
+            cache_buffers=len(caches),
+            cache_shape=tuple(caches[0].shape), prefill_chunk=self.chunk,
+            compile_seconds=time.perf_counter() - t0)
+        # run-time inputs, filled in place between calls (no allocation per token)
+        self._mask = torch.zeros(batch_size, max_seq_len, dtype=torch.long)
+        self._past = torch.zeros((), dtype=torch.long)
+        self._last = torch.zeros(1, dtype=torch.long)
+
+    def _example(self, t: int) -> tuple[torch.Tensor, ...]:
+        b, n = self.batch_size, self.max_seq_len
+        return (torch.zeros(b, t, dtype=torch.long), torch.tensor(0),
+                torch.arange(t).expand(b, t).contiguous(), torch.ones(b, n, dtype=torch.long),
+                torch.zeros(1, dtype=torch.long))
+
+    @property
+    def caches(self) -> list[torch.Tensor]:
+        """The KV cache buffers ([batch, KV heads, max_seq_len, head dim] per layer, keys and
+        values), written in place by both programs."""
+        return self.step.caches()
+
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int = 20, *,
+                 attention_mask: torch.Tensor | None = None,
+                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
+                 do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None,
+                 generator: torch.Generator | None = None) -> torch.LongTensor:
+        """Prompt + up to `max_new_tokens` new tokens per sequence ([B, P + new]); greedy
+        unless `do_sample`. A sequence that produced `eos_token_id` is filled with
+        `pad_token_id` (default: the eos id) until all have stopped, as transformers does.
+        `attention_mask` [B, P] marks left padding of ragged prompts with 0."""
+        sampling = Sampling(do_sample, temperature, top_k, top_p, generator)
+        ids = self._check(input_ids, max_new_tokens, attention_mask)
+        rows, prompt = ids.shape
+        eos = self._eos_ids(eos_token_id)
+        pad = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
+        b = self.batch_size
+        full = ids if rows == b else torch.cat([ids, ids[:1].expand(b - rows, prompt)])
+        given = (attention_mask.to(torch.long) if attention_mask is not None
+                 else torch.ones_like(ids))
+        if rows < b:
+            given = torch.cat([given, given[:1].expand(b - rows, prompt)])
+        self._mask.zero_()
+        self._mask[:, :prompt] = given
+        # positions as transformers derives them from the mask: left padding does not count
+        positions = (given.cumsum(-1) - 1).clamp(min=0)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            logits = self._prefill(full, positions)
+            t1 = time.perf_counter()
+            out = [ids]
+            done = torch.zeros(rows, dtype=torch.bool)
+            next_pos = positions[:, -1:] + 1
+            step_ids = torch.zeros(b, 1, dtype=torch.long)
+            self._last.zero_()
+            for i in range(max_new_tokens):
+                tok = sampling.next_tokens(logits[:rows, -1])
+                tok = torch.where(done, torch.full_like(tok, pad), tok)
+                out.append(tok[:, None])
+                if eos:
+                    done |= torch.isin(tok, torch.tensor(eos))
+                if i == max_new_tokens - 1 or bool(done.all()):
+                    break
+                pos = prompt + i
+                step_ids[:rows, 0] = tok
+                step_ids[rows:, 0] = tok[0]
+                self._mask[:, pos] = 1
+                self._past.fill_(pos)
+                logits = self.decode_program(step_ids, self._past, next_pos, self._mask,
+                                             self._last)
+                next_pos = next_pos + 1
+        t2 = time.perf_counter()
+        new = len(out) - 1
+        self.report.last_run = {"prompt_tokens": prompt, "new_tokens": new,
+                                "prefill_s": t1 - t0, "decode_s": t2 - t1,
+                                "tokens_per_s": rows * new / (t2 - t0)}
+        return torch.cat(out, 1)
+
+    def _prefill(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Run the prompt through the chunk program; the logits at its last token."""
+        prompt, c = ids.shape[1], self.chunk
+        starts = list(range(0, prompt, c))
+        if prompt > c and starts[-1] + c > prompt:
+            starts[-1] = prompt - c  # end the last chunk at the prompt's end
+        logits = None
+        for s in starts:
+            n = min(c, prompt - s)
+            chunk_ids, chunk_pos = ids[:, s:s + n], positions[:, s:s + n]
+            if n < c:  # only a prompt shorter than one chunk: pad it at its end
+                chunk_ids = torch.cat([chunk_ids, chunk_ids[:, -1:].expand(-1, c - n)], 1)
+                chunk_pos = torch.cat([chunk_pos, chunk_pos[:, -1:] + torch.arange(
+                    1, c - n + 1)], 1)
+            self._past.fill_(s)
+            self._last.fill_(n - 1)
+            logits = self.prefill_program(chunk_ids.contiguous(), self._past,
+                                          chunk_pos.contiguous(), self._mask, self._last)
+        return logits
+
+    def _check(self, input_ids: Any, max_new_tokens: int,
+               attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 \
+                or input_ids.dtype not in (torch.long, torch.int32):
+            raise EqsatError("input_ids must be an integer tensor [batch, prompt length], got "
+                             f"{getattr(input_ids, 'dtype', type(input_ids))}"
+                             f"{list(getattr(input_ids, 'shape', []))}")
+        rows, prompt = input_ids.shape
+        if not 1 <= rows <= self.batch_size:
+            raise EqsatError(f"{rows} sequences given; this Generator was compiled for at most "
+                             f"batch_size={self.batch_size}")
+        if prompt < 1:
+            raise EqsatError("the prompt is empty")
+        if max_new_tokens < 1:
+            raise EqsatError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if prompt + max_new_tokens > self.max_seq_len:
+            raise EqsatError(f"prompt of {prompt} tokens + {max_new_tokens} new tokens exceeds "
+                             f"max_seq_len={self.max_seq_len}; build the Generator with a "
+                             "larger max_seq_len")
+        if attention_mask is not None and tuple(attention_mask.shape) != (rows, prompt):
+            raise EqsatError(f"attention_mask has shape {list(attention_mask.shape)}; expected "
+                             f"{[rows, prompt]} like input_ids")
+        return input_ids.to(torch.long)
+
+    def _eos_ids(self, eos_token_id: int | list[int] | None) -> list[int]:
+        if eos_token_id is None:
+            return []
+        return [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+
+
+_GENERATORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int = 20,
+             **options: Any) -> torch.LongTensor:
+    """`Generator(model, ...).generate(input_ids, max_new_tokens, ...)` with the Generator
+    built once per model and reused while its capacity fits: max_seq_len is the next power of
+    two >= prompt + new tokens (at least 256, at most the model's max_position_embeddings),
+    batch_size the batch given. Options named by Generator.generate go there; the rest
+    (prefill_chunk, rules, extractor...) to the Generator."""
+    gen_keys = {"attention_mask", "eos_token_id", "pad_token_id", "do_sample", "temperature",
+                "top_k", "top_p", "generator"}
+    call = {k: v for k, v in options.items() if k in gen_keys}
+    build = {k: v for k, v in options.items() if k not in gen_keys}
+    need = input_ids.shape[1] + max_new_tokens
+    key = (input_ids.shape[0], tuple(sorted((k, repr(v)) for k, v in build.items())))
+    cached = _GENERATORS.get(model, {}).get(key)
+    if cached is None or cached.max_seq_len < need:
+        size = max(256, 1 << (need - 1).bit_length())
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        if limit is not None:
+            size = min(size, limit)
+        cached = Generator(model, size, batch_size=input_ids.shape[0], **build)
+        _GENERATORS.setdefault(model, {})[key] = cached
+    return cached.generate(input_ids, max_new_tokens, **call)
