@@ -1,0 +1,178 @@
+"""Text generation (eqsat_llm.Generator): greedy tokens identical to transformers' generate
+across families, prompt lengths and batch sizes; ragged prompts and eos; the KV cache written
+in place; sampling options; clear errors for what a Generator cannot honour."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import eqsat_llm
+from eqsat_llm import EqsatError, Generator
+from eqsat_llm.generation import _GENERATORS
+from eqsat_llm.model_matrix import build
+
+MAX_LEN, CHUNK = 64, 8
+# a prompt shorter than one chunk (padded) and one that ends mid-chunk (last chunk moved back)
+PROMPTS = (5, 19)
+
+
+def causal_lm(family: str) -> torch.nn.Module:
+    return build(family, seq=1)[0].model
+
+
+def prompt(batch: int, length: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed + 7 * length + batch)
+    return torch.randint(3, 999, (batch, length), generator=gen)
+
+
+def reference(model: torch.nn.Module, ids: torch.Tensor, new: int, **kw) -> torch.Tensor:
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mask = kw.pop("attention_mask", torch.ones_like(ids))
+        return model.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False,
+                              **kw)
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2", "falcon"])
+def family_generator(request):
+    model = causal_lm(request.param)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = Generator(model, MAX_LEN, batch_size=2, prefill_chunk=CHUNK)
+    return request.param, model, gen
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("length", PROMPTS)
+def test_greedy_tokens_are_transformers_generate(family_generator, batch, length):
+    family, model, gen = family_generator
+    ids = prompt(batch, length)
+    got = gen.generate(ids, max_new_tokens=12)
+    want = reference(model, ids, 12)
+    assert got.dtype == torch.long and got.shape == (batch, length + 12)
+    assert torch.equal(got, want), (family, got[:, length:], want[:, length:])
+
+
+def test_both_programs_run_in_c_and_write_the_cache_in_place(family_generator):
+    family, model, gen = family_generator
+    layers = len(gen.caches) // 2
+    for program in (gen.decode_program, gen.prefill_program):
+        report = program.report
+        assert report.backend == "c"
+        assert report.state_in_place == 2 * layers  # every K and V write: no copy back
+        assert set(report.torch_ops) == {"aten.index_put_.default"}, report.torch_ops
+        assert report.op_counts_after.get("attention") == layers
+    caches_before = [(c.data_ptr(), c.clone()) for c in gen.caches]
+    ids = prompt(1, 11, seed=3)
+    gen.generate(ids, max_new_tokens=6)
+    for (ptr, old), cache in zip(caches_before, gen.caches):
+        assert cache.data_ptr() == ptr  # the same storage across prefill and decode steps
+        assert not torch.equal(cache[0, :, :16], old[0, :, :16])  # written there
+    # the prompt and all new tokens but the last are in the cache, as eager computes them
+    assert bool(gen.caches[0][0, :, 11 + 5 - 1].abs().sum() > 0)
+
+
+def test_the_cache_holds_kv_heads_not_repeated_ones():
+    model = causal_lm("llama")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = Generator(model, 32, prefill_chunk=4)
+    cfg = model.config
+    assert cfg.num_key_value_heads < cfg.num_attention_heads  # grouped-query attention
+    assert gen.caches[0].shape == (1, cfg.num_key_value_heads, 32,
+                                   cfg.hidden_size // cfg.num_attention_heads)
+    report = gen.report
+    assert report.cache_bytes == sum(c.numel() * 4 for c in gen.caches)
+    text = report.summary()
+    for part in ("KV cache", "prefill program (4 tokens per chunk)", "decode program (1 token)",
+                 "arenas: prefill", "attention"):
+        assert part in text, part
+    assert set(report.to_dict()) >= {"prefill", "decode", "cache_bytes", "cache_shape"}
+
+
+def test_ragged_prompts_with_left_padding_and_eos_match_transformers():
+    model = causal_lm("llama")
+    ids = prompt(3, 12, seed=5)
+    mask = torch.ones_like(ids)
+    mask[1, :4], mask[2, :7] = 0, 0
+    ids = ids.masked_fill(mask == 0, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = Generator(model, MAX_LEN, batch_size=3, prefill_chunk=CHUNK)
+    want = reference(model, ids, 10, attention_mask=mask)
+    assert torch.equal(gen.generate(ids, 10, attention_mask=mask), want)
+    eos = int(want[0, 14])  # row 0 stops at its third new token; the others go on
+    got = gen.generate(ids, 10, attention_mask=mask, eos_token_id=eos)
+    want = reference(model, ids, 10, attention_mask=mask, eos_token_id=eos, pad_token_id=eos)
+    assert torch.equal(got, want)
+    assert (got[0, 15:] == eos).all()
+
+
+def test_generation_stops_when_every_sequence_has_ended():
+    model = causal_lm("gpt2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = Generator(model, 32, prefill_chunk=4)
+    ids = prompt(1, 6)
+    first = int(gen.generate(ids, 1)[0, -1])
+    out = gen.generate(ids, 20, eos_token_id=[first, 998])
+    assert out.shape == (1, 7) and int(out[0, -1]) == first
+
+
+def test_sampling_options():
+    model = causal_lm("llama")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = Generator(model, 32, prefill_chunk=4)
+    ids = prompt(1, 6)
+    greedy = gen.generate(ids, 8)
+    assert torch.equal(gen.generate(ids, 8, do_sample=True, top_k=1), greedy)
+    assert torch.equal(gen.generate(ids, 8, do_sample=True, top_p=1e-6), greedy)
+
+    def sample(seed: int) -> torch.Tensor:
+        return gen.generate(ids, 8, do_sample=True, temperature=5.0, top_k=50, top_p=0.95,
+                            generator=torch.Generator().manual_seed(seed))
+
+    assert torch.equal(sample(1), sample(1))  # a seeded generator repeats
+    assert any(not torch.equal(sample(1), sample(s)) for s in (2, 3, 4))
+    with pytest.raises(EqsatError, match="temperature"):
+        gen.generate(ids, 8, do_sample=True, temperature=0.0)
+
+
+def test_what_cannot_be_honoured_is_refused_clearly():
+    model = causal_lm("llama")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = Generator(model, 16, prefill_chunk=4)
+    with pytest.raises(EqsatError, match="exceeds max_seq_len=16"):
+        gen.generate(prompt(1, 17), 1)
+    with pytest.raises(EqsatError, match="exceeds max_seq_len=16"):
+        gen.generate(prompt(1, 10), 7)
+    with pytest.raises(EqsatError, match="batch_size=1"):
+        gen.generate(prompt(2, 4), 2)
+    with pytest.raises(EqsatError, match="integer tensor"):
+        gen.generate(torch.randn(1, 4), 2)
+    with pytest.raises(EqsatError, match="attention_mask"):
+        gen.generate(prompt(1, 4), 2, attention_mask=torch.ones(1, 5))
+    with pytest.raises(EqsatError, match="max_position_embeddings"):
+        Generator(model, 100_000)
+    with pytest.raises(EqsatError, match="float32"):
+        Generator(causal_lm("gpt2").half(), 16)
+    with pytest.raises(EqsatError, match="config"):
+        Generator(torch.nn.Linear(4, 4), 16)
+
+
+def test_generate_builds_one_generator_per_model_and_reuses_it():
+    model = causal_lm("qwen3")
+    ids = prompt(1, 7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = eqsat_llm.generate(model, ids, max_new_tokens=5, prefill_chunk=CHUNK)
+        assert torch.equal(got, reference(model, ids, 5))
+        (gen,) = _GENERATORS[model].values()
+        assert gen.max_seq_len == 256  # the default size: at least 256 positions
+        eqsat_llm.generate(model, prompt(1, 30), max_new_tokens=9, prefill_chunk=CHUNK)
+    assert list(_GENERATORS[model].values()) == [gen]  # reused: no second compile
