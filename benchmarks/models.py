@@ -67,8 +67,6 @@ LABEL = {"eager": "eager", "eqsat": "eqsat-llm", "ort": "ONNX Runtime"}
 SHAPES = {"prefill": 128, "decode": 1}
 QUICK_PREFILL = 16
 ROUND_S = 0.15  # about the time one system spends per timed round
-TINYLLAMA = {"hidden": 2048, "heads": 32, "kv": 4, "ffn": 5632, "layers": 4, "vocab": 32000}
-TINYLLAMA_QUICK = {"hidden": 256, "heads": 8, "kv": 2, "ffn": 512, "layers": 1, "vocab": 2000}
 
 
 # ---------------------------------------------------------------- models
@@ -77,19 +75,10 @@ def build_tinyllama(seq: int, quick: bool = False, seed: int = 0
                     ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """A TinyLlama-1.1B-shaped LLaMA with 4 layers (of 22), random weights, sdpa, no cache;
     `quick`: the same structure scaled down (a smoke test, not a measurement)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import transformers as T
-
-    s = TINYLLAMA_QUICK if quick else TINYLLAMA
-    torch.manual_seed(seed)
-    cfg = T.LlamaConfig(vocab_size=s["vocab"], hidden_size=s["hidden"],
-                        intermediate_size=s["ffn"], num_hidden_layers=s["layers"],
-                        num_attention_heads=s["heads"], num_key_value_heads=s["kv"],
-                        max_position_embeddings=2048, rms_norm_eps=1e-5, use_cache=False,
-                        attn_implementation="sdpa")
-    model = model_matrix.Logits(T.LlamaForCausalLM(cfg).eval()).eval()
+    model = model_matrix.Logits(model_matrix.tinyllama(4, quick, seed)).eval()
+    vocab = model.model.config.vocab_size
     gen = torch.Generator().manual_seed(seed)
-    return model, (torch.randint(3, s["vocab"] - 1, (1, seq), generator=gen),)
+    return model, (torch.randint(3, vocab - 1, (1, seq), generator=gen),)
 
 
 @dataclass

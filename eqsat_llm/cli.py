@@ -1,4 +1,4 @@
-"""The `eqsat-llm` command: demo, rules list, extract."""
+"""The `eqsat-llm` command: demo, optimize, generate, calibrate, rules, extract."""
 
 from __future__ import annotations
 
@@ -110,6 +110,53 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Compile a causal LM for generation, generate greedily, print tokens/s (and eager
+    transformers' beside it with --eager, tokens compared)."""
+    import torch
+
+    from . import Generator
+    from .model_matrix import causal_lm
+
+    torch.set_num_threads(args.threads)
+    try:
+        model = causal_lm(args.model)
+    except KeyError as exc:
+        raise SystemExit(f"error: {exc.args[0]}") from None
+    vocab = model.config.get_text_config().vocab_size
+    ids = torch.randint(3, vocab - 1, (args.batch, args.prompt_len),
+                        generator=torch.Generator().manual_seed(args.seed))
+    max_len = args.max_seq_len or args.prompt_len + args.new_tokens
+    print(f"compiling {args.model} for generation: batch {args.batch}, max_seq_len {max_len}",
+          flush=True)
+    gen = Generator(model, max_len, batch_size=args.batch, prefill_chunk=args.chunk,
+                    progress=print if args.verbose else None)
+    print(f"compiled in {gen.report.compile_seconds:.1f} s", flush=True)
+    if args.report:
+        print(gen.report.summary())
+    runs = []
+    for _ in range(args.repeat):
+        out = gen.generate(ids, args.new_tokens)
+        runs.append(dict(gen.report.last_run))
+    best = min(runs, key=lambda r: r["prefill_s"] + r["decode_s"])
+    steps = max(best["new_tokens"] - 1, 1)
+    print(f"eqsat-llm: prompt {args.prompt_len} x {args.batch} in {best['prefill_s'] * 1e3:.1f} ms"
+          f", {best['new_tokens']:.0f} new tokens, {best['decode_s'] / steps * 1e3:.2f} ms per "
+          f"decode step: {best['tokens_per_s']:.1f} tokens/s")
+    if args.eager:
+        model.generation_config.pad_token_id = model.generation_config.eos_token_id
+        t = time.perf_counter()
+        with torch.no_grad():
+            want = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                  max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens)
+        eager_s = time.perf_counter() - t
+        rate = args.batch * args.new_tokens / eager_s
+        same = torch.equal(want[:, :out.shape[1]], out)
+        print(f"transformers eager generate: {rate:.1f} tokens/s -> eqsat-llm "
+              f"{best['tokens_per_s'] / rate:.2f}x; tokens {'match' if same else 'DIFFER'}")
+    return 0
+
+
 def cmd_rules_list(args: argparse.Namespace) -> int:
     from .rulebook import load_library
 
@@ -178,6 +225,22 @@ def main(argv: list[str] | None = None) -> int:
                      help="measure each kernel's time for the HTML report")
     opt.add_argument("--verbose", action="store_true")
     opt.set_defaults(fn=cmd_optimize)
+    gen = sub.add_parser("generate", help="compile a causal LM for text generation; tokens/s")
+    gen.add_argument("model", help="a model-matrix family (llama, gpt2:medium, ...), "
+                     "tinyllama[:layers], or package.module:function returning the model")
+    gen.add_argument("--prompt-len", type=int, default=128)
+    gen.add_argument("--new-tokens", type=int, default=128)
+    gen.add_argument("--batch", type=int, default=1)
+    gen.add_argument("--max-seq-len", type=int, help="cache length (default: prompt + new)")
+    gen.add_argument("--chunk", type=int, help="prefill chunk (default: the Generator's)")
+    gen.add_argument("--repeat", type=int, default=3, help="generate this often; best shown")
+    gen.add_argument("--eager", action="store_true",
+                     help="also run transformers' generate and compare tokens and speed")
+    gen.add_argument("--report", action="store_true", help="print the Generator's report")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--threads", type=int, default=2)
+    gen.add_argument("--verbose", action="store_true")
+    gen.set_defaults(fn=cmd_generate)
     cal = sub.add_parser("calibrate", help="measure this machine for the cost model; cached")
     cal.add_argument("--quick", action="store_true", help="about a second instead of ~10")
     cal.add_argument("--force", action="store_true",

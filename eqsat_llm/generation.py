@@ -16,6 +16,7 @@ values). docs/generation.md gives the measurements behind the chunk size."""
 from __future__ import annotations
 
 import time
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,8 +97,8 @@ class GeneratorReport:
         lines = [
             "eqsat-llm generator",
             "===================",
-            f"KV cache: {mib(self.cache_bytes)} ({self.cache_buffers} buffers of "
-            f"{list(self.cache_shape)}), written in place by both programs",
+            (f"KV cache: {mib(self.cache_bytes)} ({self.cache_buffers} buffers of "
+             f"{list(self.cache_shape)}), written in place by both programs"),
             f"arenas: prefill {mib(arena['prefill'])}, decode {mib(arena['decode'])}",
             f"compiled in {self.compile_seconds:.1f} s (both programs)",
         ]
@@ -120,7 +121,7 @@ class Generator:
 
     def __init__(self, model: nn.Module, max_seq_len: int, *, batch_size: int = 1,
                  prefill_chunk: int | None = None, **optimize_options: Any):
-        from .api import optimize
+        from .api import FallbackWarning, optimize
 
         if max_seq_len < 2 or batch_size < 1:
             raise EqsatError(f"max_seq_len must be >= 2 and batch_size >= 1, got "
@@ -141,7 +142,10 @@ class Generator:
         self.step = CachedStep(model, batch_size, max_seq_len).eval()
         options = {"measure_eager": False, **optimize_options}
         t0 = time.perf_counter()
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # the cache writes run in torch, in place on the buffers: expected, not a fallback
+            warnings.filterwarnings("ignore", message=r".*\(fallback\): aten\.index_put\.default$",
+                                    category=FallbackWarning)
             self.decode_program = optimize(self.step, self._example(1), **options)
             self.prefill_program = optimize(self.step, self._example(self.chunk), **options)
         caches = self.step.caches()

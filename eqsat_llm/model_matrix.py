@@ -111,3 +111,39 @@ def build(family: str, *, attn: str = "sdpa", seq: int = 16, size: str = "small"
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, VOCAB - 1, (batch, seq), generator=gen)
     return Logits(model, field).eval(), (ids,)
+
+
+# TinyLlama-1.1B's shapes (22 layers; fewer by choice), and the same structure scaled down
+TINYLLAMA = {"hidden": 2048, "heads": 32, "kv": 4, "ffn": 5632, "layers": 22, "vocab": 32000}
+TINYLLAMA_QUICK = {"hidden": 256, "heads": 8, "kv": 2, "ffn": 512, "layers": 1, "vocab": 2000}
+
+
+def tinyllama(layers: int = 4, quick: bool = False, seed: int = 0) -> nn.Module:
+    """A TinyLlama-1.1B-shaped LlamaForCausalLM with `layers` of its layers, random weights
+    from `seed`, sdpa; `quick`: the scaled-down structure (a smoke test, not a measurement)."""
+    T = _transformers()
+    s = TINYLLAMA_QUICK if quick else TINYLLAMA | {"layers": layers}
+    torch.manual_seed(seed)
+    cfg = T.LlamaConfig(vocab_size=s["vocab"], hidden_size=s["hidden"],
+                        intermediate_size=s["ffn"], num_hidden_layers=s["layers"],
+                        num_attention_heads=s["heads"], num_key_value_heads=s["kv"],
+                        max_position_embeddings=2048, rms_norm_eps=1e-5, use_cache=False,
+                        attn_implementation="sdpa")
+    return T.LlamaForCausalLM(cfg).eval()
+
+
+def causal_lm(spec: str) -> nn.Module:
+    """A causal LM by name: a family of the matrix (`llama`, `gpt2:medium`), `tinyllama`
+    (`tinyllama:22` for all its layers), or `package.module:function` returning the model."""
+    import importlib
+
+    name, _, arg = spec.partition(":")
+    if name == "tinyllama":
+        return tinyllama(int(arg) if arg else 4)
+    if name in FAMILIES and name not in ENCODERS:
+        return build(name, seq=1, size=arg or "small")[0].model
+    if arg and "." in name or arg and name not in FAMILIES:
+        return getattr(importlib.import_module(name), arg)()
+    causal = sorted(set(FAMILIES) - ENCODERS)
+    raise KeyError(f"unknown model {spec!r}: a family ({', '.join(causal)}, with :small or "
+                   ":medium), tinyllama[:layers], or package.module:function")

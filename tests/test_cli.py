@@ -1,6 +1,7 @@
 """The eqsat-llm command."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,17 @@ def test_demo_checks_against_eager(capsys):
     assert main(["demo", "--shape", "decode", "--rounds", "2"]) == 0
     out = capsys.readouterr().out
     assert "max |eqsat - eager|" in out and "x eager" in out and "rules fired" in out
+
+
+def test_generate_prints_tokens_per_second_beside_eager(capsys):
+    assert main(["generate", "gpt2", "--prompt-len", "6", "--new-tokens", "4", "--chunk", "4",
+                 "--repeat", "1", "--eager", "--report"]) == 0
+    out = capsys.readouterr().out
+    assert "decode program (1 token)" in out and "KV cache" in out
+    assert re.search(r"eqsat-llm: prompt 6 x 1 in [\d.]+ ms, 4 new tokens, .* tokens/s", out)
+    assert re.search(r"transformers eager generate: [\d.]+ tokens/s .*tokens match", out), out
+
+
+def test_generate_names_an_unknown_model():
+    with pytest.raises(SystemExit, match="unknown model 'nope'"):
+        main(["generate", "nope"])

@@ -323,11 +323,13 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
     for (int64_t p = 0; p * 32 < kpack; p++)
         for (int64_t c = 0; c < {d}; c++)
             for (int64_t j = 0; j < 32; j++)
-                kt[(p * {d} + c) * 32 + j] = p * 32 + j < kpack ? kp[(p * 32 + j) * {k_rs} + c] : 0.0f;
+                kt[(p * {d} + c) * 32 + j] =
+                    p * 32 + j < kpack ? kp[(p * 32 + j) * {k_rs} + c] : 0.0f;
     for (int64_t p = 0; p < {npv}; p++)
         for (int64_t j = 0; j < kpack; j++)
             for (int64_t c = 0; c < 32; c++)
-                vk[(p * {sk} + j) * 32 + c] = p * 32 + c < {dv} ? vp[j * {v_rs} + p * 32 + c] : 0.0f;
+                vk[(p * {sk} + j) * 32 + c] =
+                    p * 32 + c < {dv} ? vp[j * {v_rs} + p * 32 + c] : 0.0f;
     for (int64_t i0 = 0; i0 < {sq}; i0 += {rb}) {{
         const int64_t rows = {sq} - i0 < {rb} ? {sq} - i0 : {rb};
 {kend}
