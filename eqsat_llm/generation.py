@@ -179,14 +179,14 @@ class Generator:
                  top_p: float | None = None,
                  generator: torch.Generator | None = None) -> torch.LongTensor:
         """Prompt + up to `max_new_tokens` new tokens per sequence ([B, P + new]); greedy
-        unless `do_sample`. A sequence that produced `eos_token_id` is filled with
-        `pad_token_id` (default: the eos id) until all have stopped, as transformers does.
+        unless `do_sample`. A sequence that produced `eos_token_id` (default: the model's
+        generation_config's; [] for none) is filled with `pad_token_id` (default: the
+        config's, else the eos id) until all have stopped, as transformers does.
         `attention_mask` [B, P] marks left padding of ragged prompts with 0."""
         sampling = Sampling(do_sample, temperature, top_k, top_p, generator)
         ids = self._check(input_ids, max_new_tokens, attention_mask)
         rows, prompt = ids.shape
-        eos = self._eos_ids(eos_token_id)
-        pad = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
+        eos, pad = self._eos_and_pad(eos_token_id, pad_token_id)
         b = self.batch_size
         full = ids if rows == b else torch.cat([ids, ids[:1].expand(b - rows, prompt)])
         given = (attention_mask.to(torch.long) if attention_mask is not None
@@ -273,10 +273,18 @@ class Generator:
                              f"{[rows, prompt]} like input_ids")
         return input_ids.to(torch.long)
 
-    def _eos_ids(self, eos_token_id: int | list[int] | None) -> list[int]:
+    def _eos_and_pad(self, eos_token_id: int | list[int] | None,
+                     pad_token_id: int | None) -> tuple[list[int], int]:
+        """As transformers: unset ids come from the model's generation_config; the pad id
+        defaults to the first eos id. `eos_token_id=[]` never stops early."""
+        config = getattr(self.model, "generation_config", None)
         if eos_token_id is None:
-            return []
-        return [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+            eos_token_id = getattr(config, "eos_token_id", None)
+        if pad_token_id is None:
+            pad_token_id = getattr(config, "pad_token_id", None)
+        eos = ([] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int)
+               else list(eos_token_id))
+        return eos, pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
 
 
 _GENERATORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -120,6 +120,10 @@ def test_generation_stops_when_every_sequence_has_ended():
     first = int(gen.generate(ids, 1)[0, -1])
     out = gen.generate(ids, 20, eos_token_id=[first, 998])
     assert out.shape == (1, 7) and int(out[0, -1]) == first
+    model.generation_config.eos_token_id = first  # by default, the model's eos, as transformers
+    assert torch.equal(gen.generate(ids, 20), reference(model, ids, 20))
+    assert gen.generate(ids, 20).shape == (1, 7)
+    assert gen.generate(ids, 20, eos_token_id=[]).shape == (1, 26)  # [] never stops
 
 
 def test_sampling_options():

@@ -1,0 +1,118 @@
+"""The Generator's two design numbers, measured: which prefill chunk to compile, and what a
+decode step costs as the cache grows (it should follow the tokens so far, not the cache size).
+
+    .venv/bin/python benchmarks/prefill_chunk.py [--chunks 16 32 64 128] [--layers 4] [--write]
+
+Part 1: per chunk size, the compile time of the Generator and the prefill time of prompts of
+several lengths (TinyLlama-shaped LLaMA). Part 2: the decode step's time at a few positions
+with caches of 256 and 2048 positions. Medians of interleaved rounds; with --write, replaces
+its section in benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from optimize_time import write_section  # noqa: E402
+
+from eqsat_llm import Generator  # noqa: E402
+from eqsat_llm.model_matrix import tinyllama  # noqa: E402
+
+SECTION = "## Prefill chunk and decode cost against cache length (benchmarks/prefill_chunk.py)"
+
+
+def median_ms(fn, rounds: int) -> float:
+    fn()
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def prefill_rows(model, chunks: list[int], prompts: list[int], rounds: int) -> list[str]:
+    rows = []
+    vocab = model.config.vocab_size
+    for c in chunks:
+        t = time.perf_counter()
+        gen = Generator(model, 256, prefill_chunk=c)
+        compile_s = time.perf_counter() - t
+        cells = []
+        for p in prompts:
+            ids = torch.randint(3, vocab - 1, (1, p), generator=torch.Generator().manual_seed(p))
+            ms = median_ms(lambda ids=ids: gen.generate(ids, 1), rounds)
+            cells.append(f"{ms:.0f}")
+        rows.append(f"| {c} | {compile_s:.1f} | " + " | ".join(cells) + " |")
+        print(rows[-1], flush=True)
+        del gen
+        gc.collect()
+    return rows
+
+
+def decode_rows(model, sizes: list[int], positions: list[int], rounds: int) -> list[str]:
+    rows = []
+    vocab = model.config.vocab_size
+    for size in sizes:
+        gen = Generator(model, size, prefill_chunk=64)
+        prog = gen.decode_program
+        cells = []
+        for pos in positions:
+            mask = torch.zeros(1, size, dtype=torch.long)
+            mask[:, :pos + 1] = 1
+            args = (torch.randint(3, vocab - 1, (1, 1)), torch.tensor(pos),
+                    torch.tensor([[pos]]), mask, torch.zeros(1, dtype=torch.long))
+            cells.append(f"{median_ms(lambda a=args: prog(*a), rounds):.2f}")
+        rows.append(f"| {size} | " + " | ".join(cells) + " |")
+        print(rows[-1], flush=True)
+        del gen, prog
+        gc.collect()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--chunks", type=int, nargs="+", default=[16, 32, 64, 128])
+    parser.add_argument("--prompts", type=int, nargs="+", default=[17, 64, 128, 200])
+    parser.add_argument("--positions", type=int, nargs="+", default=[16, 128, 255])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(2)
+    model = tinyllama(args.layers)
+    head = "| chunk | compile s | " + " | ".join(f"prompt {p} ms" for p in args.prompts) + " |"
+    part1 = [head, "|" + "---|" * (len(args.prompts) + 2)]
+    print(part1[0], flush=True)
+    part1 += prefill_rows(model, args.chunks, args.prompts, args.rounds)
+    head = "| cache positions | " + " | ".join(f"step at {p} ms" for p in args.positions) + " |"
+    part2 = [head, "|" + "---|" * (len(args.positions) + 1)]
+    print(part2[0], flush=True)
+    part2 += decode_rows(model, [256, 2048], args.positions, args.rounds)
+    argv_text = " ".join(argv if argv is not None else sys.argv[1:])
+    text = (f"{SECTION}\n\nCommand: `.venv/bin/python benchmarks/prefill_chunk.py {argv_text}`"
+            f" ({time.strftime('%Y-%m-%d')}, {platform.machine()}, "
+            f"{torch.get_num_threads()} threads; TinyLlama-shaped LLaMA, {args.layers} layers, "
+            "fp32, batch 1, medians of interleaved rounds).\n\n"
+            "Prefill: the Generator's compile time (both programs) and the time of a "
+            "`generate(ids, 1)` (prefill + one token) per prompt length, per chunk size:\n\n"
+            + "\n".join(part1) + "\n\nOne decode step (the whole program) at a cache "
+            "position, with caches of two sizes: the attention reads the valid prefix only, so "
+            "the cache's size should not show:\n\n" + "\n".join(part2))
+    print(text)
+    if args.write:
+        write_section(text, SECTION)
+    return text
+
+
+if __name__ == "__main__":
+    main()
