@@ -93,8 +93,8 @@ class Model:
 
 def build_model(name: str, args: argparse.Namespace) -> Model:
     """The causal LM with its cache switched on (the builders switch it off for export), eos
-    switched off (random weights would stop rows early, and eqsat-llm's generate does not stop
-    without eos_token_id): every system makes exactly `new` tokens per row."""
+    switched off in its generation_config, which every system follows (random weights would
+    stop rows early): every system makes exactly `new` tokens per row."""
     if name == "small":
         wrapped, (ids,) = model_matrix.build("llama", seq=args.prompt, size="small",
                                              batch=max(args.batch))
