@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .interning import intern
 from .ir import VALUE_LEAVES, Graph
 from .ops import evaluate
 
@@ -48,7 +49,7 @@ def fold_constants(graph: Graph) -> Folded:
                 value = evaluate(node.op, [values[i] for i in inputs], node.attrs)
                 if isinstance(value, torch.Tensor):
                     name = f"folded.{node.id}"
-                    value = value.contiguous()
+                    value = intern(value.contiguous())  # one copy across programs
                     out.constants[name] = value
                     new = out.append("const", (), {"name": name}, node.type)
                     values[new] = value

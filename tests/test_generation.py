@@ -65,6 +65,10 @@ def test_both_programs_run_in_c_and_write_the_cache_in_place(family_generator):
         assert report.state_in_place == 2 * layers  # every K and V write: no copy back
         assert set(report.torch_ops) == {"aten.index_put_.default"}, report.torch_ops
         assert report.op_counts_after.get("attention") == layers
+    # the two programs hold one copy of the weights they prepare alike
+    decode = {w.untyped_storage().data_ptr() for w in gen.decode_program._runtime.weights}
+    prefill = {w.untyped_storage().data_ptr() for w in gen.prefill_program._runtime.weights}
+    assert len(decode & prefill) >= layers
     caches_before = [(c.data_ptr(), c.clone()) for c in gen.caches]
     ids = prompt(1, 11, seed=3)
     gen.generate(ids, max_new_tokens=6)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ...interning import intern
 from ...ir import Graph, TensorType, contiguous_strides, dtype_of
 from ...ops import evaluate
 from ...plan import ALIAS, ARENA, COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, TEMP, MemoryPlan
@@ -106,9 +107,10 @@ class Layout:
                    "float32")
 
     def prepared_weights(self, constants: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-        """The tensors of the W slots, contiguous, in slot order."""
-        return [constants[w].contiguous() if isinstance(w, str) else w.prepare(constants)
-                for w in self.weights]
+        """The tensors of the W slots, contiguous, in slot order (equal ones shared with
+        other programs: interning.intern)."""
+        return [intern(constants[w].contiguous() if isinstance(w, str) else
+                       w.prepare(constants)) for w in self.weights]
 
 
 def view_of(base: Ref, op: str, attrs: dict[str, Any], shape: tuple[int, ...]) -> Ref:

@@ -1,0 +1,35 @@
+"""interning.intern: one copy of equal compile-time tensors across programs."""
+
+import gc
+
+import torch
+
+from eqsat_llm.interning import intern
+
+
+def test_equal_tensors_share_one_copy_and_unequal_ones_do_not():
+    a = torch.randn(64, 128)
+    first = intern(a)
+    assert first is a
+    assert intern(a.clone()) is a  # equal values: the copy is dropped for the first
+    differs = a.clone()
+    differs[37, 5] += 1.0  # (not at a sampled position of the fingerprint, as it happens)
+    assert intern(differs) is differs
+    assert intern(a.t().contiguous()) is not a  # other strides / shape: another tensor
+    assert intern(a.double()) is not a
+
+
+def test_only_weak_references_are_kept():
+    a = torch.randn(64, 128)
+    intern(a)
+    copy = a.clone()
+    del a
+    gc.collect()
+    assert intern(copy) is copy  # the first one is gone: nothing keeps it alive
+
+
+def test_small_tensors_and_tensors_that_need_grad_are_left_alone():
+    s = torch.randn(10)
+    assert intern(s.clone()) is not intern(s.clone())
+    p = torch.randn(64, 128, requires_grad=True)
+    assert intern(p) is p
