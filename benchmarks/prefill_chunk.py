@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from optimize_time import write_section  # noqa: E402
+from optimize_time import write_section
 
-from eqsat_llm import Generator  # noqa: E402
-from eqsat_llm.model_matrix import tinyllama  # noqa: E402
+from eqsat_llm import Generator
+from eqsat_llm.model_matrix import tinyllama
 
 SECTION = "## Prefill chunk and decode cost against cache length (benchmarks/prefill_chunk.py)"
 
@@ -106,7 +106,7 @@ def attention_rows(sizes: list[int], visible: list[int], rounds: int) -> list[st
             xs = [torch.randn(sh) for sh in shapes]
             xs[3] = torch.full(shapes[3], float("-inf"))
             xs[3][..., :n] = 0.0
-            per_100 = median_ms(lambda xs=xs: [rt.run(xs) for _ in range(100)], rounds)
+            per_100 = median_ms(lambda rt=rt, xs=xs: [rt.run(xs) for _ in range(100)], rounds)
             cells.append(f"{per_100 * 10:.1f}")  # ms per 100 calls -> us per call
         rows.append(f"| {size} | " + " | ".join(cells) + " |")
         print(rows[-1], flush=True)
