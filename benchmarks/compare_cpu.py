@@ -278,6 +278,15 @@ def pick_calls(fn: Callable[[], Any], target: float) -> int:
     return max(3, min(5000, round(target / max(per_call, 1e-6))))
 
 
+def add_write_options(p: argparse.ArgumentParser) -> None:
+    """--write (replace the script's section in RESULTS.md), and the quiet machine it waits
+    for first: --max-load, --wait-load."""
+    p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
+    p.add_argument("--max-load", type=float, default=1.0)
+    p.add_argument("--wait-load", type=float, default=600.0,
+                   help="with --write, seconds to wait for the load to fall below --max-load")
+
+
 def busy_cpu_s() -> float | None:
     """CPU seconds the whole machine has been busy (/proc/stat), or None off Linux."""
     try:
@@ -491,10 +500,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true",
                    help="3 rounds of about 20 ms: a smoke run, not a measurement")
     p.add_argument("--tol", type=float, default=1e-4, help="max abs error to count as correct")
-    p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    p.add_argument("--max-load", type=float, default=1.0)
-    p.add_argument("--wait-load", type=float, default=600.0,
-                   help="with --write, seconds to wait for the load to fall below --max-load")
+    add_write_options(p)
     args = p.parse_args(argv)
     args.target = TARGET_ROUND_S
     if args.quick:

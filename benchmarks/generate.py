@@ -56,6 +56,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_cpu import (
     SETTLE_S,
+    add_write_options,
     blas_info,
     busy_cpu_s,
     ort_runner,
@@ -543,7 +544,7 @@ def report(groups: list[Group], args: argparse.Namespace, argv: list[str], rates
     la = " at the start, ".join("/".join(f"{x:.2f}" for x in v) for v in load) + " at the end"
     if args.write and not load_ok:
         la += f" **(the 1-minute load did not fall below {args.max_load}: figures noisy)**"
-    head = (f"{SECTION}\n\nCommand: `{cmd}` ({date}, {platform.machine()}, {os.cpu_count()} "
+    head = (f"{section(args)}\n\nCommand: `{cmd}` ({date}, {platform.machine()}, {os.cpu_count()} "
             f"cores, {platform.processor() or platform.platform()}, torch {torch.__version__} "
             f"with {torch.get_num_threads()} threads, transformers {transformers.__version__}, "
             f"{ort_v}, Python {platform.python_version()}; run took {total_s:.0f} s; load "
@@ -574,10 +575,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help=f"prompt {QUICK['prompt']}, {QUICK['new']} new tokens, scaled-down "
                    "TinyLlama, 1 round: a smoke run, not a measurement")
-    p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    p.add_argument("--max-load", type=float, default=1.0)
-    p.add_argument("--wait-load", type=float, default=600.0,
-                   help="with --write, seconds to wait for the load to fall below --max-load")
+    add_write_options(p)
     args = p.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.batch = [int(b) for b in args.batch.split(",") if b]
@@ -635,9 +633,17 @@ def main(argv: list[str] | None = None) -> list[Group]:
                   (load_start, os.getloadavg()), load_ok, ort_missing)
     print(text)
     if args.write:
-        write_section(text, SECTION)
-        print(f"\nwrote the section {SECTION!r} of benchmarks/RESULTS.md")
+        write_section(text, section(args))
+        print(f"\nwrote the section {section(args)!r} of benchmarks/RESULTS.md")
     return groups
+
+
+def section(args: argparse.Namespace) -> str:
+    """The RESULTS.md section: the default run's, or one of its own for another depth of the
+    TinyLlama shape (all 22 layers: a run of its own, for memory)."""
+    if args.layers == 4 or args.quick:
+        return SECTION
+    return f"{SECTION}, TinyLlama shape with {args.layers} layers"
 
 
 def _ort_missing() -> str | None:

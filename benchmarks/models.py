@@ -46,6 +46,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_cpu import (
+    add_write_options,
     blas_info,
     busy_cpu_s,
     fresh_inputs,
@@ -457,10 +458,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
                    help="size small, prefill 1x16, scaled-down TinyLlama, 1 round: a smoke run")
     p.add_argument("--tol", type=float, default=1e-3,
                    help="max abs error vs eager above which a system is WRONG (not timed)")
-    p.add_argument("--write", action="store_true", help="replace the section in RESULTS.md")
-    p.add_argument("--max-load", type=float, default=1.0)
-    p.add_argument("--wait-load", type=float, default=600.0,
-                   help="with --write, seconds to wait for the load to fall below --max-load")
+    add_write_options(p)
     args = p.parse_args(argv)
     args.families = [f for f in args.families.split(",") if f]
     args.shapes = [s for s in args.shapes.split(",") if s]

@@ -1,5 +1,8 @@
+import importlib.util
 import os
+import sys
 import warnings
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -28,6 +31,16 @@ def workload(request, workload_cache):
         model, inputs = WORKLOADS[name]()
         workload_cache[name] = (name, model, inputs, capture(model, inputs))
     return workload_cache[name]
+
+
+def load_benchmark(name: str):
+    """benchmarks/<name>.py as a module (the benchmarks are scripts, not a package)."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[f"bench_{name}"] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def as_tuple(x):

@@ -3,31 +3,20 @@ tokens) with every system built, its tokens compared with eager's and timed once
 measurement."""
 
 import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.conftest import load_benchmark
+
 pytest.importorskip("transformers")
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "generate.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_generate", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_generate"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
 def test_agreement_names_the_first_divergence():
-    bench = _load()
+    bench = load_benchmark("generate")
     want = torch.tensor([[1, 2, 3, 4, 5], [1, 2, 3, 4, 5]])
     assert bench.agreement(want.clone(), want, prompt=2) == (True, "yes")
     got = want.clone()
@@ -38,7 +27,7 @@ def test_agreement_names_the_first_divergence():
 
 @pytest.mark.slow  # ~45 s: torch.compile, the ONNX export and eqsat-llm's compile
 def test_quick_small_batch1(capsys):
-    bench = _load()
+    bench = load_benchmark("generate")
     groups = bench.main(["--quick", "--models", "small", "--batch", "1"])
     assert len(groups) == 1
     g = groups[0]

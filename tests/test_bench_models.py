@@ -1,29 +1,18 @@
 """Smoke test of benchmarks/models.py: one quick row (LLaMA, small, one token) with its three
 systems built, checked against eager and timed once. Not a measurement."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+
+from tests.conftest import load_benchmark
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 pytest.importorskip("transformers")
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "models.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_models", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_models"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_quick_llama_decode_row(capsys):
-    bench = _load()
+    bench = load_benchmark("models")
     rows = bench.main(["--quick", "--families", "llama", "--shapes", "decode",
                        "--no-tinyllama"])
     assert len(rows) == 1

@@ -28,6 +28,12 @@ def prompt(batch: int, length: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(3, 999, (batch, length), generator=gen)
 
 
+def quiet_generator(model: torch.nn.Module, max_len: int, **kw) -> Generator:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' deprecations while exporting
+        return Generator(model, max_len, **kw)
+
+
 def reference(model: torch.nn.Module, ids: torch.Tensor, new: int, **kw) -> torch.Tensor:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -39,9 +45,7 @@ def reference(model: torch.nn.Module, ids: torch.Tensor, new: int, **kw) -> torc
 @pytest.fixture(scope="module", params=["llama", "gpt2", "falcon"])
 def family_generator(request):
     model = causal_lm(request.param)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        gen = Generator(model, MAX_LEN, batch_size=2, prefill_chunk=CHUNK)
+    gen = quiet_generator(model, MAX_LEN, batch_size=2, prefill_chunk=CHUNK)
     return request.param, model, gen
 
 
@@ -81,9 +85,7 @@ def test_both_programs_run_in_c_and_write_the_cache_in_place(family_generator):
 
 def test_the_cache_holds_kv_heads_not_repeated_ones():
     model = causal_lm("llama")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        gen = Generator(model, 32, prefill_chunk=4)
+    gen = quiet_generator(model, 32, prefill_chunk=4)
     cfg = model.config
     assert cfg.num_key_value_heads < cfg.num_attention_heads  # grouped-query attention
     assert gen.caches[0].shape == (1, cfg.num_key_value_heads, 32,
@@ -103,9 +105,7 @@ def test_ragged_prompts_with_left_padding_and_eos_match_transformers():
     mask = torch.ones_like(ids)
     mask[1, :4], mask[2, :7] = 0, 0
     ids = ids.masked_fill(mask == 0, 0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        gen = Generator(model, MAX_LEN, batch_size=3, prefill_chunk=CHUNK)
+    gen = quiet_generator(model, MAX_LEN, batch_size=3, prefill_chunk=CHUNK)
     want = reference(model, ids, 10, attention_mask=mask)
     assert torch.equal(gen.generate(ids, 10, attention_mask=mask), want)
     eos = int(want[0, 14])  # row 0 stops at its third new token; the others go on
@@ -117,9 +117,7 @@ def test_ragged_prompts_with_left_padding_and_eos_match_transformers():
 
 def test_generation_stops_when_every_sequence_has_ended():
     model = causal_lm("gpt2")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        gen = Generator(model, 32, prefill_chunk=4)
+    gen = quiet_generator(model, 32, prefill_chunk=4)
     ids = prompt(1, 6)
     first = int(gen.generate(ids, 1)[0, -1])
     out = gen.generate(ids, 20, eos_token_id=[first, 998])
@@ -132,9 +130,7 @@ def test_generation_stops_when_every_sequence_has_ended():
 
 def test_sampling_options():
     model = causal_lm("llama")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        gen = Generator(model, 32, prefill_chunk=4)
+    gen = quiet_generator(model, 32, prefill_chunk=4)
     ids = prompt(1, 6)
     greedy = gen.generate(ids, 8)
     assert torch.equal(gen.generate(ids, 8, do_sample=True, top_k=1), greedy)
@@ -152,9 +148,7 @@ def test_sampling_options():
 
 def test_what_cannot_be_honoured_is_refused_clearly():
     model = causal_lm("llama")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        gen = Generator(model, 16, prefill_chunk=4)
+    gen = quiet_generator(model, 16, prefill_chunk=4)
     with pytest.raises(EqsatError, match="exceeds max_seq_len=16"):
         gen.generate(prompt(1, 17), 1)
     with pytest.raises(EqsatError, match="exceeds max_seq_len=16"):
