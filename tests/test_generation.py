@@ -12,7 +12,7 @@ import torch
 import eqsat_llm
 from eqsat_llm import EqsatError, Generator
 from eqsat_llm.generation import _GENERATORS
-from eqsat_llm.model_matrix import build
+from eqsat_llm.model_matrix import ENCODERS, FAMILIES, build
 
 MAX_LEN, CHUNK = 64, 8
 # a prompt shorter than one chunk (padded) and one that ends mid-chunk (last chunk moved back)
@@ -178,3 +178,18 @@ def test_generate_builds_one_generator_per_model_and_reuses_it():
         assert gen.max_seq_len == 256  # the default size: at least 256 positions
         eqsat_llm.generate(model, prompt(1, 30), max_new_tokens=9, prefill_chunk=CHUNK)
     assert list(_GENERATORS[model].values()) == [gen]  # reused: no second compile
+
+
+CAUSAL = sorted(set(FAMILIES) - ENCODERS)
+
+
+@pytest.mark.slow  # ~8 s per family
+@pytest.mark.parametrize("family", CAUSAL)
+def test_every_causal_family_of_the_matrix_generates_transformers_tokens(family):
+    model = causal_lm(family)
+    gen = quiet_generator(model, MAX_LEN, batch_size=2, prefill_chunk=CHUNK)
+    ids = prompt(2, 11)
+    assert torch.equal(gen.generate(ids, 10), reference(model, ids, 10)), family
+    for program in (gen.decode_program, gen.prefill_program):
+        assert program.report.backend == "c"
+        assert program.report.state_in_place == len(gen.caches)
