@@ -15,6 +15,7 @@ values). docs/generation.md gives the measurements behind the chunk size."""
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 import weakref
@@ -155,7 +156,9 @@ class Generator:
             cache_buffers=len(caches),
             cache_shape=tuple(caches[0].shape), prefill_chunk=self.chunk,
             compile_seconds=time.perf_counter() - t0)
-        # run-time inputs, filled in place between calls (no allocation per token)
+        # run-time inputs, filled in place between calls (no allocation per token); the
+        # cache and these are one generation's state: one generate() at a time
+        self._lock = threading.Lock()
         self._mask = torch.zeros(batch_size, max_seq_len, dtype=torch.long)
         self._past = torch.zeros((), dtype=torch.long)
         self._last = torch.zeros(1, dtype=torch.long)
@@ -185,8 +188,14 @@ class Generator:
         `attention_mask` [B, P] marks left padding of ragged prompts with 0."""
         sampling = Sampling(do_sample, temperature, top_k, top_p, generator)
         ids = self._check(input_ids, max_new_tokens, attention_mask)
+        with self._lock:
+            return self._generate(ids, max_new_tokens, attention_mask, sampling,
+                                  *self._eos_and_pad(eos_token_id, pad_token_id))
+
+    def _generate(self, ids: torch.Tensor, max_new_tokens: int,
+                  attention_mask: torch.Tensor | None, sampling: Sampling, eos: list[int],
+                  pad: int) -> torch.LongTensor:
         rows, prompt = ids.shape
-        eos, pad = self._eos_and_pad(eos_token_id, pad_token_id)
         b = self.batch_size
         full = ids if rows == b else torch.cat([ids, ids[:1].expand(b - rows, prompt)])
         given = (attention_mask.to(torch.long) if attention_mask is not None

@@ -4,6 +4,7 @@ in place; sampling options; clear errors for what a Generator cannot honour."""
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import pytest
@@ -126,6 +127,25 @@ def test_generation_stops_when_every_sequence_has_ended():
     assert torch.equal(gen.generate(ids, 20), reference(model, ids, 20))
     assert gen.generate(ids, 20).shape == (1, 7)
     assert gen.generate(ids, 20, eos_token_id=[]).shape == (1, 26)  # [] never stops
+
+
+def test_one_generator_serves_two_threads_one_generation_at_a_time():
+    model = causal_lm("llama")
+    gen = quiet_generator(model, 32, prefill_chunk=4)
+    prompts = [prompt(1, 5, seed=s) for s in range(4)]
+    want = [gen.generate(p, 8) for p in prompts]
+    results: dict[int, torch.Tensor] = {}
+
+    def run(k: int) -> None:
+        for _ in range(3):
+            results[k] = gen.generate(prompts[k], 8)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(torch.equal(results[k], want[k]) for k in range(4))
 
 
 def test_sampling_options():
