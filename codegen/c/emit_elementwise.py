@@ -228,8 +228,11 @@ def emit_rope(out: Ref, ins: list[Ref], restrict: bool) -> str | None:
             return f"(({ct})x{k}[{base[k]} + ({j})*{s}])" if s else f"(({ct})x{k}[{base[k]}])"
 
         so = out.strides[-1]
-        # iterations touch disjoint addresses (j and j + h only): safe to vectorise
-        return (f"    #pragma omp simd\n    for (int64_t j = 0; j < {h}; j++) {{\n"
+        # No `omp simd` / `GCC ivdep` here, though the iterations are independent: GCC 12 -O3
+        # miscompiles this loop with either (two stores, at j and j + h) for some halves and
+        # output layouts (StableLM's 4-wide partial rotary, heads interleaved: wrong values;
+        # tests/test_rope.py). Unannotated, -O3 compiles it right.
+        return (f"    for (int64_t j = 0; j < {h}; j++) {{\n"
                 f"        {ct} a = {at(0, 'j')}, b = {at(0, f'j + {h}')};\n"
                 f"        {ct} c0 = {at(1, 'j')}, c1 = {at(1, f'j + {h}')};\n"
                 f"        {ct} s0 = {at(2, 'j')}, s1 = {at(2, f'j + {h}')};\n"

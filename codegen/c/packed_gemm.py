@@ -262,7 +262,7 @@ static void eq_rope_rows(const eq_rope* r, const float* c, int64_t ldc, int64_t 
         const float* si = r->sin + b * r->sb + h * r->sh + s * r->ss;
         /* as the rope kernel rounds it: x * cos + rotate_half(x) * sin; unit strides apart,
            so that the common case vectorises without gathers */
-#define EQ_ROPE_LOOP(CJ, SJ) { _Pragma("omp simd") for (int64_t j = 0; j < half; j++) { \
+#define EQ_ROPE_LOOP(CJ, SJ) { for (int64_t j = 0; j < half; j++) { \
             const float a = x[j], bb = x[j + half]; \
             o[j] = a * co[j * (CJ)] + (-bb) * si[j * (SJ)]; \
             o[j + half] = bb * co[(j + half) * (CJ)] + a * si[(j + half) * (SJ)]; } }
