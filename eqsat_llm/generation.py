@@ -80,6 +80,8 @@ class GeneratorReport:
     cache_shape: tuple[int, ...]
     prefill_chunk: int
     compile_seconds: float
+    prepared_bytes: int = 0  # what both programs hold beyond the model's parameters
+    prepared_alone: tuple[int, int] = (0, 0)  # what each would hold alone (prefill, decode)
     last_run: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -87,6 +89,8 @@ class GeneratorReport:
                 "cache_bytes": self.cache_bytes, "cache_buffers": self.cache_buffers,
                 "cache_shape": list(self.cache_shape),
                 "prefill_chunk": self.prefill_chunk, "compile_seconds": self.compile_seconds,
+                "prepared_bytes": self.prepared_bytes,
+                "prepared_alone": list(self.prepared_alone),
                 "last_run": dict(self.last_run)}
 
     def summary(self) -> str:
@@ -101,6 +105,9 @@ class GeneratorReport:
             (f"KV cache: {mib(self.cache_bytes)} ({self.cache_buffers} buffers of "
              f"{list(self.cache_shape)}), written in place by both programs"),
             f"arenas: prefill {mib(arena['prefill'])}, decode {mib(arena['decode'])}",
+            (f"folded and packed weights: {mib(self.prepared_bytes)} for both programs, equal "
+             f"ones held once (alone: prefill {mib(self.prepared_alone[0])}, decode "
+             f"{mib(self.prepared_alone[1])}; the model's own parameters not counted)"),
             f"compiled in {self.compile_seconds:.1f} s (both programs)",
         ]
         if self.last_run:
@@ -155,7 +162,10 @@ class Generator:
             cache_bytes=sum(c.numel() * c.element_size() for c in caches),
             cache_buffers=len(caches),
             cache_shape=tuple(caches[0].shape), prefill_chunk=self.chunk,
-            compile_seconds=time.perf_counter() - t0)
+            compile_seconds=time.perf_counter() - t0,
+            prepared_bytes=_prepared_bytes(model, (self.decode_program, self.prefill_program)),
+            prepared_alone=(_prepared_bytes(model, (self.prefill_program,)),
+                            _prepared_bytes(model, (self.decode_program,))))
         # run-time inputs, filled in place between calls (no allocation per token); the
         # cache and these are one generation's state: one generate() at a time
         self._lock = threading.Lock()
@@ -294,6 +304,20 @@ class Generator:
         eos = ([] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int)
                else list(eos_token_id))
         return eos, pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
+
+
+def _prepared_bytes(model: nn.Module, programs: tuple[Any, ...]) -> int:
+    """Bytes of the distinct storages the programs' constants and prepared weights hold,
+    other than the model's own parameters."""
+    own = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    held: dict[int, int] = {}
+    for program in programs:
+        tensors = [*program.graph.constants.values(),
+                   *getattr(program._runtime, "weights", [])]
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in own:
+                held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(held.values())
 
 
 _GENERATORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

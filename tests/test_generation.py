@@ -75,6 +75,8 @@ def test_both_programs_run_in_c_and_write_the_cache_in_place(family_generator):
     decode = {w.untyped_storage().data_ptr() for w in gen.decode_program._runtime.weights}
     prefill = {w.untyped_storage().data_ptr() for w in gen.prefill_program._runtime.weights}
     assert len(decode & prefill) >= layers
+    report = gen.report
+    assert 0 < report.prepared_bytes < sum(report.prepared_alone)
     caches_before = [(c.data_ptr(), c.clone()) for c in gen.caches]
     ids = prompt(1, 11, seed=3)
     gen.generate(ids, max_new_tokens=6)
