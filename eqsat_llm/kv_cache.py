@@ -18,6 +18,7 @@ The cache holds the model's KV heads (grouped-query attention keeps its smaller 
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -27,6 +28,7 @@ from torch import nn
 from .errors import EqsatError
 
 
+@functools.cache
 def _static_layer_class() -> type:
     from transformers.cache_utils import StaticLayer
 
