@@ -72,9 +72,11 @@ import eqsat_llm
 from eqsat_llm import model_matrix
 
 SECTION = "## Text generation (benchmarks/generate.py)"
-SYSTEMS = ("eager", "static", "ort", "eqsat")
+SYSTEMS = ("eager", "static", "ort", "ort-int8", "eqsat", "eqsat-int8", "eqsat-int4")
+DEFAULT_SYSTEMS = ("eager", "static", "ort", "eqsat")  # --systems all: the quantized ones too
 LABEL = {"eager": "transformers eager", "static": "transformers static + compile",
-         "ort": "ONNX Runtime", "eqsat": "eqsat-llm"}
+         "ort": "ONNX Runtime", "ort-int8": "ONNX Runtime int8 (quantize_dynamic)",
+         "eqsat": "eqsat-llm", "eqsat-int8": "eqsat-llm int8", "eqsat-int4": "eqsat-llm int4"}
 MODELS = ("small", "tinyllama")
 QUICK = {"prompt": 16, "new": 8}
 ROUND_S = 0.5  # short generate calls are repeated within a round up to about this long
@@ -200,11 +202,13 @@ def make_static(lm: nn.Module, ids: torch.Tensor, new: int) -> System:
     return s
 
 
-def make_eqsat(lm: nn.Module, ids: torch.Tensor, new: int) -> System:
-    s = System("eqsat")
+def make_eqsat(lm: nn.Module, ids: torch.Tensor, new: int, quantize: str | None = None
+               ) -> System:
+    s = System("eqsat" + (f"-{quantize}" if quantize else ""))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        gen = eqsat_llm.Generator(lm, max_seq_len=ids.shape[1] + new, batch_size=ids.shape[0])
+        gen = eqsat_llm.Generator(lm, max_seq_len=ids.shape[1] + new, batch_size=ids.shape[0],
+                                  quantize=quantize)
     s.setup_s = gen.report.compile_seconds
     s.note = "; ".join(dict.fromkeys(" ".join(str(w.message).split())[:140] for w in caught
                                      if "Fallback" in w.category.__name__))
@@ -264,21 +268,32 @@ def export_kv_step(lm: nn.Module, path: Path) -> None:
                           dynamic_shapes=shapes)
 
 
-def ort_session(model: Model, tmp: Path, cache: dict[str, Any]) -> tuple[Callable, float]:
+def ort_session(model: Model, tmp: Path, cache: dict[str, Any], int8: bool = False
+                ) -> tuple[Callable, float]:
     """The ONNX Runtime session of the model's KV step (ort_runner: ORT_ENABLE_ALL, 2 intra-op
-    threads, sequential), exported once per model and shared by its batch sizes."""
-    if model.name not in cache:
+    threads, sequential), exported once per model and shared by its batch sizes. `int8`: the
+    export through onnxruntime's quantize_dynamic with its defaults (int8 weights, activations
+    quantized per call), as users run it."""
+    key = model.name + (" int8" if int8 else "")
+    if key not in cache:
         t = time.perf_counter()
         path = tmp / f"{model.name.split()[0]}.onnx"
         try:
-            export_kv_step(model.lm, path)
+            if not path.exists():
+                export_kv_step(model.lm, path)
+            if int8:
+                from onnxruntime.quantization import quantize_dynamic
+
+                qpath = path.with_suffix(".int8.onnx")
+                quantize_dynamic(str(path), str(qpath))
+                path = qpath
             run = ort_runner(path, 3 + 2 * kv_shape(model.lm)[0], sequential=True)
-            cache[model.name] = (run, time.perf_counter() - t)
+            cache[key] = (run, time.perf_counter() - t)
         except Exception as exc:  # noqa: BLE001 - the next batch size fails alike, not again
-            cache[model.name] = exc
-    if isinstance(cache[model.name], Exception):
-        raise cache[model.name]
-    return cache[model.name]
+            cache[key] = exc
+    if isinstance(cache[key], Exception):
+        raise cache[key]
+    return cache[key]
 
 
 def ort_greedy(run: Callable, lm: nn.Module, ids: torch.Tensor, new: int
@@ -303,10 +318,10 @@ def ort_greedy(run: Callable, lm: nn.Module, ids: torch.Tensor, new: int
 
 
 def make_ort(model: Model, ids: torch.Tensor, new: int, tmp: Path,
-             cache: dict[str, Any]) -> System:
-    s = System("ort")
-    shared = model.name in cache
-    run, s.setup_s = ort_session(model, tmp, cache)
+             cache: dict[str, Any], int8: bool = False) -> System:
+    s = System("ort-int8" if int8 else "ort")
+    shared = model.name + (" int8" if int8 else "") in cache
+    run, s.setup_s = ort_session(model, tmp, cache, int8)
     s.setup_note = " (shared)" if shared else ""
     s.run = lambda: timed(lambda: ort_greedy(run, model.lm, ids, new))
     return s
@@ -357,7 +372,10 @@ def run_group(model: Model, batch: int, args: argparse.Namespace, tmp: Path,
     lm, new = model.lm, args.new
     makers = {"eager": lambda: make_eager(lm, ids, new),
               "eqsat": lambda: make_eqsat(lm, ids, new),
+              "eqsat-int8": lambda: make_eqsat(lm, ids, new, "int8"),
+              "eqsat-int4": lambda: make_eqsat(lm, ids, new, "int4"),
               "ort": lambda: make_ort(model, ids, new, tmp, ort_cache),
+              "ort-int8": lambda: make_ort(model, ids, new, tmp, ort_cache, int8=True),
               "static": lambda: make_static(lm, ids, new)}  # dynamo last, as compare_cpu
     built = {k: build_system(k, makers[k]) for k in makers if k in args.systems}
     group = Group(model.name, batch, args.prompt, new,
@@ -569,8 +587,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=4,
                    help="TinyLlama decoder layers, of its 22 (default 4, as benchmarks/models.py;"
                    " --quick's scaled-down model has 1)")
-    p.add_argument("--systems", default=",".join(SYSTEMS),
-                   help=f"of {', '.join(SYSTEMS)} (eager always runs: the reference)")
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
+                   help=f"of {', '.join(SYSTEMS)}, or all (eager always runs: the reference)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--quick", action="store_true",
                    help=f"prompt {QUICK['prompt']}, {QUICK['new']} new tokens, scaled-down "
@@ -579,6 +597,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.batch = [int(b) for b in args.batch.split(",") if b]
+    if args.systems == "all":
+        args.systems = ",".join(SYSTEMS)
     args.systems = ["eager", *[s for s in args.systems.split(",") if s and s != "eager"]]
     for m in args.models:
         if m not in MODELS:
@@ -641,9 +661,11 @@ def main(argv: list[str] | None = None) -> list[Group]:
 def section(args: argparse.Namespace) -> str:
     """The RESULTS.md section: the default run's, or one of its own for another depth of the
     TinyLlama shape (all 22 layers: a run of its own, for memory)."""
+    quantized = any(s.endswith(("int8", "int4")) for s in args.systems)
+    name = SECTION + (", quantized weights" if quantized else "")
     if args.layers == 4 or args.quick:
-        return SECTION
-    return f"{SECTION}, TinyLlama shape with {args.layers} layers"
+        return name
+    return f"{name}, TinyLlama shape with {args.layers} layers"
 
 
 def _ort_missing() -> str | None:

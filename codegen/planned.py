@@ -53,10 +53,10 @@ UNARY = ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "reciprocal", 
          "sin", "erf", "logical_not", "bitwise_not")
 # No out= kernel that writes without allocating: computed by the reference, then copied in.
 # (aten.native_layer_norm.out is generated: it runs the functional op and copies, too.)
-# (rope: its rotated half is a temporary in the reference too; so are rms_norm_matmul's
-# normalised rows.)
+# (rope: its rotated half is a temporary in the reference too; so are a gemm's normalised rows,
+# dequantized weight and SwiGLU halves: GEMM_WRITES says which gemms write in place.)
 COPY_IN_OPS = frozenset({"layer_norm", "sdpa", "sdpa_masked", "fallback", "getitem", "rope",
-                         "rms_norm_matmul", "matmul_swiglu"})
+                         "quantize_weight", "weight_scales"})
 
 
 def _fn_writer(fn: Callable[..., Any]) -> Writer:
@@ -71,24 +71,32 @@ def _mm_writer(fn: Callable[..., Any]) -> Writer:
     return write
 
 
-def _matmul_add(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
-    # the reference's own steps: the product, its scale, then + r, all in the buffer
-    torch.matmul(xs[0], xs[1], out=out)
-    if a["alpha"] != 1.0:
-        out.mul_(xs[3])
-    out.add_(xs[2])
-
-
 _ACT_INPLACE: dict[str, Callable[[torch.Tensor], Any]] = {
     "relu": torch.relu_, "silu": lambda t: aten.silu_(t),
     "gelu_tanh": lambda t: aten.gelu_(t, approximate="tanh"),
     "gelu": lambda t: aten.gelu_(t, approximate="none")}
 
 
-def _addmm_act(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
-    # the reference's own steps: addmm into the buffer, then the activation on it in place
-    torch.addmm(*xs, beta=a["beta"], alpha=a["alpha"], out=out)
-    _ACT_INPLACE[a["act"]](out)
+def gemm_writes_in_place(a: dict[str, Any]) -> bool:
+    """Whether the gemm writer below computes this descriptor in its buffer (the others make
+    the reference's temporaries, then copy)."""
+    return a["prologue"] == "none" and a["weight"] == "float" and a["epilogue"] != "swiglu"
+
+
+def _gemm(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
+    # the reference's own steps in the buffer: the product (addmm with its bias), its scale,
+    # + the addend, then the activation in place
+    x, w, addend = xs[0], xs[1], xs[4]
+    if a["epilogue"] == "bias":
+        torch.addmm(addend, x, w, beta=a["beta"], alpha=a["alpha"], out=out)
+    else:
+        torch.matmul(x, w, out=out)
+        if a["alpha"] != 1.0:
+            out.mul_(xs[5])
+        if a["epilogue"] == "add":
+            out.add_(addend)
+    if a["act"] != "none":
+        _ACT_INPLACE[a["act"]](out)
 
 
 def _reduce_writer(fn: Callable[..., Any]) -> Writer:
@@ -141,8 +149,7 @@ WRITERS: dict[str, Writer] = {
     "addmm": lambda out, xs, a: torch.addmm(*xs, beta=a["beta"], alpha=a["alpha"], out=out),
     "linear": lambda out, xs, a: aten.linear.out(xs[0], xs[1], None, out=out),
     "linear_bias": lambda out, xs, a: aten.linear.out(*xs, out=out),
-    "matmul_add": _matmul_add,
-    "addmm_act": _addmm_act,
+    "gemm": _gemm,
     "sum": _reduce_writer(torch.sum),
     "amax": lambda out, xs, a: torch.amax(xs[0], a["dims"], a["keepdim"], out=out),
     "amin": lambda out, xs, a: torch.amin(xs[0], a["dims"], a["keepdim"], out=out),
@@ -208,9 +215,9 @@ def _prepared_inputs(node: Node, xs: list[Any], out_dtype: torch.dtype) -> dict[
         for k in (1, 2):
             if not isinstance(xs[k], torch.Tensor):
                 prep[k] = torch.tensor(xs[k], dtype=out_dtype)
-    elif op in ("mm", "bmm", "matmul", "matmul_add"):
+    elif op in ("mm", "bmm", "matmul", "gemm"):
         alpha = a["alpha"]
-        prep[3 if op == "matmul_add" else 2] = torch.tensor(alpha, dtype=out_dtype) if _exact_scalar_dtype(out_dtype) \
+        prep[5 if op == "gemm" else 2] = torch.tensor(alpha, dtype=out_dtype) if _exact_scalar_dtype(out_dtype) \
             else alpha
     elif op == "mean" and out_dtype in (torch.float32, torch.float64):
         shape = xs[0].shape
@@ -261,7 +268,8 @@ class ArenaSteps:
                 continue
             if kind in (ARENA, OUTPUT, COPY_OUT, EXTERN_VIEW, TEMP) or node.op == "input":
                 writer = WRITERS.get(node.op) if kind in (ARENA, OUTPUT) else None
-                if kind in (ARENA, OUTPUT) and (writer is None or node.op in COPY_IN_OPS):
+                if kind in (ARENA, OUTPUT) and (writer is None or node.op in COPY_IN_OPS or (
+                        node.op == "gemm" and not gemm_writes_in_place(node.attrs))):
                     writer = None
                     self.copy_in_nodes.append(nid)
                 out_dtype = (dtype_of(node.type.dtype) if isinstance(node.type, TensorType)

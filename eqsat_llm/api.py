@@ -24,6 +24,7 @@ from .frontend import Captured, capture
 from .ilp import extract_ilp
 from .ir import Graph, TensorType, dtype_of
 from .plan import plan_memory
+from .quantization import QuantizationReport, keep_float_matcher, output_errors, resolve_format
 from .report import Report, RuleStat, memory_summary
 from .rule_usage import rule_used
 from .rulebook import Rule, resolve
@@ -194,12 +195,17 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
              limits: Limits | None = None,
              progress: Callable[[str], None] | None = None,
              measure_eager: bool = True,
-             force_rules: bool = False) -> Compiled:
+             force_rules: bool = False,
+             quantize: str | None = None,
+             keep_float: Iterable[str] = ()) -> Compiled:
     """Optimize a model (nn.Module, fx.GraphModule or ExportedProgram) for the example inputs'
     shapes. `rules`: family names ("all" by default), Rule objects, rule modules or egglog
     rulesets; [] runs no rules. `measure_eager` runs the model once under the profiler to
     report eager PyTorch's peak memory beside the arena. Rules from outside the library are
-    checked first (rulecheck.check_rule); one that fails is refused unless `force_rules`."""
+    checked first (rulecheck.check_rule); one that fails is refused unless `force_rules`.
+    `quantize` ("int8", "int4", "int4_g64", ...: quant_formats.FORMATS) stores constant
+    weights as integers (weight-only, approximate: the report measures the error against the
+    float model), except those `keep_float` names (modules or parameter-name globs)."""
     if backend not in BACKENDS:
         raise EqsatError(f"unknown backend {backend!r}; available: {BACKENDS}")
     if extractor not in EXTRACTORS:
@@ -214,9 +220,12 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     rule_list = resolve(rules) if rules is None or list(rules) else []
     if not force_rules:
         refuse_unchecked(rule_list)
+    fmt = resolve_format(quantize) if quantize is not None else None
+    if fmt is not None:
+        rule_list += resolve([f"quantize-{fmt}"])
     cost_model = CostModel()  # calibrated numbers when `eqsat-llm calibrate` ran, else defaults
     graph = optimize_graph(captured.graph, rule_list, extractor, limits, report, progress,
-                           cost_model=cost_model)
+                           cost_model=cost_model, keep_float=keep_float_matcher(keep_float))
     report.aten_op_counts = captured.aten_op_counts
     report.fallback_ops = captured.fallback_ops
     report.state_in_place = len(write_state_in_place(graph, captured))
@@ -231,19 +240,37 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
         with torch.no_grad():
             report.memory["eager_peak_bytes"] = peak_bytes(
                 lambda: model(*example_inputs, **(example_kwargs or {})))
+    if fmt is not None:
+        report.quantization = _quantization_report(compiled, model, fmt, list(keep_float),
+                                                   tuple(example_inputs), example_kwargs)
     return compiled
+
+
+def _quantization_report(compiled: Compiled, model: Any, fmt: str, keep_float: list[str],
+                         inputs: tuple, kwargs: dict | None) -> QuantizationReport:
+    """How many GEMMs read integer weights, and the error against the float model on the
+    example inputs (not run for a model that writes its state in place)."""
+    count = sum(n.op == "gemm" and n.attrs["weight"] != "float" for n in compiled.graph.nodes)
+    errors = []
+    if callable(model) and not compiled.captured.mutations:
+        with torch.no_grad():
+            errors = output_errors(model(*inputs, **(kwargs or {})),
+                                   compiled(*inputs, **(kwargs or {})))
+    return QuantizationReport(fmt, count, keep_float, errors)
 
 
 def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
                    limits: Limits | None = None, report: Report | None = None,
                    progress: Callable[[str], None] | None = None, fold: bool = True,
-                   cost_model: CostModel | None = None) -> Graph:
+                   cost_model: CostModel | None = None,
+                   keep_float: Callable[[str], bool] | None = None) -> Graph:
     """The graph-to-graph core: encode, saturate, extract, decode, and (with `fold`) evaluate
-    constant subgraphs once into prepared constants."""
+    constant subgraphs once into prepared constants. `keep_float(name)`: weights the quantize
+    rules leave alone."""
     report = report if report is not None else Report()
     timings = report.timings
     with _phase(timings, "encode"):
-        enc = encode(graph)
+        enc = encode(graph, keep_float=keep_float)
     with _phase(timings, "saturate"):
         sat = saturate(enc.egraph, rules, limits or Limits(), progress)
     with _phase(timings, "serialize"):

@@ -159,11 +159,10 @@ KIND: dict[str, str] = {
     **dict.fromkeys(["full", "arange"], "generate"),
     **dict.fromkeys(["view", "expand", "slice", "select", "unsqueeze", "getitem"], "view"),
     **dict.fromkeys(["permute", "transpose", "clone", "cat", "to_dtype"], "copy"),
-    **dict.fromkeys(["mm", "bmm", "matmul", "addmm", "linear", "linear_bias", "matmul_add"],
+    **dict.fromkeys(["mm", "bmm", "matmul", "addmm", "linear", "linear_bias", "gemm"],
                     "matmul"),
-    "rms_norm_matmul": "matmul",
-    "addmm_act": "matmul",
-    "matmul_swiglu": "matmul",
+    # the quantized weight and its scales are computed at compile time (folded): never a kernel
+    **dict.fromkeys(["quantize_weight", "weight_scales"], "fold"),
     **dict.fromkeys(VECTOR_WEIGHT, "vector"),
     **dict.fromkeys(["embedding", "index_select", "index", "gather"], "gather"),
     **dict.fromkeys(["attention", "sdpa", "sdpa_masked"], "attention"),
@@ -256,6 +255,8 @@ class CostModel:
                             "(and VECTOR_WEIGHT if it is vector work)")
         if kind in ("leaf", "view"):
             return FREE
+        if kind == "fold":
+            return self._roofline(0.0, 0.0, 0.0, 0.0, extra=FALLBACK_SECONDS)
         if self.backend == "reference" and op in _DECOMPOSITIONS and isinstance(out, TensorType):
             parts = [self.kernel(*p) for p in _DECOMPOSITIONS[op](attrs, ins, out)]
             worst = max(parts, key=lambda c: c.seconds)
@@ -337,9 +338,10 @@ def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
                   out: TensorType) -> tuple[float, int, float]:
     """(matmul flops, smallest GEMM dimension, epilogue flops) of a matmul-family op.
     Flops = 2 * numel(out) * K: one multiply-add per output element per contracted index."""
-    a = ins[1] if op in ("addmm", "addmm_act") else ins[0]
-    b = ins[1] if op in ("linear", "linear_bias", "matmul_add", "rms_norm_matmul") else ins[-1] if op != "addmm" \
-        else ins[2]
+    if op == "gemm":
+        return _gemm_shape(attrs, ins, out)
+    a = ins[1] if op == "addmm" else ins[0]
+    b = ins[1] if op in ("linear", "linear_bias") else ins[-1]
     if not a.shape:
         raise CostError(f"{op}: a 0-d operand {a} is not a matrix")
     k = a.shape[-1]
@@ -354,22 +356,50 @@ def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
     epilogue = 0.0
     if op == "addmm":
         epilogue = 2.0 * out.numel
-    elif op == "addmm_act":  # bias and activation on the tile: the product never moved
-        epilogue = (2.0 + VECTOR_WEIGHT[_ACT_OPS[attrs.get("act", "gelu")][0]]) * out.numel
-    elif op == "matmul_add":  # the add (and the scale): r is read, the product never moved
-        epilogue = float(out.numel) * (1.0 if attrs.get("alpha", 1.0) == 1.0 else 2.0)
-    elif op == "rms_norm_matmul":  # the row statistics (square, sum) on x; g is folded into
-        # the weight and the row scale multiplies each tile in L1 as it is stored (as alpha)
-        epilogue = 2.0 * a.numel + (0.0 if attrs.get("alpha", 1.0) == 1.0 else out.numel)
-    elif op == "matmul_swiglu":  # two products per output, joined on the tile as it is stored:
-        # priced as its two multiplies only (docs/cost-model.md: in the whole block it is as
-        # fast as merged GEMM + SwiGLU, 0.95-1.01x in benchmarks/fusions.py, and never stores
-        # the [M, 2N] product; priced with the SwiGLU's vector work the two tied and the
-        # unfused one was kept)
-        return 4.0 * out.numel * k, min(rows, n, k), 2.0 * out.numel
     elif op == "linear_bias" or attrs.get("alpha", 1.0) != 1.0:
         epilogue = float(out.numel)
     return 2.0 * out.numel * k, min(rows, n, k), epilogue
+
+
+QUANT_GEMV_ROWS = 8  # rows up to which a quantized GEMM streams its weight (quant_gemm.py)
+QUANT_TIE_BREAK = 0.01
+
+
+def _gemm_shape(a: dict[str, Any], ins: list[TensorType],
+                out: TensorType) -> tuple[float, int, float]:
+    """The gemm op's (matmul flops, smallest dimension, epilogue flops): one rule for every
+    descriptor. The weight's bytes (its format's) are counted with the inputs, as for every
+    kernel. A quantized weight is dequantized in registers: at few rows (QUANT_GEMV_ROWS) the
+    GEMV rate is the rate of streaming the weight through the cores (calibrated on float32:
+    4 bytes per multiply-add), so its flops count in proportion to the weight's bytes; at
+    more rows the kernel dequantizes a panel once and runs the float tiles: the float GEMM's
+    time, less QUANT_TIE_BREAK, so that a tie goes to the weight with fewer bytes."""
+    x = ins[0]
+    if not x.shape:
+        raise CostError(f"gemm: a 0-d operand {x} is not a matrix")
+    k, n = x.shape[-1], out.shape[-1]
+    rows = out.numel // max(n, 1)
+    scaled = 0.0 if a.get("alpha", 1.0) == 1.0 else 1.0
+    epilogue = {"none": scaled, "add": 1.0 + scaled, "bias": 2.0, "swiglu": 0.0}[a["epilogue"]]
+    epilogue *= out.numel
+    if a["act"] != "none":  # on the tile: the product never moved
+        epilogue += VECTOR_WEIGHT[_ACT_OPS[a["act"]][0]] * out.numel
+    if a["prologue"] == "rms_norm":  # the row statistics (square, sum) on x; the norm weight
+        # is folded into the weight and the row scale multiplies each tile in L1 as stored
+        epilogue += 2.0 * x.numel
+    flops = (4.0 if a["epilogue"] == "swiglu" else 2.0) * out.numel * k
+    if a["weight"] != "float" and rows <= QUANT_GEMV_ROWS:
+        flops *= ins[1].numel * element_bytes(ins[1].dtype) / (4.0 * k * n * (
+            2 if a["epilogue"] == "swiglu" else 1))
+    elif a["weight"] != "float":
+        flops *= 1.0 - QUANT_TIE_BREAK
+    if a["epilogue"] == "swiglu":  # two products per output, joined on the tile as it is
+        # stored: priced as its two multiplies only (docs/cost-model.md: in the whole block it
+        # is as fast as merged GEMM + SwiGLU, 0.95-1.01x in benchmarks/fusions.py, and never
+        # stores the [M, 2N] product; priced with the SwiGLU's vector work the two tied and the
+        # unfused one was kept)
+        return flops, min(rows, n, k), 2.0 * out.numel + epilogue
+    return flops, min(rows, n, k), epilogue
 
 
 def _attention_shape(op: str, ins: list[TensorType], out: TensorType) -> tuple[float, int, float]:
@@ -413,11 +443,6 @@ def _attention_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) 
                     ("matmul", {"alpha": 1.0}, [s, v], out)]
 
 
-def _matmul_add_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
-    x, w, r = ins
-    return [("matmul", {"alpha": a.get("alpha", 1.0)}, [x, w], out), ("add", {}, [out, r], out)]
-
-
 def _rope_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
     x, cos, sin = ins
     half = TensorType(x.shape[:-1] + (x.shape[-1] // 2,), x.dtype)  # slices: views
@@ -425,36 +450,41 @@ def _rope_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> li
             ("mul", {}, [x, sin], out), ("mul", {}, [x, cos], out), ("add", {}, [out, out], out)]
 
 
-def _rms_norm_matmul_parts(a: dict[str, Any], ins: list[TensorType],
-                           out: TensorType) -> list[Part]:
-    x, w, g = ins
-    return [("rms_norm", {"eps": a["eps"]}, [x, g], x),
-            ("matmul", {"alpha": a.get("alpha", 1.0)}, [x, w], out)]
-
-
 _DECOMPOSITIONS = {"rope": _rope_parts, "rms_norm": _rms_norm_parts, "swiglu": _swiglu_parts,
-                   "attention": _attention_parts, "matmul_add": _matmul_add_parts,
-                   "rms_norm_matmul": _rms_norm_matmul_parts}
+                   "attention": _attention_parts}
 
-# addmm_act's activation (ops.ACTIVATIONS) as the op its reference runs, with its attributes
+# a gemm's activation (ops.ACTIVATIONS) as the op its reference runs, with its attributes
 _ACT_OPS: dict[str, tuple[str, dict[str, Any]]] = {
     "relu": ("relu", {}), "silu": ("silu", {}), "gelu_tanh": ("gelu", {"approximate": "tanh"}),
     "gelu": ("gelu", {"approximate": "none"})}
 
 
-def _addmm_act_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
-    act, act_attrs = _ACT_OPS[a["act"]]
-    return [("addmm", {"beta": a.get("beta", 1.0), "alpha": a.get("alpha", 1.0)}, ins, out),
-            (act, act_attrs, [out], out)]
+def _gemm_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
+    """What gemm's reference runs: the prologue's norm, the weight's dequantization, the
+    product(s), the epilogue's add and activation."""
+    x, w, w_scale, norm, addend = ins
+    k = x.shape[-1]
+    weight = TensorType((k, out.shape[-1] * (2 if a["epilogue"] == "swiglu" else 1)), x.dtype)
+    parts: list[Part] = []
+    if a["prologue"] == "rms_norm":
+        parts += _rms_norm_parts({"eps": a["eps"]}, [x, norm], x)
+    if a["weight"] != "float":
+        parts.append(("mul", {}, [w, w_scale], weight))
+    mm = {"alpha": a.get("alpha", 1.0)}
+    if a["epilogue"] == "bias":
+        parts.append(("addmm", {"beta": a["beta"], **mm}, [addend, x, weight], out))
+    elif a["epilogue"] == "swiglu":
+        half = TensorType((k, out.shape[-1]), x.dtype)
+        parts += [("matmul", mm, [x, half], out), ("matmul", mm, [x, half], out),
+                  ("swiglu", {}, [out, out], out)]
+    else:
+        parts.append(("matmul", mm, [x, weight], out))
+        if a["epilogue"] == "add":
+            parts.append(("add", {}, [out, addend], out))
+    if a["act"] != "none":
+        act, act_attrs = _ACT_OPS[a["act"]]
+        parts.append((act, act_attrs, [out], out))
+    return parts
 
 
-_DECOMPOSITIONS["addmm_act"] = _addmm_act_parts
-
-
-def _matmul_swiglu_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
-    x, wg, wu = ins
-    return [("matmul", {"alpha": 1.0}, [x, wg], out), ("matmul", {"alpha": 1.0}, [x, wu], out),
-            ("swiglu", {}, [out, out], out)]
-
-
-_DECOMPOSITIONS["matmul_swiglu"] = _matmul_swiglu_parts
+_DECOMPOSITIONS["gemm"] = _gemm_parts

@@ -105,8 +105,9 @@ class Graph:
         return [n.id for n in sorted(ins, key=lambda n: n.attrs["index"])]
 
     def op_counts(self, include_leaves: bool = False) -> Counter[str]:
+        """Live nodes by label (node_label: a gemm counted by its descriptor)."""
         live = self.live_ids()
-        return Counter(n.op for n in self.nodes
+        return Counter(node_label(n) for n in self.nodes
                        if n.id in live and (include_leaves or n.op not in VALUE_LEAVES))
 
     def live_ids(self) -> set[int]:
@@ -153,3 +154,17 @@ def dtype_of(name: str) -> torch.dtype:
 
 def dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
+
+
+GEMM_DESCRIPTOR = (("prologue", "none"), ("weight", "float"), ("epilogue", "none"),
+                   ("act", "none"))
+
+
+def node_label(node: Node) -> str:
+    """What reports and counts call a node: its op, and for the gemm op (ops.py) the parts of
+    its descriptor that are not the default: gemm[rms_norm], gemm[add], gemm[bias+gelu_tanh],
+    gemm[swiglu], gemm[int8+add]; a plain float gemm is "gemm"."""
+    if node.op != "gemm":
+        return node.op
+    parts = [node.attrs[k] for k, default in GEMM_DESCRIPTOR if node.attrs.get(k, default) != default]
+    return f"gemm[{'+'.join(parts)}]" if parts else "gemm"

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from .errors import GraphError
 from .ir import TensorType, dtype_name, dtype_of
+from .quant_formats import FORMATS, dequantize, quantize, quantized_types
 
 aten = torch.ops.aten
 
@@ -40,6 +41,7 @@ class OpDef:
     category: str  # source, layout, elementwise, reduction, matmul, attention, fallback
     shape_rule: str  # which e-graph shape rule applies (egraph/analysis.py); "given" = set
     dtype_rule: str  # "same", "same_float", "promote", "promote12", "bool", "attr", "scalar",
+    # "quant_weight" / "quant_scales" (by the format attribute),
     # "given" (set by the encoder only: leaves, fallbacks, data-dependent ops)
     # Python type inference; by default the reference semantics run on meta tensors,
     # which gives torch's own shape and dtype rules exactly.
@@ -196,24 +198,11 @@ register("linear", 2, ref=lambda xs, a: F.linear(xs[0], xs[1]), category="matmul
          shape="linear")
 register("linear_bias", 3, ref=lambda xs, a: F.linear(xs[0], xs[1], xs[2]), category="matmul",
          shape="linear")
-# matmul_add: a matmul with its residual/bias add fused as an epilogue (rules/fusion.py,
-# issues 3 and 6). r broadcasts into the product's shape (the rules guarantee it), so the
-# shape is the product's ("matmul" on x, w). The reference is exactly the pair it replaces.
-register("matmul_add", 3, "alpha:float",
-         ref=lambda xs, a: _scaled(torch.matmul(xs[0], xs[1]), a["alpha"]) + xs[2],
-         category="matmul", shape="matmul")
-# addmm_act: linear + bias + activation as one op (rules/fusion.py, issue 3): act(addmm(bias,
-# a, b)), the activation applied in the GEMM's epilogue. The reference is exactly the pair it
-# replaces, each spelled as its own op's reference (the unary ops' and gelu's).
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu, "silu": F.silu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "gelu": lambda x: F.gelu(x, approximate="none"),
 }
-register("addmm_act", 3, "beta:float alpha:float act:str",
-         ref=lambda xs, a: ACTIVATIONS[a["act"]](
-             torch.addmm(xs[0], xs[1], xs[2], beta=a["beta"], alpha=a["alpha"])),
-         category="matmul", shape="addmm")
 
 
 def _scaled(x: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -370,24 +359,6 @@ register("rms_norm", 2, "eps:float", ref=_rms_norm, category="reduction", shape=
 register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
          category="elementwise", shape="broadcast", dtype="same")
 register("attention", 4, "scale:float", ref=_attention, category="attention", shape="sdpa")
-# matmul_swiglu(x, wg, wu): swiglu(x @ wg, x @ wu) as one kernel (issue 6's SwiGLU epilogue):
-# the gate and up products of each output tile are combined as they are stored, neither is
-# written out. The reference is exactly the three ops it replaces.
-def _matmul_swiglu(xs: list[Any], a: dict[str, Any]) -> Any:
-    g, u = torch.matmul(xs[0], xs[1]), torch.matmul(xs[0], xs[2])
-    return g * torch.sigmoid(g) * u
-
-
-register("matmul_swiglu", 3, ref=_matmul_swiglu, category="matmul", shape="matmul")
-# rms_norm_matmul(x, w, g): matmul(rms_norm(x, g, eps), w, alpha) as one kernel (issue 3; the
-# norm feeding the merged QKV / gate-up projections). w before g so that the shape rule is
-# matmul's on (x, w); w is 2-D (the rule guarantees it). The reference is exactly the pair.
-register("rms_norm_matmul", 3, "eps:float alpha:float",
-         ref=lambda xs, a: _scaled(torch.matmul(_rms_norm([xs[0], xs[2]], a), xs[1]),
-                                   a["alpha"]),
-         category="matmul", shape="matmul")
-
-
 def _rope(xs: list[Any], a: dict[str, Any]) -> Any:
     # rotary embedding (issue 3): x * cos + rotate_half(x) * sin, the decomposition that
     # rules/fusion.py recognises, spelled the same way (bit-identical)
@@ -398,6 +369,86 @@ def _rope(xs: list[Any], a: dict[str, Any]) -> Any:
 
 
 register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype="same")
+
+# --- the one GEMM op: a matmul with its prologue, weight format and epilogue (issue 13) -----
+# gemm(x, w, w_scale, norm, addend) = act(epilogue(alpha * prologue(x) @ W)), one kernel:
+#   prologue  "none" | "rms_norm": x is rms_norm(x, norm, eps) first
+#   weight    "float": W = w, [K, N] | a quantized format (quant_formats.FORMATS): W is
+#             dequantize(w, w_scale), w holding the integers and w_scale the scales
+#   epilogue  "none" | "add": + addend (it broadcasts into the product) | "bias":
+#             torch.addmm(addend, x, W, beta, alpha) (x 2-D) | "swiglu": W = [Wg | Wu] with n
+#             columns each, silu(x @ Wg) * (x @ Wu)
+#   act       "none" or an activation of ACTIVATIONS, applied last
+# n is the output's last dim. An operand the descriptor does not use is the scalar 0.0.
+# The fusion rules build it from the decompositions it replaces, and its reference spells
+# them out the same way (bit-identical for the float format).
+GEMM_DEFAULTS = {"alpha": 1.0, "beta": 1.0, "eps": 0.0, "prologue": "none", "weight": "float",
+                 "epilogue": "none", "act": "none"}  # every attribute but n
+GEMM_PROLOGUES = ("none", "rms_norm")
+GEMM_EPILOGUES = ("none", "add", "bias", "swiglu")
+GEMM_ACTS = ("none", *ACTIVATIONS)
+
+
+def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:
+    x, w, w_scale, norm, addend = xs
+    if a["prologue"] == "rms_norm":
+        x = _rms_norm([x, norm], a)
+    weight = w if a["weight"] == "float" else dequantize(w, w_scale, a["weight"]).to(x.dtype)
+    epilogue, alpha = a["epilogue"], a["alpha"]
+    if epilogue == "bias":
+        y = torch.addmm(addend, x, weight, beta=a["beta"], alpha=alpha)
+    elif epilogue == "swiglu":
+        n = a["n"]
+        g = _scaled(torch.matmul(x, weight[:, :n]), alpha)
+        y = g * torch.sigmoid(g) * _scaled(torch.matmul(x, weight[:, n:]), alpha)
+    else:
+        y = _scaled(torch.matmul(x, weight), alpha)
+        if epilogue == "add":
+            y = y + addend
+    return y if a["act"] == "none" else ACTIVATIONS[a["act"]](y)
+
+
+def _gemm_type(ins: list[TensorType], a: dict[str, Any]) -> TensorType:
+    x = ins[0]
+    for name, allowed in (("prologue", GEMM_PROLOGUES), ("epilogue", GEMM_EPILOGUES),
+                          ("act", GEMM_ACTS), ("weight", ("float", *FORMATS))):
+        if a[name] not in allowed:
+            raise GraphError(f"gemm: {name} {a[name]!r} is not one of {allowed}")
+    if not x.shape:
+        raise GraphError(f"gemm: x {x} is not a matrix")
+    return TensorType(x.shape[:-1] + (a["n"],), x.dtype)
+
+
+register("gemm", 5, "n:int alpha:float beta:float eps:float prologue:str weight:str "
+         "epilogue:str act:str", ref=_gemm, category="matmul", shape="gemm", infer=_gemm_type)
+
+
+def add_gemm(graph: Any, x: int, w: int, *, w_scale: int | None = None, norm: int | None = None,
+             addend: int | None = None, alpha: float = 1.0, beta: float = 1.0,
+             eps: float = 0.0, prologue: str = "none", weight: str = "float",
+             epilogue: str = "none", act: str = "none") -> int:
+    """Append a gemm to `graph` (an ir.Graph), the unused operands as the scalar 0.0 and n from
+    the weight (half its columns for the SwiGLU epilogue). Returns its id."""
+    none = None
+    operands = []
+    for v in (w_scale, norm, addend):
+        if v is None:
+            none = none if none is not None else graph.add("scalar", value=0.0, kind="float")
+            v = none
+        operands.append(v)
+    n = graph.type_of(w).shape[-1] // (2 if epilogue == "swiglu" else 1)
+    return graph.add("gemm", (x, w, *operands), n=n, alpha=alpha, beta=beta, eps=eps,
+                     prologue=prologue, weight=weight, epilogue=epilogue, act=act)
+
+
+# Quantized weights (optimize(quantize=...)): computed from a constant float weight [K, N] at
+# compile time (constant folding), the integers and the scales of format `fmt`.
+register("quantize_weight", 1, "fmt:str", ref=lambda xs, a: quantize(xs[0], a["fmt"])[0],
+         category="quant", shape="quant_weight", dtype="quant_weight",
+         infer=lambda ins, a: quantized_types(ins[0], a["fmt"])[0])
+register("weight_scales", 1, "fmt:str", ref=lambda xs, a: quantize(xs[0], a["fmt"])[1],
+         category="quant", shape="quant_scales", dtype="quant_scales",
+         infer=lambda ins, a: quantized_types(ins[0], a["fmt"])[1])
 
 # --- fallback: an op outside the registry, run by torch as captured -----------------------
 # attrs: "target" (the op's name, for reports and the e-graph), "key" (the node's identity

@@ -61,6 +61,9 @@ class Report:
     torch_ops: dict[str, int] = field(default_factory=dict)
     # state writes (a KV cache's index_copy_) run in place on the module's buffer (state.py)
     state_in_place: int = 0
+    # optimize(quantize=...): the format, the GEMMs it reached and the measured error
+    # (quantization.QuantizationReport)
+    quantization: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -69,6 +72,7 @@ class Report:
         d["gap"] = None if self.lower_bound is None else self.cost_after - self.lower_bound
         d["nodes_before"] = sum(self.op_counts_before.values())
         d["nodes_after"] = sum(self.op_counts_after.values())
+        d["quantization"] = self.quantization and self.quantization.to_dict()
         return d
 
     def summary(self) -> str:
@@ -91,12 +95,15 @@ class Report:
         if self.state_in_place:
             lines.append(f"state writes run in place on the module's buffers: "
                          f"{self.state_in_place}")
+        if self.quantization is not None:
+            lines.append(self.quantization.summary())
         lines.append("")
-        lines.append(f"{'op':<16}{'before':>8}{'after':>8}")
+        width = max([16, *(len(o) + 2 for o in self.op_counts_after)])
+        lines.append(f"{'op':<{width}}{'before':>8}{'after':>8}")
         for op in sorted(set(self.op_counts_before) | set(self.op_counts_after),
                          key=lambda o: (-self.op_counts_before.get(o, 0), o)):
             b, a = self.op_counts_before.get(op, 0), self.op_counts_after.get(op, 0)
-            lines.append(f"{op:<16}{b:>8}{a:>8}")
+            lines.append(f"{op:<{width}}{b:>8}{a:>8}")
         if self.memory:
             m = self.memory
             eager = m.get("eager_peak_bytes")

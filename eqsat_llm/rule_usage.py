@@ -3,7 +3,8 @@
 egglog records how often a rule matched, not which e-nodes it created, so use is judged on
 the extracted program by the shape of the rule's result: a rule whose result is a new term
 (`... .to(E.rms_norm(x, w, eps))`) is used when the program contains that term's op skeleton
-(ops only; variables and attributes match anything); a rule that only merges a term with an
+(ops and the string attributes the rule spells out, as a gemm's descriptor; variables and
+other attributes match anything); a rule that only merges a term with an
 existing one (`x * 1 -> x`) is used when the input program had its left side and the output
 no longer does. It is a heuristic: a skeleton can also be present for another reason.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from egglog.declarations import CallDecl, EqDecl, RewriteDecl, RuleDecl, UnionDecl
+from egglog.declarations import CallDecl, EqDecl, LitDecl, RewriteDecl, RuleDecl, UnionDecl
 
 from .ir import Graph
 from .ops import REGISTRY
@@ -24,13 +25,17 @@ from .rulebook import Rule
 class Skeleton:
     op: str
     children: tuple[Skeleton | None, ...]  # None: matches anything
+    strings: frozenset[str] = frozenset()  # string attributes the node must have
 
 
 def _skeleton(expr: Any) -> Skeleton | None:
     if isinstance(expr, CallDecl) and hasattr(expr.callable, "ident"):
         name = expr.callable.ident.name
         if name in REGISTRY:
-            return Skeleton(name, tuple(_skeleton(a.expr) for a in expr.args))
+            arity = REGISTRY[name].arity or 1
+            strings = frozenset(a.expr.value for a in expr.args[arity:]
+                                if isinstance(a.expr, LitDecl) and isinstance(a.expr.value, str))
+            return Skeleton(name, tuple(_skeleton(a.expr) for a in expr.args[:arity]), strings)
     return None
 
 
@@ -49,11 +54,10 @@ def result_and_pattern(rule: Rule) -> tuple[list[Skeleton], list[Skeleton]]:
 
 def _matches(graph: Graph, node_id: int, skel: Skeleton) -> bool:
     node = graph.node(node_id)
-    if node.op == "rms_norm_matmul" and skel.op in ("matmul", "rms_norm"):
-        return _matches_norm_matmul(graph, node.inputs, skel)
-    if node.op == "matmul_swiglu" and skel.op == "swiglu":  # swiglu(x @ wg, x @ wu), one op
-        return all(c is None or c.op == "matmul" for c in skel.children)
-    if node.op != skel.op:
+    if node.op == "gemm" and skel.op != "gemm":
+        return _matches_gemm_part(graph, node, skel)
+    if node.op != skel.op or not skel.strings <= {v for v in node.attrs.values()
+                                                   if isinstance(v, str)}:
         return False
     for i, child in enumerate(skel.children):
         if child is not None and (i >= len(node.inputs)
@@ -62,10 +66,19 @@ def _matches(graph: Graph, node_id: int, skel: Skeleton) -> bool:
     return True
 
 
+def _matches_gemm_part(graph: Graph, node: Any, skel: Skeleton) -> bool:
+    """A gemm with the rms_norm prologue is matmul(rms_norm(x, g), w) in one op, one with the
+    SwiGLU epilogue swiglu(x @ wg, x @ wu): a skeleton of a part matches it (the norm, the
+    merged projection, the SwiGLU are still used)."""
+    if node.attrs["prologue"] == "rms_norm" and skel.op in ("matmul", "rms_norm"):
+        return _matches_norm_matmul(graph, node.inputs, skel)
+    if node.attrs["epilogue"] == "swiglu" and skel.op == "swiglu":
+        return all(c is None or c.op == "matmul" for c in skel.children)
+    return False
+
+
 def _matches_norm_matmul(graph: Graph, inputs: tuple[int, ...], skel: Skeleton) -> bool:
-    """rms_norm_matmul(x, w, g) is matmul(rms_norm(x, g), w) in one op: a skeleton of either
-    part matches it (the norm and the merged projection it feeds are still used)."""
-    x, w, g = inputs
+    x, w, _, g, _ = inputs
 
     def all_match(children: tuple[Skeleton | None, ...], ids: tuple[int, ...]) -> bool:
         return all(c is None or _matches(graph, i, c) for c, i in zip(children, ids))

@@ -35,6 +35,7 @@ class Rule:
     command: RewriteOrRule
     tolerance: float | None = None
     note: str = ""
+    check_dims: tuple[int, ...] = ()  # sizes `rules check` draws (default rulecheck.DIMS)
 
     @property
     def key(self) -> object:
@@ -49,6 +50,7 @@ class _Pending:
     command: RewriteOrRule
     tolerance: float | None
     note: str
+    check_dims: tuple[int, ...] = ()
 
 
 def exact(name: str, command: RewriteOrRule, note: str = "") -> _Pending:
@@ -59,15 +61,21 @@ def reassociates(name: str, command: RewriteOrRule, note: str = "") -> _Pending:
     return _Pending(name, "reassociates", command, None, note)
 
 
-def approximate(name: str, command: RewriteOrRule, tolerance: float, note: str = "") -> _Pending:
-    return _Pending(name, "approximate", command, tolerance, note)
+def approximate(name: str, command: RewriteOrRule, tolerance: float, note: str = "",
+                check_dims: tuple[int, ...] = ()) -> _Pending:
+    return _Pending(name, "approximate", command, tolerance, note, check_dims)
 
 
 LIBRARY_PACKAGE = "eqsat_llm.rules"
 FAMILIES: dict[str, list[Rule]] = {}
 # Families left out of "all": rules that grow the e-graph without bound (associativity,
-# commutativity, distributivity); saturation limits stop them, at a cost in compile time.
+# commutativity, distributivity), whose saturation limits stop them at a cost in compile time;
+# and the approximate quantize-<format> families, which optimize(quantize=...) adds.
 OPT_IN = frozenset({"algebra-ac"})
+
+
+def opt_in(family_name: str) -> bool:
+    return family_name in OPT_IN or family_name.startswith("quantize-")
 
 
 def family(name: str) -> Callable[[Callable[..., Iterator[_Pending]]], list[Rule]]:
@@ -78,7 +86,7 @@ def family(name: str) -> Callable[[Callable[..., Iterator[_Pending]]], list[Rule
     def collect(fn: Callable[..., Iterator[_Pending]]) -> list[Rule]:
         hints = typing.get_type_hints(fn)
         variables = [var(p, hints[p]) for p in inspect.signature(fn).parameters]
-        rules = [Rule(r.name, name, r.soundness, r.command, r.tolerance, r.note)
+        rules = [Rule(r.name, name, r.soundness, r.command, r.tolerance, r.note, r.check_dims)
                  for r in fn(*variables)]
         if fn.__module__.startswith(LIBRARY_PACKAGE + "."):
             existing = {r.name for rs in FAMILIES.values() for r in rs}
@@ -134,7 +142,7 @@ def resolve(spec: Iterable[RuleSpec] | None) -> list[Rule]:
         elif isinstance(item, Ruleset):
             out.extend(rules_of_ruleset(item))
         elif item == "all":
-            out.extend(r for f, rs in families.items() if f not in OPT_IN for r in rs)
+            out.extend(r for f, rs in families.items() if not opt_in(f) for r in rs)
         elif item in families:
             out.extend(families[item])
         else:

@@ -56,13 +56,14 @@ from .errors import EncodeError, GraphError, RuleError
 from .extract import EGraph as XGraph
 from .extract import ExtractionError, extract_tree_greedy, load_egraph, reachable_classes
 from .ir import Graph, TensorType
-from .ops import REGISTRY, OpDef
+from .ops import GEMM_ACTS, GEMM_PROLOGUES, REGISTRY, OpDef
 from .rulebook import Rule, as_ruleset
 
 STATUSES = ("pass", "fail", "ill-typed", "not-exercised")
 TOLERANCE = {"exact": 1e-12, "reassociates": 1e-9}  # relative to max(1, max|expected|)
 ROUNDS = 3  # rounds of [the rule, then the analysis to saturation] per instance
 DIMS = (1, 2, 3, 4)
+_draw = {"dims": DIMS}  # the sizes drawn: DIMS, or a rule's own (Rule.check_dims)
 RANKS = (0, 1, 2, 2, 3, 3, 4)
 SCALARS = (0.0, 1.0, -1.0, 2.0, 0.5)
 
@@ -168,13 +169,13 @@ Want = tuple[TensorType, int | None]  # a demanded type, and for int64 indices t
 
 def _shape(rng: random.Random, rank: int | None = None) -> tuple[int, ...]:
     rank = rng.choice(RANKS) if rank is None else rank
-    return tuple(rng.choice(DIMS) for _ in range(rank))
+    return tuple(rng.choice(_draw["dims"]) for _ in range(rank))
 
 
 def _demand(rng: random.Random, op: str, pos: int, built: dict[int, TensorType]) -> Want | None:
     """A type for input `pos` of `op` that fits the inputs already built (by position); None:
     any type. Inputs that are sub-patterns are built before fresh leaves, so leaves adapt."""
-    f, d = "float64", rng.choice(DIMS)
+    f, d = "float64", rng.choice(_draw["dims"])
     b = {i: t.shape for i, t in built.items()}
 
     def rank(*ranks: int) -> Want:
@@ -212,6 +213,12 @@ def _demand(rng: random.Random, op: str, pos: int, built: dict[int, TensorType])
             return TensorType(_shape(rng, 1), "int64"), min(b[0]) if 0 in b else 1
         if op in ("sdpa", "sdpa_masked", "attention"):
             return _attention_input(rng, op, pos, b)
+        if op == "gemm":  # x [M, K], w [K, N] (N even half the time: a SwiGLU pair), the
+            # norm weight [K], the addend [N] (a bias or a residual row); w_scale unused
+            k, n = (b[1][0], b[1][1]) if 1 in b else (b[0][-1] if 0 in b else d, d)
+            n = 2 * n if 1 not in b and rng.random() < 0.5 else n
+            shapes = {0: (rng.choice(_draw["dims"]), k), 1: (k, n), 2: (), 3: (k,), 4: (n,)}
+            return TensorType(shapes[pos], f), None
         if op in ("layer_norm", "rms_norm"):  # (rms_norm: x, g)
             if pos > 0:
                 return (TensorType(b[0][-1:], f), None) if 0 in b else rank(1)
@@ -246,7 +253,7 @@ def _attention_input(rng: random.Random, op: str, pos: int,
     kv = k if k is not None else v
 
     def first(*dims: int | None) -> int:
-        return next((n for n in dims if n is not None), rng.choice(DIMS))
+        return next((n for n in dims if n is not None), rng.choice(_draw["dims"]))
 
     def at(s: tuple[int, ...] | None, i: int) -> int | None:
         return None if s is None else s[i]
@@ -261,7 +268,7 @@ def _attention_input(rng: random.Random, op: str, pos: int,
         if kv is not None:
             heads = kv[1]
         elif rng.random() < 0.2:
-            heads = rng.choice([n for n in DIMS if heads % n == 0])
+            heads = rng.choice([n for n in _draw["dims"] if heads % n == 0])
         return TensorType((batch, heads, lk, e if pos == 1 else first(at(v, 3))), "float64"), None
     full = (batch, heads, lq, lk)
     mask = full[-rng.choice((2, 2, 2, 3, 4)):]  # (torch's sdpa rejects a 1-D mask)
@@ -315,7 +322,7 @@ def _split_at(rng: random.Random, x: tuple[int, ...],
         i, u = rng.choice(fits)
     else:
         i = 0 if rng.random() < 0.5 else rng.randrange(len(x))
-        factors = [f for f in DIMS if x[i] % f == 0]
+        factors = [f for f in _draw["dims"] if x[i] % f == 0]
         proper = [f for f in factors if 1 < f < x[i]]  # (n = 1 * n: an unsqueeze)
         u = rng.choice(proper if proper and rng.random() < 2 / 3 else factors)
     return [*x[:i], u, x[i] // u, *x[i + 1:]], i
@@ -373,7 +380,7 @@ def _sample_attr(rng: random.Random, op: str, name: str, kind: str, types: list[
             if rng.random() < 0.25:
                 return list(x)
             new = [rng.choice((1, 2, 3)) if n == 1 and rng.random() < 0.5 else n for n in x]
-            return ([rng.choice(DIMS)] if rng.random() < 0.25 else []) + new
+            return ([rng.choice(_draw["dims"])] if rng.random() < 0.25 else []) + new
         if op == "permute":
             perm = list(range(r))
             if rng.random() >= 0.25:
@@ -414,6 +421,8 @@ def _sample_attr(rng: random.Random, op: str, name: str, kind: str, types: list[
             return round(rng.uniform(0.1, 1.0), 3)
         if name == "approximate":
             return rng.choice(("none", "tanh"))
+        if op == "gemm":
+            return _gemm_attr(rng, name, types, attrs)
         if name == "dtype":
             return rng.choice(("float64", "float64", "float32"))
     except (IndexError, ValueError, KeyError) as exc:
@@ -421,6 +430,22 @@ def _sample_attr(rng: random.Random, op: str, name: str, kind: str, types: list[
     defaults = {"int": lambda: rng.randrange(3), "float": lambda: rng.choice(SCALARS),
                 "ints": lambda: list(_shape(rng)), "str": lambda: "float64"}
     return defaults[kind]()
+
+
+def _gemm_attr(rng: random.Random, name: str, types: list[TensorType],
+               attrs: dict[str, Any]) -> Any:
+    """A gemm descriptor that fits its operands (_demand): n is the weight's width, or half of
+    it for the SwiGLU epilogue."""
+    width = types[1].shape[-1]
+    if name == "n":
+        return width // 2 if width % 2 == 0 and rng.random() < 0.3 else width
+    if name == "prologue":
+        return rng.choice(GEMM_PROLOGUES)
+    if name == "epilogue":
+        return "swiglu" if attrs["n"] != width else rng.choice(("none", "add", "bias"))
+    if name == "act":
+        return rng.choice(GEMM_ACTS)
+    raise _Retry(f"gemm.{name}")
 
 
 def _merges(graph: Graph) -> list[tuple[int, int]]:
@@ -513,7 +538,7 @@ class _Instance:
                 base = _shape(self.rng, self.rng.choice((1, 2, 3)))
                 axis = self.rng.randrange(len(base))
                 self.tensors[e.name] = [self.leaf((TensorType(tuple(
-                    self.rng.choice(DIMS) if i == axis else n for i, n in enumerate(base)),
+                    self.rng.choice(_draw["dims"]) if i == axis else n for i, n in enumerate(base)),
                     "float64"), None)) for _ in range(self.rng.choice((1, 2, 3)))]
             ids = self.tensors[e.name]
             return ids if isinstance(ids, list) else [ids]
@@ -913,6 +938,15 @@ def check_rule(rule: Rule, *, instances: int = 20, seed: int = 0,
         return done("not-exercised", 0, None, "the rule matches no op pattern")
     shown = " / ".join(", ".join(_show(r) for r in p.roots) for p in patterns)
     rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
+    _draw["dims"] = rule.check_dims or DIMS
+    try:
+        return _check(rule, patterns, shown, rng, gen, instances, max_attempts, done)
+    finally:
+        _draw["dims"] = DIMS
+
+
+def _check(rule: Rule, patterns: list[_Pattern], shown: str, rng: random.Random,
+           gen: torch.Generator, instances: int, max_attempts: int, done: Any) -> RuleCheck:
     try:
         checker = _Checker(rule)
     except _Unsupported as exc:

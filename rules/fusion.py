@@ -78,34 +78,48 @@ def merge_parallel(x: Tensor, p: Tensor, q: Tensor, wa: Tensor, wb: Tensor, al: 
     yield reassociates("merge-parallel-matmul", rule(*both).then(set_(lo_id(weights)).to(la), set_(hi_id(weights)).to(hb), union(p).with_(E.slice(merged, last, i64(0), sa[1], i64(1))), union(q).with_(E.slice(merged, last, sa[1], sa[1] + sb[1], i64(1)))), note="a GEMM of another width may block its sums differently")
 
 
+NONE = E.scalar(0.0, "float")  # a gemm operand its descriptor does not use
+
+
+def gemm(x, w, n, *, alpha=1.0, beta=1.0, eps=0.0, norm=NONE, addend=NONE, prologue="none",
+         epilogue="none", act="none"):
+    """The one GEMM op (ops.py) with a float weight: act(epilogue(alpha * prologue(x) @ w))."""
+    return E.gemm(x, w, NONE, norm, addend, n, alpha, beta, eps, String(prologue),
+                  String("float"), String(epilogue), String(act))
+
+
 @family("fusion")
 def matmul_epilogue(y: Tensor, m: Tensor, x: Tensor, w: Tensor, r: Tensor, al: f64,
                     s: Vec[i64], dt: String):
-    # A residual/bias add after a matmul becomes the matmul's epilogue (one kernel: the product
+    # A residual/bias add after a matmul becomes the GEMM's epilogue (one kernel: the product
     # is never written out and read back). r may only broadcast into the product: the sum's
     # shape must be the product's; dtypes equal (no promotion is folded away).
     same = (eq(m).to(E.matmul(x, w, al)), eq(s).to(shape(y)), eq(s).to(shape(m)),
             eq(dt).to(dtype(m)), eq(dt).to(dtype(r)))
-    yield exact("matmul-add", rule(eq(y).to(E.add(m, r)), *same).then(union(y).with_(E.matmul_add(x, w, r, al))))
-    yield exact("add-matmul", rule(eq(y).to(E.add(r, m)), *same).then(union(y).with_(E.matmul_add(x, w, r, al))), note="r + p = p + r: float addition commutes")
+    fused = gemm(x, w, s[s.length() - 1], alpha=al, addend=r, epilogue="add")
+    yield exact("matmul-add", rule(eq(y).to(E.add(m, r)), *same).then(union(y).with_(fused)))
+    yield exact("add-matmul", rule(eq(y).to(E.add(r, m)), *same).then(union(y).with_(fused)), note="r + p = p + r: float addition commutes")
 
 
 @family("fusion")
 def norm_matmul(y: Tensor, x: Tensor, g: Tensor, w: Tensor, eps: f64, al: f64, sw: Vec[i64]):
     # An RMSNorm feeding a matmul against a 2-D weight (the merged QKV and gate/up projections)
-    # is one kernel (issue 3): the normalised rows are never written out and read back; with
-    # g and w constant the C backend folds g into w's rows and scales each output row.
+    # is the GEMM's prologue (issue 3): the normalised rows are never written out and read
+    # back; with g and w constant the C backend folds g into w's rows and scales each row.
     two_d = (eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)))
-    yield exact("rms-norm-matmul", rule(eq(y).to(E.matmul(E.rms_norm(x, g, eps), w, al)), *two_d).then(union(y).with_(E.rms_norm_matmul(x, w, g, eps, al))))
+    fused = gemm(x, w, sw[1], alpha=al, eps=eps, norm=g, prologue="rms_norm")
+    yield exact("rms-norm-matmul", rule(eq(y).to(E.matmul(E.rms_norm(x, g, eps), w, al)), *two_d).then(union(y).with_(fused)))
 
 
 @family("fusion")
 def swiglu_epilogue(y: Tensor, x: Tensor, wg: Tensor, wu: Tensor, sw: Vec[i64]):
-    # The gate and up projections and the SwiGLU that joins them as one kernel (issue 6): each
-    # output tile's two products are combined as they are stored. The merged gate/up matmul's
-    # slices are equal to the two products, so this matches after merge-parallel-matmul too.
+    # The gate and up projections and the SwiGLU that joins them as one GEMM against [wg | wu]
+    # (issue 6): each output tile's two products are combined as they are stored. The merged
+    # gate/up matmul's slices are equal to the two products, so this matches after
+    # merge-parallel-matmul too (and the concatenation is then the merged weight).
     same_2d = (eq(sw).to(shape(wg)), eq(sw).to(shape(wu)), eq(sw.length()).to(i64(2)))
-    yield exact("matmul-swiglu", rule(eq(y).to(E.swiglu(E.matmul(x, wg, 1.0), E.matmul(x, wu, 1.0))), *same_2d).then(union(y).with_(E.matmul_swiglu(x, wg, wu))))
+    both = E.cat(Vec[Tensor](wg, wu), i64(1))
+    yield exact("matmul-swiglu", rule(eq(y).to(E.swiglu(E.matmul(x, wg, 1.0), E.matmul(x, wu, 1.0))), *same_2d).then(union(y).with_(gemm(x, both, sw[1], epilogue="swiglu"))), note="the gate and up products as column slices of one weight")
 
 
 @family("fusion")
@@ -118,18 +132,21 @@ def activations(x: Tensor, k: String):
 
 
 @family("fusion")
-def linear_activation(b: Tensor, x: Tensor, w: Tensor, be: f64, al: f64, s: Vec[i64]):
-    # linear + bias + activation as one op (issue 3): act(addmm(b, x, w)) -> addmm_act, the
-    # activation applied in the GEMM's epilogue. addmm is 2-D and the models 3-D, so the
-    # activation usually reads the product through a view (GPT-2: addmm -> view -> gelu):
-    # an elementwise op commutes with a reshape, so that form fuses too, under the view.
+def linear_activation(y: Tensor, b: Tensor, x: Tensor, w: Tensor, be: f64, al: f64,
+                      s: Vec[i64], sw: Vec[i64]):
+    # linear + bias + activation as one GEMM (issue 3): act(addmm(b, x, w)), the bias and the
+    # activation applied in the epilogue. addmm is 2-D and the models 3-D, so the activation
+    # usually reads the product through a view (GPT-2: addmm -> view -> gelu): an elementwise
+    # op commutes with a reshape, so that form fuses too, under the view.
     acts = {"relu": E.relu, "silu": E.silu, "gelu-tanh": lambda t: E.gelu(t, "tanh"),
             "gelu": lambda t: E.gelu(t, "none")}
+    mm = E.addmm(b, x, w, be, al)
+    weight = eq(sw).to(shape(w))
     for name, act in acts.items():
-        mm = E.addmm(b, x, w, be, al)
-        fused = E.addmm_act(b, x, w, be, al, String(name.replace("-", "_")))
-        yield exact(f"addmm-{name}", rewrite(act(mm)).to(fused))
-        yield exact(f"addmm-view-{name}", rewrite(act(E.view(mm, s))).to(E.view(fused, s)), note="an elementwise op commutes with a reshape")
+        fused = gemm(x, w, sw[1], alpha=al, beta=be, addend=b, epilogue="bias",
+                     act=name.replace("-", "_"))
+        yield exact(f"addmm-{name}", rule(eq(y).to(act(mm)), weight).then(union(y).with_(fused)))
+        yield exact(f"addmm-view-{name}", rule(eq(y).to(act(E.view(mm, s))), weight).then(union(y).with_(E.view(fused, s))), note="an elementwise op commutes with a reshape")
 
 
 @family("fusion")

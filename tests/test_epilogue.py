@@ -1,4 +1,4 @@
-"""Epilogue fusion (issues 3 and 6): `matmul_add(x, w, r, alpha)` = alpha * (x @ w) + r, one
+"""Epilogue fusion (issues 3 and 6): the gemm with the add epilogue, alpha * (x @ w) + r, one
 kernel. Its reference against the C backend (BLAS and generated GEMMs) and the planned runtime
 on odd shapes, its shape rule, and the rules that recognise it on the LLaMA-style block."""
 
@@ -17,7 +17,8 @@ from eqsat_llm.egraph.analysis import analysis
 from eqsat_llm.egraph.encode import encode
 from eqsat_llm.egraph.language import shape
 from eqsat_llm.ir import Graph, TensorType
-from eqsat_llm.ops import evaluate
+from eqsat_llm.ops import GEMM_DEFAULTS as GEMM_ATTRS
+from eqsat_llm.ops import add_gemm, evaluate
 from eqsat_llm.workloads import llama_block_case
 
 from .conftest import max_error
@@ -33,7 +34,7 @@ def _inp(g: Graph, shape_: tuple[int, ...]) -> int:
 
 
 def _graph(x_shape, r_shape, alpha=1.0, then_neg=False, w_transposed=False, w_input=False):
-    """matmul_add(x, w, r) with a constant weight (optionally a transposed view of one), or
+    """gemm[add](x, w, r) with a constant weight (optionally a transposed view of one), or
     with w an input (not packed: BLAS or the generated GEMM)."""
     g = Graph()
     x, r = _inp(g, x_shape), _inp(g, r_shape)
@@ -46,7 +47,7 @@ def _graph(x_shape, r_shape, alpha=1.0, then_neg=False, w_transposed=False, w_in
         w = g.append("const", (), {"name": "w"}, TensorType(tuple(wt.shape), "float32"))
     if w_transposed:
         w = g.add("transpose", (w,), dim0=0, dim1=1)
-    y = g.add("matmul_add", (x, w, r), alpha=alpha)
+    y = add_gemm(g, x, w, addend=r, alpha=alpha, epilogue="add")
     g.outputs = [g.add("neg", (y,)) if then_neg else y]
     return g
 
@@ -65,8 +66,9 @@ SHAPES = [  # (x, r): M = 1, 5, 33; r broadcast [N], per-row [M, 1] and full-sha
 
 def test_reference_is_the_pair_it_replaces():
     x, w, r = torch.randn(5, K), torch.randn(K, N), torch.randn(N)
-    assert torch.equal(evaluate("matmul_add", [x, w, r], {"alpha": 1.0}), x @ w + r)
-    assert torch.equal(evaluate("matmul_add", [x, w, r], {"alpha": 0.5}), (x @ w) * 0.5 + r)
+    for alpha, want in ((1.0, x @ w + r), (0.5, (x @ w) * 0.5 + r)):
+        attrs = {**GEMM_ATTRS, "n": N, "alpha": alpha, "epilogue": "add"}
+        assert torch.equal(evaluate("gemm", [x, w, 0.0, 0.0, r], attrs), want)
 
 
 @needs_cc
@@ -92,20 +94,20 @@ def test_c_backend_matches_reference(blas, x_shape, r_shape):
 def test_blas_path_fuses_the_epilogue_into_the_gemm_kernel():
     g = _graph((33, K), (N,), w_input=True)  # a weight that is not a constant: not packed
     src = CRuntime(g, use_blas=True).program.source
-    kernel = src[src.index("_matmul_add("):]
+    kernel = src[src.index("_gemm_add("):]
     assert "EQ_SGEMM" in kernel and "orow[n] += rrow" in kernel
-    assert sum(k.op == "matmul_add" for k in CRuntime(g, use_blas=True).program.kernels) == 1
+    assert sum(k.op == "gemm[add]" for k in CRuntime(g, use_blas=True).program.kernels) == 1
 
 
 @needs_cc
 def test_packed_path_fuses_the_epilogue_into_the_gemm_kernel():
     g = _graph((33, K), (N,))  # a constant weight: packed, r added to each tile as it is stored
     rt = CRuntime(g)
-    kernel = rt.source[rt.source.index("_matmul_add("):]
+    kernel = rt.source[rt.source.index("_gemm_add("):]
     kernel = kernel[:kernel.index("\n}\n")]
     assert "eq_gemm_packed(" in kernel and "EQ_SGEMM" not in kernel
     assert "const eq_addend e[] = {{rr + 0, 0, 1, 1.0f}}" in kernel, kernel
-    assert sum(k.op == "matmul_add" for k in rt.program.kernels) == 1
+    assert sum(k.op == "gemm[add]" for k in rt.program.kernels) == 1
 
 
 def test_shape_rule_and_cost():
@@ -113,7 +115,7 @@ def test_shape_rule_and_cost():
     x, r = _inp(g, (2, 5, K)), _inp(g, (N,))
     g.constants["w"] = torch.randn(K, N)
     w = g.append("const", (), {"name": "w"}, TensorType((K, N), "float32"))
-    y = g.add("matmul_add", (x, w, r), alpha=1.0)
+    y = add_gemm(g, x, w, addend=r, epilogue="add")
     g.outputs = [y]
     assert g.type_of(y).shape == (2, 5, N)
     enc = encode(g)
@@ -124,7 +126,8 @@ def test_shape_rule_and_cost():
     cm = CostModel()
     f32 = lambda *s: TensorType(s, "float32")
     xs, ws, out = f32(128, 512), f32(512, 512), f32(128, 512)
-    fused = cm.micros("matmul_add", {"alpha": 1.0}, [xs, ws, out], out)
+    py = TensorType((), "py_float")
+    fused = cm.micros("gemm", {**GEMM_ATTRS, "n": 512, "epilogue": "add"}, [xs, ws, py, py, out], out)
     pair = (cm.micros("matmul", {"alpha": 1.0}, [xs, ws], out)
             + cm.micros("add", {}, [out, out], out))
     assert cm.micros("matmul", {"alpha": 1.0}, [xs, ws], out) < fused < pair
@@ -141,7 +144,7 @@ def test_residual_adds_fuse_on_the_llama_block(case, backend):
     ops = compiled.graph.op_counts()
     # the residual adds after o_proj and down_proj are epilogues; the rotary adds are inside
     # rope (tests/test_rope.py), so no add remains
-    assert ops["matmul_add"] == 2 and ops["add"] == 0, ops
+    assert ops["gemm[add]"] == 2 and ops["add"] == 0, ops
     fired = {r.name for r in compiled.report.rules if r.matches}
     assert fired & {"matmul-add", "add-matmul"}, fired
     with torch.no_grad():

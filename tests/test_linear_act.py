@@ -1,5 +1,5 @@
-"""Linear + bias + activation as one op (issue 3): `addmm_act(bias, a, b, beta, alpha, act)` =
-act(addmm(bias, a, b)), one kernel. Its reference against the pair, the C backend (packed,
+"""Linear + bias + activation as one op (issue 3): the gemm with the bias epilogue and an
+activation, act(addmm(bias, a, b, beta, alpha)), one kernel. Its reference against the pair, the C backend (packed,
 BLAS and generated GEMMs) and the planned runtime on odd shapes, its shape rule and cost, and
 the rules that recognise it on GPT-2 (addmm -> view -> gelu_new)."""
 
@@ -22,7 +22,7 @@ from eqsat_llm.egraph.analysis import analysis
 from eqsat_llm.egraph.encode import encode
 from eqsat_llm.egraph.language import shape
 from eqsat_llm.ir import Graph, TensorType
-from eqsat_llm.ops import evaluate
+from eqsat_llm.ops import GEMM_DEFAULTS, add_gemm, evaluate
 from eqsat_llm.workloads import gpt2_case
 
 from .conftest import max_error
@@ -42,7 +42,7 @@ def _inp(g: Graph, shape_: tuple[int, ...]) -> int:
 
 def _graph(m: int, w_input: bool = False, bias_2d: bool = False, beta: float = 1.0,
            alpha: float = 1.0) -> Graph:
-    """One addmm_act per activation on the same x [m, K]: a constant weight (packed), or w an
+    """One gemm[bias+act] per activation on the same x [m, K]: a constant weight (packed), or w an
     input (BLAS or the generated GEMM); the bias a row [N] (an addend of the packed tile) or a
     full [m, N] (added after the GEMM, the activation then in a loop)."""
     g = Graph()
@@ -52,7 +52,8 @@ def _graph(m: int, w_input: bool = False, bias_2d: bool = False, beta: float = 1
     else:
         g.constants["w"] = torch.randn(K, N, generator=torch.Generator().manual_seed(1))
         w = g.append("const", (), {"name": "w"}, TensorType((K, N), "float32"))
-    g.outputs = [g.add("addmm_act", (b, x, w), beta=beta, alpha=alpha, act=a) for a in ACTS]
+    g.outputs = [add_gemm(g, x, w, addend=b, beta=beta, alpha=alpha, epilogue="bias", act=a)
+                 for a in ACTS]
     return g
 
 
@@ -66,7 +67,9 @@ def test_reference_is_the_pair_it_replaces(act):
     b, x, w = torch.randn(N), torch.randn(5, K), torch.randn(K, N)
     for beta, alpha in ((1.0, 1.0), (0.5, 2.0)):
         pair = PAIRS[act](torch.addmm(b, x, w, beta=beta, alpha=alpha))
-        got = evaluate("addmm_act", [b, x, w], {"beta": beta, "alpha": alpha, "act": act})
+        attrs = {**GEMM_DEFAULTS, "n": N, "beta": beta, "alpha": alpha, "epilogue": "bias",
+                 "act": act}
+        got = evaluate("gemm", [x, w, 0.0, 0.0, b], attrs)
         assert torch.equal(got, pair)
 
 
@@ -80,7 +83,7 @@ def test_c_backend_matches_reference(blas, m):
         inputs = _inputs(g)
         want = ReferenceRuntime(g).run(inputs)
         rt = CRuntime(g, use_blas=blas)
-        assert sum(k.op == "addmm_act" for k in rt.program.kernels) == len(ACTS)
+        assert sum(k.op.startswith("gemm[bias+") for k in rt.program.kernels) == len(ACTS)
         for act, a, b in zip(ACTS, want, rt.run(inputs)):
             assert b.shape == a.shape
             assert max_error(a, b) <= 1e-5, (m, act, w_input, bias_2d)
@@ -94,7 +97,7 @@ def test_packed_path_applies_the_activation_in_the_tile_epilogue():
     g = _graph(16)  # a constant weight and a row bias: one packed call each, act in its epilogue
     rt = CRuntime(g)
     lines = rt.source.split("\n")
-    kernels = [k for k in rt.program.kernels if k.op == "addmm_act"]
+    kernels = [k for k in rt.program.kernels if k.op.startswith("gemm[bias+")]
     assert len(kernels) == len(ACTS)
     for k in kernels:
         code = "\n".join(lines[k.first_line - 1:k.last_line])
@@ -114,7 +117,7 @@ def test_c_activations_match_torch_on_a_wide_range():
     w = g.append("const", (), {"name": "w"}, TensorType((1, 40), "float32"))
     b = _inp(g, (m, 40))  # a full bias: the activation in the loop
     r = _inp(g, (40,))  # a row bias: the activation in the tile epilogue
-    g.outputs = [g.add("addmm_act", (bias, x, w), beta=1.0, alpha=1.0, act=a)
+    g.outputs = [add_gemm(g, x, w, addend=bias, epilogue="bias", act=a)
                  for a in ACTS for bias in (b, r)]
     xs = [torch.linspace(-12, 12, m).reshape(m, 1), torch.zeros(m, 40),
           torch.linspace(-0.5, 0.5, 40)]
@@ -127,7 +130,7 @@ def test_shape_rule_and_cost():
     b, x = _inp(g, (N,)), _inp(g, (5, K))
     g.constants["w"] = torch.randn(K, N)
     w = g.append("const", (), {"name": "w"}, TensorType((K, N), "float32"))
-    y = g.add("addmm_act", (b, x, w), beta=1.0, alpha=1.0, act="gelu_tanh")
+    y = add_gemm(g, x, w, addend=b, epilogue="bias", act="gelu_tanh")
     g.outputs = [y]
     assert g.type_of(y).shape == (5, N)
     enc = encode(g)
@@ -139,15 +142,17 @@ def test_shape_rule_and_cost():
     f32 = lambda *s: TensorType(s, "float32")
     bs, xs, ws, out = f32(512), f32(16, 128), f32(128, 512), f32(16, 512)
     ab = {"beta": 1.0, "alpha": 1.0}
+    py = TensorType((), "py_float")
+    gemm = {**GEMM_DEFAULTS, "n": 512, "epilogue": "bias"}
     for act, (op, attrs) in {"gelu_tanh": ("gelu", {"approximate": "tanh"}),
                              "relu": ("relu", {})}.items():
-        fused = cm.micros("addmm_act", {**ab, "act": act}, [bs, xs, ws], out)
+        fused = cm.micros("gemm", {**gemm, "act": act}, [xs, ws, py, py, bs], out)
         addmm = cm.micros("addmm", ab, [bs, xs, ws], out)
         assert addmm < fused < addmm + cm.micros(op, attrs, [out], out)
     ref = CostModel(backend="reference")  # the reference runs the pair: priced as the pair
     pair = ref.micros("addmm", ab, [bs, xs, ws], out) + ref.micros(
         "gelu", {"approximate": "tanh"}, [out], out)
-    assert ref.micros("addmm_act", {**ab, "act": "gelu_tanh"}, [bs, xs, ws], out) == \
+    assert ref.micros("gemm", {**gemm, "act": "gelu_tanh"}, [xs, ws, py, py, bs], out) == \
         pytest.approx(pair)
 
 
@@ -159,9 +164,8 @@ def test_gelu_fuses_into_the_mlp_up_projection_on_gpt2(backend):
     compiled = optimize(model, inputs, backend=backend)
     assert compiled.report.backend == backend  # no fallback
     ops = compiled.graph.op_counts()
-    # each layer's c_fc + gelu_new is one addmm_act (the gelu reads it through a view)
-    assert ops["addmm_act"] == 2 and ops["gelu"] == 0 and ops["tanh"] == 0, ops
-    assert {n.attrs["act"] for n in compiled.graph.nodes if n.op == "addmm_act"} == {"gelu_tanh"}
+    # each layer's c_fc + gelu_new is one gemm[bias+gelu_tanh] (the gelu reads it via a view)
+    assert ops["gemm[bias+gelu_tanh]"] == 2 and ops["gelu"] == 0 and ops["tanh"] == 0, ops
     rules = {r.name: r for r in compiled.report.rules}
     assert rules["addmm-view-gelu-tanh"].matches == 2 and rules["addmm-view-gelu-tanh"].used
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""matmul_swiglu(x, wg, wu) = swiglu(x @ wg, x @ wu) (issue 6's SwiGLU epilogue): its
+"""The gemm's SwiGLU epilogue, swiglu(x @ wg, x @ wu) with [wg | wu] its weight (issue 6): its
 reference is the three ops it replaces; the C kernel (packed, both products joined on the tile
 as it is stored; or row streaming when a weight is not a constant) against it on odd shapes;
 the rule and the planned runtime."""
@@ -11,7 +11,7 @@ import torch
 from eqsat_llm.codegen import PlannedRuntime, ReferenceRuntime
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.ir import Graph
-from eqsat_llm.ops import evaluate
+from eqsat_llm.ops import GEMM_DEFAULTS, add_gemm, evaluate
 
 from .test_c_backend import check, const, inp, rand_inputs
 
@@ -22,18 +22,19 @@ def test_reference_is_the_ops_it_replaces():
     x, wg, wu = torch.randn(5, 7), torch.randn(7, 9), torch.randn(7, 9)
     g, u = x @ wg, x @ wu
     want = evaluate("swiglu", [g, u], {})
-    assert torch.equal(evaluate("matmul_swiglu", [x, wg, wu], {}), want)
+    attrs = {**GEMM_DEFAULTS, "n": 9, "epilogue": "swiglu"}
+    got = evaluate("gemm", [x, torch.cat([wg, wu], 1), 0.0, 0.0, 0.0], attrs)
+    assert torch.equal(got, want)
 
 
 def _graph(m: int, k: int, n: int, constant: bool, batch: tuple[int, ...] = (1,)) -> Graph:
     g = Graph()
     x = inp(g, (*batch, m, k))
-    if constant:
-        wg = const(g, torch.randn(k, n))
-        wu = g.add("transpose", (const(g, torch.randn(n, k)),), dim0=0, dim1=1)  # a strided view
+    if constant:  # a strided view of a constant
+        w = g.add("transpose", (const(g, torch.randn(2 * n, k)),), dim0=0, dim1=1)
     else:
-        wg, wu = inp(g, (k, n)), inp(g, (k, n))
-    g.outputs = [g.add("matmul_swiglu", (x, wg, wu))]
+        w = inp(g, (k, 2 * n))
+    g.outputs = [add_gemm(g, x, w, epilogue="swiglu")]
     return g
 
 

@@ -1,4 +1,5 @@
-"""rms_norm_matmul (issue 3): an RMSNorm feeding a matmul as one op and one C kernel."""
+"""The gemm's rms_norm prologue (issue 3): an RMSNorm feeding a matmul as one op and one C
+kernel."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.codegen.planned import PlannedRuntime
 from eqsat_llm.costmodel import DEFAULT, CostModel
 from eqsat_llm.ir import Graph, TensorType
-from eqsat_llm.ops import evaluate
+from eqsat_llm.ops import GEMM_DEFAULTS, add_gemm, evaluate
 from eqsat_llm.rulebook import resolve
 from eqsat_llm.rulecheck import check_rule
 from eqsat_llm.workloads import llama_block_case, llama_case
@@ -30,7 +31,8 @@ def test_reference_is_exactly_the_pair():
     for alpha in (1.0, 0.5):
         pair = evaluate("matmul", [evaluate("rms_norm", [x, g], {"eps": 1e-6}), w],
                         {"alpha": alpha})
-        fused = evaluate("rms_norm_matmul", [x, w, g], {"eps": 1e-6, "alpha": alpha})
+        attrs = {**GEMM_DEFAULTS, "n": 40, "eps": 1e-6, "alpha": alpha, "prologue": "rms_norm"}
+        fused = evaluate("gemm", [x, w, 0.0, g, 0.0], attrs)
         assert torch.equal(pair, fused)
 
 
@@ -47,11 +49,12 @@ def test_fused_op_costs_less_than_its_parts():
         x, w, g = (TensorType((1, m, 512), "float32"), TensorType((512, 3072), "float32"),
                    TensorType((512,), "float32"))
         out = TensorType((1, m, 3072), "float32")
-        a = {"eps": 1e-6, "alpha": 1.0}
+        a = {**GEMM_DEFAULTS, "n": 3072, "eps": 1e-6, "prologue": "rms_norm"}
+        py = TensorType((), "py_float")
         pair = (fused.seconds("rms_norm", {"eps": 1e-6}, [x, g], x)
                 + fused.seconds("matmul", {"alpha": 1.0}, [x, w], out))
-        assert fused.seconds("rms_norm_matmul", a, [x, w, g], out) < pair
-        assert ref.seconds("rms_norm_matmul", a, [x, w, g], out) > pair - 1e-12
+        assert fused.seconds("gemm", a, [x, w, py, g, py], out) < pair
+        assert ref.seconds("gemm", a, [x, w, py, g, py], out) > pair - 1e-12
 
 
 def _graph(m: int, k: int, n: int, lead: tuple[int, ...], *, w_const: bool, g_const: bool,
@@ -61,7 +64,7 @@ def _graph(m: int, k: int, n: int, lead: tuple[int, ...], *, w_const: bool, g_co
     x = inp(g, (*lead, m, k))
     w = const(g, torch.randn(k, n, generator=gen) / k ** 0.5) if w_const else inp(g, (k, n))
     gg = const(g, torch.rand(k, generator=gen) + 0.5) if g_const else inp(g, (k,))
-    g.outputs = [g.add("rms_norm_matmul", (x, w, gg), eps=1e-6, alpha=alpha)]
+    g.outputs = [add_gemm(g, x, w, norm=gg, eps=1e-6, alpha=alpha, prologue="rms_norm")]
     return g
 
 
@@ -96,7 +99,7 @@ def test_kernel_on_a_strided_input():
     g = Graph()
     x = g.add("permute", (inp(g, (5, 3, 32)),), dims=[1, 0, 2])  # rows not evenly spaced
     w, gg = const(g, torch.randn(32, 45)), const(g, torch.rand(32) + 0.5)
-    g.outputs = [g.add("rms_norm_matmul", (x, w, gg), eps=1e-5, alpha=1.0)]
+    g.outputs = [add_gemm(g, x, w, norm=gg, eps=1e-5, prologue="rms_norm")]
     check(g, rand_inputs(g))
 
 
@@ -117,9 +120,9 @@ def test_fires_and_is_extracted(name):
     ops = compiled.graph.op_counts()
     # the attention norms feed the merged QKV projection in one op (and LLaMA's final norm the
     # LM head); the FFN norms stay apart: their gate/up projections take the SwiGLU epilogue
-    # instead (matmul_swiglu, priced cheaper: tests/test_matmul_swiglu.py)
-    assert ops["rms_norm_matmul"] == (3 if name == "llama" else 1), ops
-    assert ops["rms_norm"] == ops["matmul_swiglu"] == (2 if name == "llama" else 1), ops
+    # instead (gemm[swiglu], priced cheaper: tests/test_matmul_swiglu.py)
+    assert ops["gemm[rms_norm]"] == (3 if name == "llama" else 1), ops
+    assert ops["rms_norm"] == ops["gemm[swiglu]"] == (2 if name == "llama" else 1), ops
     used = {r.name for r in compiled.report.rules if r.used}
     # the norm and the merged projections it feeds are reported used, inside the fused op
     assert {"rms-norm-matmul", "merge-parallel-matmul"} <= used, used
@@ -131,4 +134,4 @@ def test_fires_and_is_extracted(name):
         # (the QKV projection's call also computes the ropes: tests/test_rope_epilogue.py)
         src = compiled._runtime.source
         calls = src.count("eq_gemm_packed(mb") + src.count("eq_gemm_packed_rope(mb")
-        assert calls == ops["rms_norm_matmul"]
+        assert calls == ops["gemm[rms_norm]"]

@@ -10,7 +10,7 @@ from eqsat_llm.egraph.analysis import analysis
 from eqsat_llm.egraph.encode import encode
 from eqsat_llm.egraph.language import shape
 from eqsat_llm.ir import Graph, TensorType
-from eqsat_llm.ops import REGISTRY
+from eqsat_llm.ops import REGISTRY, add_gemm
 
 F32 = "float32"
 
@@ -20,6 +20,12 @@ def graph_with(*shapes: tuple[int, ...], dtype: str = F32) -> tuple[Graph, list[
     ids = [g.append("input", (), {"name": f"x{i}", "index": i}, TensorType(s, dtype))
            for i, s in enumerate(shapes)]
     return g, ids
+
+
+def _int8_gemm(g, x, values):
+    w = g.add("view", (values,), shape=[5, 4])
+    q, s = (g.add(op, (w,), fmt="int8") for op in ("quantize_weight", "weight_scales"))
+    return add_gemm(g, x, q, w_scale=s, weight="int8")
 
 
 CASES = {
@@ -46,9 +52,11 @@ CASES = {
                                                         dtype=F32)), alpha=2.0),
     "rms_norm": lambda g, x: g.add("rms_norm", (x[0], g.add("full", shape=[5], value=1.5,
                                                             dtype=F32)), eps=1e-6),
-    "rms_norm_matmul": lambda g, x: g.add("rms_norm_matmul", (x[0], g.add(
-        "full", shape=[5, 4], value=0.5, dtype=F32), g.add("full", shape=[5], value=1.5,
-                                                           dtype=F32)), eps=1e-6, alpha=0.5),
+    "gemm": lambda g, x: add_gemm(g, x[0], g.add("full", shape=[5, 4], value=0.5, dtype=F32),
+                                  norm=g.add("full", shape=[5], value=1.5, dtype=F32),
+                                  eps=1e-6, alpha=0.5, prologue="rms_norm"),
+    "gemm-int8": lambda g, x: _int8_gemm(g, x[0], g.add("arange", start=0.0, end=20.0, step=1.0,
+                                                         dtype=F32)),
     "swiglu": lambda g, x: g.add("swiglu", (x[1], g.add("view", (x[0],), shape=[2, 1, 3, 5]))),
     "attention": lambda g, x: g.add("attention", (x[0], x[0], x[0], g.add(
         "full", shape=[3, 3], value=0.0, dtype=F32)), scale=0.5),
@@ -83,7 +91,7 @@ def test_every_op_declares_known_rules():
         assert op.shape_rule in {"given", "scalar", "attr", "same", "broadcast", "permute",
                                  "transpose", "unsqueeze", "reduce", "slice", "select", "cat",
                                  "mm", "bmm", "addmm", "linear", "embedding", "sdpa",
-                                 "matmul"}, op.name
+                                 "matmul", "gemm", "quant_weight", "quant_scales"}, op.name
         assert op.dtype_rule in {"same", "same_float", "promote", "promote12", "bool", "attr",
-                                 "scalar", "given"}, op.name
+                                 "scalar", "given", "quant_weight", "quant_scales"}, op.name
         assert op.reference is not None or op.name in {"input", "param", "const", "fallback"}

@@ -14,6 +14,7 @@ from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.codegen.c.packed_gemm import NR, PackedWeight
 from eqsat_llm.ir import Graph
+from eqsat_llm.ops import add_gemm
 
 from .test_c_backend import check, const, inp, rand_inputs
 
@@ -73,8 +74,8 @@ def test_epilogues_batches_and_views(flags):
     x2 = g.add("view", (x,), shape=[2 * m, k])
     g.outputs = [
         g.add("matmul", (x, w), alpha=0.5),
-        g.add("matmul_add", (x, w, r_full), alpha=1.0),
-        g.add("matmul_add", (x, w, r_row), alpha=2.0),
+        add_gemm(g, x, w, addend=r_full, epilogue="add"),
+        add_gemm(g, x, w, addend=r_row, alpha=2.0, epilogue="add"),
         g.add("linear_bias", (x, wt, b)),
         g.add("addmm", (b, x2, w), beta=0.5, alpha=1.5),
         g.add("linear", (g.add("permute", (x,), dims=[1, 0, 2]), wt)),  # rows not evenly spaced
@@ -105,8 +106,7 @@ def test_rows_4k_apart_are_copied_apart_and_stay_right(m):
     x = inp(g, (m, 2048))
     w1 = const(g, torch.randn(1024, 40))  # K = 1024: rows 4 KiB apart
     left = g.add("slice", (x,), dim=1, start=0, end=1024, step=1)  # row stride 8 KiB
-    w2 = const(g, torch.randn(2048, 33))
-    swiglu = g.add("matmul_swiglu", (x, w2, const(g, torch.randn(2048, 33))))
+    swiglu = add_gemm(g, x, const(g, torch.randn(2048, 66)), epilogue="swiglu")
     g.outputs = [g.add("matmul", (left, w1), alpha=1.0), swiglu]
     copied, in_place = CRuntime(g), CRuntime(g, flags=[*CFLAGS, "-DEQ_NO_UNALIAS"])
     assert "eq_unaliased" in copied.source

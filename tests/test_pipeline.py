@@ -49,7 +49,8 @@ def _merged_widths(graph) -> list[int]:
     """Widths of the matmuls whose weight is a prepared concatenation (merged projections)."""
     out = []
     for n in graph.nodes:
-        if n.op in ("matmul", "rms_norm_matmul"):  # (the norm fused into its projection)
+        # (gemm[rms_norm]: the norm fused into its projection)
+        if n.op == "matmul" or (n.op == "gemm" and n.attrs["prologue"] == "rms_norm"):
             w = graph.node(n.inputs[1])
             if w.op == "const" and w.attrs["name"].startswith("folded."):
                 users = [u for u in graph.nodes if n.id in u.inputs]
@@ -61,7 +62,7 @@ def _merged_widths(graph) -> list[int]:
 EXPECTED_FUSIONS = {
     # workload: (rms_norm, layer_norm, attention, swiglu, merged matmul widths). Q, K and V
     # merge into one matmul; gate and up do not any more: their SwiGLU joins them on each
-    # GEMM tile (matmul_swiglu, reading both weights), cheaper than one merged matmul + swiglu
+    # GEMM tile (gemm[swiglu]), cheaper than one merged matmul + swiglu
     "llama_block_prefill": (2, 0, 1, 1, [1536]),
     "llama_block_decode": (2, 0, 1, 1, [1536]),
     "llama_block_decode_kv": (2, 0, 1, 1, [1536]),
@@ -75,9 +76,9 @@ def test_fusions_are_used_in_the_extracted_program(workload):
     compiled = optimize(model, inputs)
     ops = compiled.graph.op_counts()
     rms, ln, attn, swiglu, merged = EXPECTED_FUSIONS[name]
-    # (an RMSNorm is recognised alone or fused into the matmul it feeds: rms_norm_matmul)
-    norms = ops["rms_norm"] + ops["rms_norm_matmul"]
-    swiglus = ops["swiglu"] + ops["matmul_swiglu"]  # alone or as a GEMM's epilogue
+    # (an RMSNorm is recognised alone or fused into the matmul it feeds: gemm[rms_norm])
+    norms = ops["rms_norm"] + ops["gemm[rms_norm]"]
+    swiglus = ops["swiglu"] + ops["gemm[swiglu]"]  # alone or as a GEMM's epilogue
     assert (norms, ops["layer_norm"], ops["attention"], swiglus) == (
         rms, ln, attn, swiglu), (name, ops)
     assert _merged_widths(compiled.graph) == merged, name

@@ -17,6 +17,7 @@ from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.ir import Graph, TensorType
+from eqsat_llm.ops import add_gemm
 from eqsat_llm.plan import MemoryPlan, plan_memory
 from eqsat_llm.workloads import llama_block_case, llama_case
 
@@ -43,7 +44,7 @@ def qkv_graph(b: int, s: int, heads: int, d: int, *, norm: bool = False, cs_4d: 
     cos, sin = _const(g, "cos", cs_shape, 2), _const(g, "sin", cs_shape, 3)
     if norm:
         gain = _const(g, "g", (k_model,), 4)
-        t = g.add("rms_norm_matmul", (x, w, gain), eps=1e-6, alpha=1.0)
+        t = add_gemm(g, x, w, norm=gain, eps=1e-6, prologue="rms_norm")
     else:
         t = g.add("matmul", (x, w), alpha=1.0)
     outs = []
@@ -171,7 +172,7 @@ def test_workloads_compute_rope_in_the_projection(case):
     rt = CRuntime(compiled.graph)
     ropes = {n.id for n in compiled.graph.nodes if n.op == "rope"}
     assert ropes and set(_in_epilogue(rt)) == ropes
-    assert all(compiled.graph.node(k.node).op == "rms_norm_matmul"
+    assert all(k.op == "gemm[rms_norm]"
                for k in rt.program.kernels if k.epilogue)
     with torch.no_grad():
         want = model(*inputs)

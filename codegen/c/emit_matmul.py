@@ -1,12 +1,12 @@
-"""Matrix products (mm, bmm, matmul, addmm, linear, linear_bias) as batched GEMMs over static
-strides. Each GEMM either calls BLAS (`EQ_SGEMM`, OpenBLAS single-threaded, the columns split
+"""Matrix products (mm, bmm, matmul, addmm, linear, linear_bias, and the float gemm's
+residual/bias/activation epilogues: emit_gemm.py) as batched GEMMs over static strides. Each GEMM either calls BLAS (`EQ_SGEMM`, OpenBLAS single-threaded, the columns split
 over the OpenMP threads) or runs a generated row-streaming kernel; which one is decided per
 shape class by `use_blas(m)` (measured: docs/c-backend.md). Epilogues (bias of addmm and
-linear_bias) run in the same kernel right after the product. matmul_add's residual r is added
+linear_bias) run in the same kernel right after the product. A gemm's residual r is added
 while the output is in cache: the generated kernel adds it to each output row as it stores the
 row from its accumulators; the BLAS path adds it to each thread's column slice right after that
 thread's sgemm (beta = 0: the product is rounded first, then r added, as in the reference).
-addmm_act's activation follows the bias: in the packed kernel's tile epilogue when the weight
+A gemm's activation follows the bias: in the packed kernel's tile epilogue when the weight
 is a packed constant, else in a loop over the output right after the bias (still one kernel)."""
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ BLAS_MIN_M = 8
 # GEMMs against a constant weight with at least this many rows use the packed-weight kernel
 # (packed_gemm.py), with or without BLAS in the build (measured: docs/c-backend.md)
 PACKED_MIN_M = 1
-MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias", "matmul_add",
-                        "addmm_act"})
-# addmm_act's activation on one float v: eq_act's cases in packed_gemm.py, for the paths that
+MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias"})
+# a gemm's activation on one float v: eq_act's cases in packed_gemm.py, for the paths that
 # apply it in a loop after the GEMM and its bias
 _ACT_EXPR = {
     "relu": "v > 0.0f ? v : 0.0f",
@@ -55,20 +54,28 @@ def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool,
     epilogue, or None when this GEMM does not take the packed path that can."""
     op, at = node.op, node.attrs
     bias: Ref | None = None
-    res: Ref | None = None  # matmul_add's r, fused into the store of each output tile
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
     if op in ("mm", "bmm", "matmul"):
         a, b = ins
-    elif op == "matmul_add":
-        a, b, res = ins
-        if res.dtype != "float32" or res.space == "scalar" or len(res.shape) > len(out.shape):
-            return None
-    elif op in ("addmm", "addmm_act"):
+    elif op == "addmm":
         bias, a, b = ins
     elif op == "linear":
         a, b = ins[0], _t(ins[1])
     else:
         a, b, bias = ins[0], _t(ins[1]), ins[2]
+    return emit_product(out, a, b, alpha, blas, layout, ropes, bias=bias, beta=beta)
+
+
+def emit_product(out: Ref, a: Ref, b: Ref, alpha: float, blas: bool, layout: Layout | None,
+                 ropes: tuple[RopeEpilogue, ...] = (), *, bias: Ref | None = None,
+                 beta: float = 1.0, res: Ref | None = None, act: str | None = None
+                 ) -> str | None:
+    """out = act(alpha * a @ b + beta * bias + res), batched over the leading dims (bias:
+    addmm's, added after the product is rounded; res: a residual fused into the store of each
+    output tile); None when this combination is not generated."""
+    if res is not None and (res.dtype != "float32" or res.space == "scalar"
+                            or len(res.shape) > len(out.shape)):
+        return None
     if any(r.dtype != "float32" for r in (out, a, b)) or (bias and bias.dtype != "float32"):
         return None
     if len(a.shape) < 2 or len(b.shape) < 2 or len(out.shape) < 2:
@@ -115,7 +122,6 @@ def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool,
     work = rows * N * K * nb
     packed = _packed_weight(g, b, bst[2] if bsh else [], layout)
     bias_fused = packed is not None and bias is not None and _bias_as_addend(out, bias)
-    act = at["act"] if op == "addmm_act" else None
     # the packed kernel's tile epilogue applies the activation after its addends (the bias)
     act_fused = packed is not None and (bias is None or bias_fused)
     if ropes and (packed is None or bsh or (bias is not None and not bias_fused)
@@ -275,7 +281,7 @@ def _bias_epilogue(out: Ref, bias: Ref, beta: float, boff: str) -> str:
 
 
 def _act_epilogue(out: Ref, act: str, boff: str) -> str:
-    # out[..., m, n] = act(out[..., m, n]), after the bias (addmm_act off the packed path)
+    # out[..., m, n] = act(out[..., m, n]), after the bias (off the packed path)
     from .loops import loop_nest
     shape, ost = (out.shape, out.strides) if boff == "0" else (out.shape[-2:], out.strides[-2:])
     inner = loop_nest(shape, [ost], lambda o: f"    {{ const float v = o[{boff} + {o[0]}]; "

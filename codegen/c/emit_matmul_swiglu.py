@@ -1,4 +1,5 @@
-"""matmul_swiglu(x, wg, wu) = swiglu(x @ wg, x @ wu) as one kernel. With both weights
+"""A gemm with the SwiGLU epilogue, swiglu(x @ wg, x @ wu) with [wg | wu] its weight, as one
+kernel. With both weights
 constants and x's rows evenly spaced: one call of the packed GEMM's SwiGLU variant
 (packed_gemm.py: each tile's gate and up products joined as they are stored). Otherwise a
 row-streaming loop in the same kernel: both products of a row accumulated locally, in chunks
@@ -12,8 +13,7 @@ from .values import Layout, Ref
 CHUNK = 256
 
 
-def emit_matmul_swiglu(out: Ref, ins: list[Ref], layout: Layout) -> str | None:
-    x, wg, wu = ins
+def emit_matmul_swiglu(out: Ref, x: Ref, wg: Ref, wu: Ref, layout: Layout) -> str | None:
     if any(r.dtype != "float32" for r in (out, x, wg, wu)) or len(x.shape) < 2 \
             or len(wg.shape) != 2 or wg.shape != wu.shape:
         return None

@@ -36,7 +36,7 @@ def _rows(out: Ref, ins: list[Ref], body: str, d: int) -> str:
 
 def inv_rms(x: str, cs: str, d: int, eps: float, r: str = "const float r") -> str:
     """C lines setting `r` to 1 / sqrt(mean(x[c * cs]^2) + eps) over the d elements of a row
-    (rms_norm's statistics; also rms_norm_matmul's, emit_norm_matmul.py)."""
+    (rms_norm's statistics; also the gemm rms_norm prologue's, emit_norm_matmul.py)."""
     return f"""    float ss = 0.0f;
 #pragma omp simd reduction(+:ss)
     for (int64_t c = 0; c < {d}; c++) ss += {x}[c * {cs}] * {x}[c * {cs}];

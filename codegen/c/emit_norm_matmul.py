@@ -1,4 +1,4 @@
-"""rms_norm_matmul(x, w, g) = alpha * rms_norm(x, g, eps) @ w as one kernel (issue 3).
+"""A gemm with the rms_norm prologue, alpha * rms_norm(x, g, eps) @ w, as one kernel (issue 3).
 
 Fused (g and w constants, x and the output with unit column stride and evenly spaced rows):
 w is packed once with its rows scaled by g (`PackedWeight(row_scale=g)`), so that
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 
-from ...ir import Node
 from .emit_norm import inv_rms
 from .fuse_rope import RopeEpilogue, gemm_rows, packed_gemm_call
 from .loops import PARALLEL_MIN, collapse, loop_nest
@@ -26,11 +25,11 @@ ROW_BLOCK = 256
 MAX_LOCAL = 1 << 16  # floats in one local row of the fallback (K and N)
 
 
-def emit_rms_norm_matmul(node: Node, out: Ref, ins: list[Ref], layout: Layout | None = None,
-                         ropes: tuple[RopeEpilogue, ...] = ()) -> str | None:
+def emit_rms_norm_matmul(out: Ref, x: Ref, w: Ref, g: Ref, eps: float, alpha: float,
+                         layout: Layout | None = None, ropes: tuple[RopeEpilogue, ...] = ()
+                         ) -> str | None:
     """The kernel; with `ropes` (fuse_rope.py) computed in the GEMM's epilogue, or None when
     the fused path that can do so does not apply."""
-    x, w, g = ins
     if any(r.dtype != "float32" for r in (out, x, w, g)):
         return None
     if not x.shape or len(w.shape) != 2 or len(g.shape) > 1 or not out.shape:
@@ -38,7 +37,6 @@ def emit_rms_norm_matmul(node: Node, out: Ref, ins: list[Ref], layout: Layout | 
     K, N = w.shape
     if x.shape[-1] != K or out.shape[-1] != N or (g.shape and g.shape[0] not in (1, K)):
         return None
-    eps, alpha = float(node.attrs["eps"]), float(node.attrs.get("alpha", 1.0))
     lead = out.shape[:-1]
     sh, st = collapse(lead, [x.strides[:-1], out.strides[:-1]])
     packed = _packed(w, g, K, N, layout)

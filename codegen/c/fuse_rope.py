@@ -25,8 +25,8 @@ from .loops import broadcast_strides, collapse
 from .packed_gemm import NR
 from .values import Ref
 
-# the ops whose packed-GEMM emitters take rope epilogues (emit_matmul, emit_norm_matmul)
-GEMM_OPS = frozenset({"matmul", "mm", "matmul_add", "rms_norm_matmul"})
+# the ops whose packed-GEMM emitters may take rope epilogues (emit_matmul, emit_gemm)
+GEMM_OPS = frozenset({"matmul", "mm", "gemm"})
 ROLES = ("b", "h", "s")  # batch, head, position: the rope's dims other than the last
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ...errors import GraphError
-from ...ir import Graph, Node, TensorType, dtype_of
+from ...ir import Graph, Node, TensorType, dtype_of, node_label
 from ...ops import evaluate
 from ...plan import COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan, plan_memory
 from ..planned import ArenaSteps, aligned_bytes
@@ -206,4 +206,4 @@ class CRuntime:
 
 def torch_op_name(node: Node) -> str:
     """What a torch step runs, for reports: its op, or a fallback's aten target."""
-    return str(node.attrs["target"]) if node.op == "fallback" else node.op
+    return str(node.attrs["target"]) if node.op == "fallback" else node_label(node)

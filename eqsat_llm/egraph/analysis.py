@@ -34,6 +34,7 @@ from egglog import (
 )
 
 from ..ops import REGISTRY, OpDef
+from ..quant_formats import FORMATS, format_group
 from .language import ATTR_SORTS, E, Tensor, dtype, input_names, shape
 
 _SORTS = {"i64": i64, "f64": f64, "Vec[i64]": Vec[i64], "String": String}
@@ -236,6 +237,19 @@ def _shape_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
         yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
                    eq(s1).to(shape(p["x1"]))).then(
             set_(shape(y)).to(s0.set(s0.length() - 1, s1[0])))
+    elif kind == "gemm":  # x's rows, n columns (any weight format: w's shape may be packed)
+        yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"]))).then(
+            set_(shape(y)).to(s0.set(s0.length() - 1, p["n"])))
+    elif kind in ("quant_weight", "quant_scales"):  # quant_formats.quantized_types, per format
+        for fmt in FORMATS:
+            group = format_group(fmt)
+            k, n = s0[0], s0[1]
+            if kind == "quant_scales":
+                out_shape = Vec[i64](n) if group == 0 else Vec[i64](k / group, n)
+            else:
+                out_shape = s0 if group == 0 else Vec[i64](k / 2, n)
+            yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
+                       eq(p["fmt"]).to(String(fmt))).then(set_(shape(y)).to(out_shape))
     elif kind == "embedding":
         yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
                    eq(s1).to(shape(p["x1"]))).then(set_(shape(y)).to(s1.push(s0[1])))
@@ -265,6 +279,13 @@ def _dtype_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
         yield rule(eq(var("y", Tensor)).to(y)).then(set_(dtype(y)).to(String("bool")))
     elif kind == "attr":
         yield rule(eq(var("y", Tensor)).to(y)).then(set_(dtype(y)).to(p["dtype"]))
+    elif kind == "quant_scales":
+        yield rule(eq(var("y", Tensor)).to(y)).then(set_(dtype(y)).to(String("float32")))
+    elif kind == "quant_weight":
+        for fmt in FORMATS:
+            integers = "int8" if format_group(fmt) == 0 else "uint8"
+            yield rule(eq(var("y", Tensor)).to(y), eq(p["fmt"]).to(String(fmt))).then(
+                set_(dtype(y)).to(String(integers)))
     elif kind in ("promote", "promote12"):
         # Only the promotions LLM graphs need: equal dtypes, or a float tensor with a Python
         # number. Other combinations stay unknown, and rules that test dtypes do not fire.
@@ -337,6 +358,39 @@ def _weight_id_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
                eq(hi).to(hi_id(p["x0"]))).then(set_(lo_id(y)).to(lo), set_(hi_id(y)).to(hi))
 
 
+def _cat_weight_id_rules() -> Iterator[RewriteOrRule]:
+    # a concatenation of weights is numbered by its parts (lo_id/hi_id merge by min/max), so
+    # that the SwiGLU's [wg | wu] is known as a weight like merge-parallel-matmul's
+    y, xs, d = var("y", Tensor), var("xs", Vec[Tensor]), var("d", i64)
+    lo, hi = var("lo", i64), var("hi", i64)
+    for k in range(4):  # (the merged QKV: three weights)
+        yield rule(eq(y).to(E.cat(xs, d)), xs.length() > k, eq(lo).to(lo_id(xs[k])),
+                   eq(hi).to(hi_id(xs[k]))).then(set_(lo_id(y)).to(lo), set_(hi_id(y)).to(hi))
+
+
+# --- quantizable weights: the constant weights optimize(quantize=...) may store as integers.
+# The encoder marks the weight leaves (all of them, or those optimize(keep_float=...) leaves
+# out); layout ops and concatenations of marked weights are marked too.
+quantizable = relation("quantizable", Tensor)
+quantizable_from = relation("quantizable_from", Vec[Tensor], i64)  # xs[i:] all quantizable
+
+
+def _quantizable_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
+    y, p = op_pattern(opdef)
+    if opdef.category == "layout" and opdef.arity == 1:
+        yield rule(y, quantizable(p["x0"])).then(quantizable(y))
+    elif opdef.name == "cat":
+        xs = p["xs"]
+        yield rule(y).then(quantizable_from(xs, xs.length()))
+        yield rule(y, quantizable_from(xs, i64(0))).then(quantizable(y))
+
+
+@ruleset
+def quantizable_lists(xs: Vec[Tensor], i: i64) -> Iterator[RewriteOrRule]:
+    yield rule(quantizable_from(xs, i), i > 0, quantizable(xs[i - 1])).then(
+        quantizable_from(xs, i - 1))
+
+
 def _build_analysis():
     rules: list[RewriteOrRule] = []
     for opdef in REGISTRY.values():
@@ -344,11 +398,14 @@ def _build_analysis():
         rules.extend(_dtype_rules(opdef))
         rules.extend(_const_rules(opdef))
         rules.extend(_weight_id_rules(opdef))
+        rules.extend(_quantizable_rules(opdef))
+    rules.extend(_cat_weight_id_rules())
     return ruleset(*rules, name="analysis")
 
 
 # The analysis: run it to saturation before each round of rewrites (see saturate.py).
-analysis = _build_analysis() | vector_functions | layout_demands | const_lists
+analysis = (_build_analysis() | vector_functions | layout_demands | const_lists
+            | quantizable_lists)
 
 
 def shape_literal(shape_: tuple[int, ...]) -> Vec[i64]:

@@ -8,6 +8,7 @@ everything else is computed by the analysis (analysis.py). Dtypes are asserted f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from egglog import EGraph, String, Vec, f64, i64, set_
 from ..errors import EncodeError
 from ..ir import Graph, TensorType
 from ..ops import get_op
-from .analysis import dtype_facts, hi_id, lo_id, shape_literal
+from .analysis import dtype_facts, hi_id, lo_id, quantizable, shape_literal
 from .language import E, Tensor, dtype, shape
 
 
@@ -44,12 +45,13 @@ def let_name(node_id: int) -> str:
     return f"n{node_id}"
 
 
-def encode(graph: Graph, *, assert_shapes: bool = False, egraph: EGraph | None = None
-           ) -> Encoded:
+def encode(graph: Graph, *, assert_shapes: bool = False, egraph: EGraph | None = None,
+           keep_float: Callable[[str], bool] | None = None) -> Encoded:
     """Encode the live part of `graph`. With `assert_shapes`, every node's shape is asserted
     (used only to compare against the analysis in tests: normally the analysis derives them).
     `egraph`: encode into this e-graph instead of a new one (the rule checker reuses one,
-    with push()/pop() per instance)."""
+    with push()/pop() per instance). `keep_float(name)`: the weights that the quantize rules
+    leave alone (analysis.quantizable: every other weight leaf)."""
     egraph = EGraph() if egraph is None else egraph
     enc = Encoded(egraph, graph)
     facts: list[Any] = list(dtype_facts())
@@ -71,5 +73,7 @@ def encode(graph: Graph, *, assert_shapes: bool = False, egraph: EGraph | None =
             facts.append(set_(dtype(expr)).to(String(node.type.dtype)))
         if node.op in ("param", "const"):
             facts += [set_(lo_id(expr)).to(i64(node.id)), set_(hi_id(expr)).to(i64(node.id))]
+            if keep_float is None or not keep_float(node.attrs["name"]):
+                facts.append(quantizable(expr))
     egraph.register(*facts)
     return enc

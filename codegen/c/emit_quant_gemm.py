@@ -1,0 +1,94 @@
+"""A gemm on a quantized weight (int8 per channel, int4 group-wise: quant_formats.py) as one
+call of `eq_gemm_q` (quant_gemm.py), which dequantizes in registers: at few rows it streams
+the weight once for all rows (the GEMV of decode, bound by the weight's bytes); at more it
+dequantizes a 32-column panel at a time and runs the packed kernel's float tiles.
+
+The descriptor maps onto the call: alpha; the residual or bias as an addend of the tile
+epilogue (bias times beta); the activation; the SwiGLU pair (the weight's two column halves).
+The rms_norm prologue normalises ROW_BLOCK rows at a time into a local buffer, x * 1/rms * g
+as the reference rounds it, and runs the call on them (a panel is dequantized once per block:
+1/64 of the block's multiply-adds at 32 rows)."""
+
+from __future__ import annotations
+
+from ...quant_formats import format_group
+from .emit_norm import inv_rms
+from .loops import PARALLEL_MIN, broadcast_strides, collapse
+from .values import Ref
+
+ROW_BLOCK = 32
+MAX_K = 16384  # the normalised block lives on the stack: ROW_BLOCK x K floats at most 2 MiB
+
+
+def _rows(r: Ref) -> tuple[int, int] | None:
+    """(rows, row stride) when r's leading dims are evenly spaced rows of unit-stride columns."""
+    if not r.shape or r.strides[-1] != 1:
+        return None
+    sh, st = collapse(r.shape[:-1], [r.strides[:-1]])
+    if len(sh) > 1:
+        return None
+    return (sh[0], st[0][0]) if sh else (1, r.shape[-1])
+
+
+def emit_quant_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, scales: Ref, norm: Ref,
+                    addend: Ref) -> str | None:
+    fmt, epilogue = attrs["weight"], attrs["epilogue"]
+    group = format_group(fmt)
+    if out.dtype != "float32" or x.dtype != "float32" or scales.dtype != "float32":
+        return None
+    xr, orow = _rows(x), _rows(out)
+    if xr is None or orow is None or len(w.shape) != 2 or w.strides[1] != 1:
+        return None
+    m, lda = xr
+    k, n = x.shape[-1], int(attrs["n"])
+    ldw = w.strides[0]
+    if scales.strides[-1] != 1 or (group and (len(scales.shape) != 2 or scales.strides[0] != ldw)):
+        return None
+    addends = []
+    if epilogue in ("add", "bias"):
+        st = broadcast_strides(out.shape, addend.shape, addend.strides)
+        if addend.dtype != "float32" or addend.space == "scalar" or st[-1] not in (0, 1):
+            return None
+        sh, rs = collapse(out.shape[:-1], [out.strides[:-1], st[:-1]])
+        if len(sh) > 1:
+            return None
+        beta = float(attrs["beta"]) if epilogue == "bias" else 1.0
+        addends.append(f"{{{addend.ptr()}, {rs[1][0] if sh else 0}, {st[-1]}, {beta.hex()}f}}")
+    act = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3, "gelu": 4}[attrs["act"]]
+    e = f"const eq_addend e[] = {{{', '.join(addends)}}};" if addends else \
+        "const eq_addend* e = NULL;"
+    fmt_code = 8 if group == 0 else 4
+    par = m * n * k >= PARALLEL_MIN * 8 and n >= 64
+    alpha = float(attrs["alpha"]).hex()
+
+    def call(rows: str, a: str, lda_: int, row0: str) -> str:
+        es = "e" if not addends else "eb"
+        shift = "" if not addends else (
+            f"eq_addend eb[1] = {{e[0]}}; eb[0].p += ({row0}) * e[0].rs;\n    ")
+        return (f"{shift}eq_gemm_q({rows}, {n}, {k}, {a}, {lda_}, {fmt_code}, {group}, "
+                f"{w.ptr()}, {scales.ptr()}, {ldw}, o + ({row0}) * {orow[1]}, {orow[1]}, "
+                f"{alpha}f, NULL, {es}, {len(addends)}, {act}, "
+                f"{int(epilogue == 'swiglu')}, {int(par)});")
+
+    head = f"{e}\nfloat* o = {out.ptr(const=False)};\nconst float* x = {x.ptr()};"
+    if attrs["prologue"] == "none":
+        return f"{head}\n{{\n    {call(str(m), 'x', lda, '0')}\n}}"
+    if k > MAX_K or norm.dtype not in ("float32", "float64") or len(norm.shape) > 1:
+        return None
+    g = f"(float){norm.literal('double')}" if norm.space == "scalar" else \
+        f"g[c * {norm.strides[-1] if norm.shape and norm.shape[0] != 1 else 0}]"
+    g_decl = "" if norm.space == "scalar" else f"\nconst float* g = {norm.ptr()};"
+    blk = min(ROW_BLOCK, m)
+    return f"""{head}{g_decl}
+float xn[{blk} * {k}] __attribute__((aligned(64)));
+for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
+    const int64_t mb = {m} - m0 < {blk} ? {m} - m0 : {blk};
+    for (int64_t i = 0; i < mb; i++) {{
+        const float* xr = x + (m0 + i) * {lda};
+        float* nr = xn + i * {k};
+{inv_rms("xr", "1", k, float(attrs["eps"]))}
+#pragma omp simd
+        for (int64_t c = 0; c < {k}; c++) nr[c] = xr[c] * r * {g};
+    }}
+    {call("mb", "xn", k, "m0")}
+}}"""

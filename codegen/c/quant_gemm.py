@@ -1,0 +1,400 @@
+"""Weight-only quantized GEMMs: float activations against int8 or int4 weights, dequantized on
+the fly, accumulated in float32.
+
+Formats (W [K, N], the weight as `x @ W` reads it; q the stored integers):
+- "int8": symmetric per output column. scale[n] = max_k |W[k, n]| / 127, q = round(W / scale)
+  in [-127, 127], stored int8 [K, N]; W ~ q[k, n] * scale[n].
+- "int4_g32", "int4_g64", "int4_g128": symmetric per group of `group` consecutive rows of a
+  column. scale[g, n] = max |W| over the group / 7, q = round(W / scale) in [-8, 7], stored as
+  q + 8 in a nibble: byte [k2, n] of the uint8 [K / 2, N] array holds row 2 k2 in its low nibble
+  and row 2 k2 + 1 in its high one (a byte never straddles a group: group is even);
+  W ~ q[k, n] * scale[k / group, n].
+An all-zero column (group) gets scale 1, so that it dequantizes to exactly 0.
+
+The kernel `eq_gemm_q` (QUANT_GEMM_C) has two paths:
+- M <= EQ_QGEMV_M (decode): a GEMV that streams the weight once. Threads split the columns in
+  blocks of 64 (a cache line of int8 or int4 per row read); per block and chunk of K (128 rows
+  for int8, one group for int4, a few KiB that stay in L1) the weights are widened to float in
+  registers and multiplied into a tile of EQ_QR rows x 4 vectors of accumulators, so each weight
+  byte comes from memory once per call whatever M (the other row tiles re-read the chunk from
+  L1). int4 scales a group's partial sums by the group's scale as they are added to the block's
+  totals; int8 scales the totals once at the end. The code is GNU C vectors (the width from the
+  ISA: 16 floats with AVX-512, 8 with AVX, 4 otherwise), so one source serves every target.
+  Column tails (N not a multiple of 64) go through the panel path below.
+- Larger M (prefill): per panel of 32 columns the weight is dequantized into a thread-local
+  K x 32 float buffer, laid out as PackedWeight's panels, and `eq_panel` (packed_gemm.py) runs
+  the tile kernel and the epilogue on it: the dequantization (K x 32 per panel) is amortized
+  over the M rows, and the panel stays in L2 while all rows go through it.
+The epilogue is the packed GEMM's: times alpha, a per-row scale, addends, an activation; or
+swiglu, silu(G) * U with G and U the gate and up products (weight columns [0, N) and [N, 2N)),
+each times alpha and the row scale.
+
+Measured on this machine: see the note at the bottom of this file.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FORMATS = ("int8", "int4_g32", "int4_g64", "int4_g128")
+
+
+def format_group(fmt: str) -> int:
+    """The int4 group size of a format (0 for int8)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown quantization format {fmt!r} (one of {FORMATS})")
+    return 0 if fmt == "int8" else int(fmt.removeprefix("int4_g"))
+
+
+def _scales(amax: torch.Tensor, qmax: int) -> torch.Tensor:
+    s = amax / qmax
+    return torch.where(amax > 0, s, torch.ones_like(s))
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """W [K, N] -> (q int8 [K, N], scale float32 [N]), symmetric per column."""
+    w = w.detach().to(torch.float32)
+    s = _scales(w.abs().amax(dim=0), 127)
+    q = torch.clamp(torch.round(w / s), -127, 127).to(torch.int8)
+    return q, s
+
+
+def quantize_int4(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """W [K, N] -> (nibbles uint8 [K / 2, N], scale float32 [K / group, N]), symmetric per
+    group of `group` rows of a column."""
+    k, n = w.shape
+    if group <= 0 or group % 2 or k % group:
+        raise ValueError(f"int4 needs an even group dividing K (K = {k}, group = {group})")
+    w = w.detach().to(torch.float32).reshape(k // group, group, n)
+    s = _scales(w.abs().amax(dim=1), 7)
+    q = (torch.clamp(torch.round(w / s[:, None, :]), -8, 7) + 8).to(torch.uint8).reshape(k, n)
+    return q[0::2] | (q[1::2] << 4), s
+
+
+def dequantize(wq: torch.Tensor, scales: torch.Tensor, fmt: str) -> torch.Tensor:
+    """The float32 W [K, N] that a quantized weight stands for: q[k, n] * its scale."""
+    group = format_group(fmt)
+    if group == 0:
+        return wq.to(torch.float32) * scales.to(torch.float32)[None, :]
+    k2, n = wq.shape
+    q = torch.stack([(wq & 15).to(torch.int32), (wq >> 4).to(torch.int32)], dim=1) - 8
+    s = scales.to(torch.float32).repeat_interleave(group, dim=0)
+    return q.reshape(2 * k2, n).to(torch.float32) * s
+
+
+QUANT_GEMM_C = r"""
+/* ---- weight-only quantized GEMM (codegen/c/quant_gemm.py) ---- */
+#ifndef EQ_QV  /* floats per vector (tests set it to run another target's tiling) */
+#if defined(__AVX512F__)
+#define EQ_QV 16
+#elif defined(__AVX2__)
+#define EQ_QV 8
+#else
+#define EQ_QV 4
+#endif
+#endif
+/* rows per register tile: EQ_QR x 4 accumulator vectors, leaving registers for the weights */
+#if EQ_QV == 16
+#define EQ_QR 4
+#else
+#define EQ_QR 2
+#endif
+#define EQ_QGEMV_M 8   /* the GEMV path up to this many rows */
+#define EQ_QKC 64      /* rows of K per chunk: 2 KiB of a 64-column block of int8 */
+typedef float eq_qf __attribute__((vector_size(EQ_QV * 4)));
+typedef int32_t eq_qi __attribute__((vector_size(EQ_QV * 4)));
+#if defined(__SSE4_1__)
+#include <immintrin.h>
+#endif
+/* EQ_QV bytes widened to int32, sign-extended (int8) or not (nibble pairs). GCC widens a
+   generic byte vector lane by lane through scalar registers: one instruction here instead. */
+static inline __attribute__((always_inline)) eq_qi eq_qwiden(const uint8_t* p, const int sign) {
+#if EQ_QV == 16 && defined(__AVX512F__)
+    const __m128i b = _mm_loadu_si128((const __m128i*)p);
+    return (eq_qi)(sign ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+#elif EQ_QV == 8 && defined(__AVX2__)
+    const __m128i b = _mm_loadl_epi64((const __m128i*)p);
+    return (eq_qi)(sign ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+#elif EQ_QV == 4 && defined(__SSE4_1__)
+    int32_t v;
+    memcpy(&v, p, 4);
+    const __m128i b = _mm_cvtsi32_si128(v);
+    return (eq_qi)(sign ? _mm_cvtepi8_epi32(b) : _mm_cvtepu8_epi32(b));
+#else
+    eq_qi q;
+    for (int i = 0; i < EQ_QV; i++) q[i] = sign ? (int32_t)(int8_t)p[i] : (int32_t)p[i];
+    return q;
+#endif
+}
+
+/* t[rows, nv * EQ_QV] (row stride ldt) += (A[rows, kc] @ W[kc, nv * EQ_QV] + o[rows]) * sg[..],
+   the partial sums in registers for the chunk.
+   fmt 8: w int8 rows, a the rows of A, o none.
+   fmt 4: w nibble rows, a byte x = 16 hi + lo for rows k, k + 1 of A. a holds, per pair,
+   b = A[k] - A[k + 1] / 16 and c = A[k + 1] / 16, so that b lo + c x = A[k] lo + A[k + 1] hi:
+   two conversions and FMAs, no shift; o = -8 * (the chunk's sum of A), the nibbles' offset. */
+static inline __attribute__((always_inline)) void eq_qtile(
+        const int rows, const int nv, const int fmt, int64_t kc, const float* a, int64_t lda,
+        const uint8_t* w, int64_t ldw, const float* sg, const float* o, int64_t ldo, float* t,
+        int64_t ldt) {
+    eq_qf x[EQ_QR][8];
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < nv; v++) x[r][v] = (eq_qf){0};
+    if (fmt == 8) {
+        for (int64_t k = 0; k < kc; k++) {
+#pragma GCC unroll 8
+            for (int v = 0; v < nv; v++) {
+                const eq_qf f = __builtin_convertvector(eq_qwiden(w + k * ldw + v * EQ_QV, 1), eq_qf);
+#pragma GCC unroll 4
+                for (int r = 0; r < rows; r++) x[r][v] += a[r * lda + k] * f;
+            }
+        }
+    } else {
+        for (int64_t k = 0; k < kc; k += 2) {
+#pragma GCC unroll 8
+            for (int v = 0; v < nv; v++) {
+                const eq_qi q = eq_qwiden(w + k / 2 * ldw + v * EQ_QV, 0);
+                const eq_qf lo = __builtin_convertvector(q & 15, eq_qf);
+                const eq_qf xf = __builtin_convertvector(q, eq_qf);
+#pragma GCC unroll 4
+                for (int r = 0; r < rows; r++) {
+                    x[r][v] += a[r * lda + k] * lo;
+                    x[r][v] += a[r * lda + k + 1] * xf;
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < nv; v++) {
+            eq_qf y, sv;
+            memcpy(&y, t + r * ldt + v * EQ_QV, sizeof y);
+            memcpy(&sv, sg + v * EQ_QV, sizeof sv);
+            y += (fmt == 8 ? x[r][v] : x[r][v] + o[r * ldo]) * sv;
+            memcpy(t + r * ldt + v * EQ_QV, &y, sizeof y);
+        }
+}
+/* vectors per tile row: one row takes a whole 64-column block (up to 8 accumulators, chains
+   enough to hide the FMA latency), more rows 4 vectors each */
+#define EQ_QNV1 (64 / EQ_QV < 8 ? 64 / EQ_QV : 8)
+/* the tiles of a chunk's 64-column block: rows <= EQ_QR, the constants propagated */
+static inline __attribute__((always_inline)) void eq_qblock(
+        int rows, const int fmt, int64_t kc, const float* a, int64_t lda, const uint8_t* w,
+        int64_t ldw, const float* sg, const float* o, int64_t ldo, float* t, int64_t ldt) {
+    switch (rows) {
+    case 1:
+        for (int c = 0; c < 64; c += EQ_QNV1 * EQ_QV)
+            eq_qtile(1, EQ_QNV1, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt);
+        break;
+#if EQ_QR == 4
+    case 2:
+        for (int c = 0; c < 64; c += 4 * EQ_QV)
+            eq_qtile(2, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt);
+        break;
+    case 3:
+        for (int c = 0; c < 64; c += 4 * EQ_QV)
+            eq_qtile(3, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt);
+        break;
+#endif
+    default:
+        for (int c = 0; c < 64; c += 4 * EQ_QV)
+            eq_qtile(EQ_QR, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt);
+        break;
+    }
+}
+/* int4's chunk of K: within one group (its scale), halved while that keeps it even, to stay
+   short (see eq_qgemv) */
+static int64_t eq_qchunk4(int64_t group) {
+    int64_t kc = group;
+    while (kc > EQ_QKC && kc % 4 == 0) kc /= 2;
+    return kc;
+}
+/* int4: A [M, K] rewritten as eq_qtile reads it, into ap [M, K] (pairs b, c) and o [M, K / kc]
+   (the offsets per chunk) */
+static void eq_qprep4(int64_t M, int64_t K, const float* a, int64_t lda, int64_t kc, float* ap,
+                      float* o) {
+    for (int64_t m = 0; m < M; m++) {
+        const float* ar = a + m * lda;
+        float* pr = ap + m * K;
+        for (int64_t k = 0; k < K; k += 2) {
+            pr[k + 1] = ar[k + 1] * 0.0625f;
+            pr[k] = ar[k] - pr[k + 1];
+        }
+        for (int64_t j = 0; j < K / kc; j++) {
+            float sum = 0.0f;
+            for (int64_t k = j * kc; k < (j + 1) * kc; k++) sum += ar[k];
+            o[m * (K / kc) + j] = -8.0f * sum;
+        }
+    }
+}
+/* t[M, n1 - n0] (row stride ldt) = A[M, K] @ W[:, n0:n1] (the dequantized weight), n1 - n0 a
+   multiple of 64; for int4, a and lda are eq_qprep4's ap and K, o its offsets. A chunk of K
+   rows at a time across all the columns: the chunk's rows are read as that many sequential
+   streams (prefetched, a few pages), where a column block all down K would touch a new page
+   at every row (measured: half the bandwidth). */
+static __attribute__((noinline)) void eq_qgemv(
+        int64_t M, int64_t K, const float* a, int64_t lda, const float* o, int fmt,
+        int64_t group, const uint8_t* wq, const float* s, int64_t ldw, int64_t n0, int64_t n1,
+        float* t, int64_t ldt) {
+    for (int64_t m = 0; m < M; m++) memset(t + m * ldt, 0, (size_t)(n1 - n0) * sizeof(float));
+    const int64_t kc = fmt == 8 ? EQ_QKC : eq_qchunk4(group), nch = (K + kc - 1) / kc;
+    for (int64_t j = 0; j < nch; j++) {
+        const int64_t k0 = j * kc, kn = K - k0 < kc ? K - k0 : kc;
+        const uint8_t* w = wq + (fmt == 8 ? k0 : k0 / 2) * ldw;
+        const float* sk = fmt == 8 ? s : s + k0 / group * ldw;
+        for (int64_t nb = n0; nb < n1; nb += 64)
+            for (int64_t m = 0; m < M; m += EQ_QR) {
+                const int rows = M - m < EQ_QR ? (int)(M - m) : EQ_QR;
+                const float* ar = a + m * lda + k0;
+                float* tm = t + m * ldt + (nb - n0);
+                if (fmt == 8)
+                    eq_qblock(rows, 8, kn, ar, lda, w + nb, ldw, sk + nb, 0, 0, tm, ldt);
+                else
+                    eq_qblock(rows, 4, kn, ar, lda, w + nb, ldw, sk + nb, o + m * nch + j, nch,
+                              tm, ldt);
+            }
+    }
+}
+
+/* the calling thread's buffers (GEMV sums, int4's A, dequantized panels), grown when needed and kept,
+   as eq_unaliased's: a call allocates nothing once the first has run */
+static __thread float* eq_qacc = 0;
+static __thread int64_t eq_qacc_n = 0;
+static __thread float* eq_qa = 0;
+static __thread int64_t eq_qa_n = 0;
+static __thread float* eq_qpan = 0;
+static __thread int64_t eq_qpan_n = 0;
+static float* eq_qbuf(float** buf, int64_t* have, int64_t n) {
+    if (*have < n) {
+        free(*buf);
+        *buf = (float*)aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
+        *have = *buf ? n : 0;
+    }
+    return *buf;
+}
+/* bp[K, 32] = W[:, n0:n0 + ncols] dequantized, the columns past ncols zero */
+static void eq_qdequant_panel(int64_t K, int fmt, int64_t group, const uint8_t* wq,
+                              const float* s, int64_t ldw, int64_t n0, int ncols, float* bp) {
+    if (fmt == 8) {
+        for (int64_t k = 0; k < K; k++) {
+            const int8_t* w = (const int8_t*)wq + k * ldw + n0;
+#pragma omp simd
+            for (int j = 0; j < ncols; j++) bp[k * 32 + j] = (float)w[j] * s[n0 + j];
+            for (int j = ncols; j < 32; j++) bp[k * 32 + j] = 0.0f;
+        }
+    } else {
+        for (int64_t k = 0; k < K; k += 2) {
+            const uint8_t* w = wq + k / 2 * ldw + n0;
+            const float* sg = s + k / group * ldw + n0;
+            float* lo = bp + k * 32;
+#pragma omp simd
+            for (int j = 0; j < ncols; j++) {
+                lo[j] = (float)((w[j] & 15) - 8) * sg[j];
+                lo[32 + j] = (float)((w[j] >> 4) - 8) * sg[j];
+            }
+            for (int j = ncols; j < 32; j++) lo[j] = lo[32 + j] = 0.0f;
+        }
+    }
+}
+/* columns [n0, n0 + ncols) (ncols <= 32) of C through a dequantized panel and eq_panel */
+static void eq_qpanel(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
+                      int64_t group, const uint8_t* wq, const float* s, int64_t ldw, int64_t n0,
+                      int ncols, float* c, int64_t ldc, float alpha, const float* rowscale,
+                      const eq_addend* e, int ne, int act, int swiglu) {
+    float* bp = eq_qbuf(&eq_qpan, &eq_qpan_n, (swiglu ? 2 : 1) * K * 32);
+    if (!bp) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
+    eq_qdequant_panel(K, fmt, group, wq, s, ldw, n0, ncols, bp);
+    if (!swiglu) {
+        eq_panel(M, K, a, lda, bp, c, ldc, n0, ncols, alpha, rowscale, e, ne, act);
+        return;
+    }
+    float* bu = bp + K * 32;
+    eq_qdequant_panel(K, fmt, group, wq, s, ldw, N + n0, ncols, bu);
+    float tg[14 * 32] __attribute__((aligned(64)));
+    float tu[14 * 32] __attribute__((aligned(64)));
+    for (int64_t m = 0; m < M; m += 14) {
+        const int rows = M - m < 14 ? (int)(M - m) : 14;
+        const float* rs = rowscale ? rowscale + m : 0;
+        eq_panel(rows, K, a + m * lda, lda, bp, tg, 32, 0, 32, alpha, rs, 0, 0, 0);
+        eq_panel(rows, K, a + m * lda, lda, bu, tu, 32, 0, 32, alpha, rs, 0, 0, 0);
+        for (int r = 0; r < rows; r++) {
+            float* cr = c + (m + r) * ldc + n0;
+            const float* gr = tg + r * 32;
+            const float* ur = tu + r * 32;
+#pragma omp simd
+            for (int j = 0; j < ncols; j++) cr[j] = gr[j] * eq_sigmoidf(gr[j]) * ur[j];
+        }
+    }
+}
+/* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ W) + sum_i e_i.scale * e_i), or when swiglu:
+   C[M, N] = silu(G) * U with G = alpha*rowscale*(A @ W[:, 0:N]), U = alpha*rowscale*(A @ W[:, N:2N]) (addends and act not used then).
+   A: float [M, K], row stride lda, unit column stride. rowscale may be NULL; e may be NULL (ne = 0).
+   fmt 8: wq int8 [K, *] with row stride ldw (elements), s float [*] (per column).
+   fmt 4: wq uint8 [K/2, *] row stride ldw, s float [K/group, *] with row stride ldw. */
+static __attribute__((noinline)) void eq_gemm_q(
+        int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
+        const void* wq, const float* s, int64_t ldw, float* c, int64_t ldc, float alpha,
+        const float* rowscale, const eq_addend* e, int ne, int act, int swiglu, int parallel) {
+    const uint8_t* w = (const uint8_t*)wq;
+    const int gemv = M <= EQ_QGEMV_M;
+    /* GEMV: blocks of 64 columns, the tail (< 64) as panels; else panels of 32 throughout */
+    const int64_t nfull = gemv ? N / 64 * 64 : 0, nblk = nfull / 64, np = (N - nfull + 31) / 32;
+    if (!gemv) a = eq_unaliased(a, &lda, M, K);
+    /* int4's GEMV reads A as eq_qprep4 writes it, shared by the threads */
+    const float *ga = a, *go = 0;
+    int64_t glda = lda;
+    if (gemv && nblk && fmt == 4) {
+        const int64_t kc = eq_qchunk4(group);
+        float* ap = eq_qbuf(&eq_qa, &eq_qa_n, M * K + M * (K / kc));
+        if (!ap) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
+        eq_qprep4(M, K, a, lda, kc, ap, ap + M * K);
+        ga = ap; go = ap + M * K; glda = K;
+    }
+#pragma omp parallel if(parallel)
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads(); t = omp_get_thread_num();
+#endif
+        const int64_t n0 = nblk * t / nt * 64, n1 = nblk * (t + 1) / nt * 64, nc = n1 - n0;
+        if (gemv && nc) {
+            float* tg = eq_qbuf(&eq_qacc, &eq_qacc_n, (swiglu ? 2 : 1) * M * nc);
+            if (!tg) EQ_INDEX_ERROR();  /* out of memory */
+            else {
+                float* tu = tg + M * nc;
+                eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, ldw, n0, n1, tg, nc);
+                if (swiglu)
+                    eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, ldw, N + n0, N + n1, tu, nc);
+                for (int64_t m = 0; m < M; m++) {
+                    const float f = rowscale ? alpha * rowscale[m] : alpha;
+                    float* cr = c + m * ldc + n0;
+                    const float* g = tg + m * nc;
+                    const float* u = tu + m * nc;
+                    if (swiglu) {
+#pragma omp simd
+                        for (int64_t j = 0; j < nc; j++) {
+                            const float gv = f * g[j];
+                            cr[j] = gv * eq_sigmoidf(gv) * (f * u[j]);
+                        }
+                    } else {
+#pragma omp simd
+                        for (int64_t j = 0; j < nc; j++) cr[j] = f * g[j];
+                    }
+                }
+                if (!swiglu && (ne || act))
+                    eq_tile_epilogue((int)M, c + n0, ldc, 0, n0, (int)nc, 0, e, ne, act);
+            }
+        }
+        /* the panels: all of N past GEMV's blocks, the last thread taking a GEMV's tail */
+        const int64_t p0 = gemv ? (t == nt - 1 ? 0 : np) : np * t / nt;
+        const int64_t p1 = gemv ? np : np * (t + 1) / nt;
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t pn = nfull + p * 32;
+            const int ncols = (int)(N - pn < 32 ? N - pn : 32);
+            eq_qpanel(M, N, K, a, lda, fmt, group, w, s, ldw, pn, ncols, c, ldc, alpha,
+                      rowscale, e, ne, act, swiglu);
+        }
+    }
+}
+"""

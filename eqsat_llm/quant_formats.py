@@ -1,0 +1,84 @@
+"""Weight formats of the gemm op: what a quantized weight is, as reference semantics.
+
+A float weight W [K, N] (x @ W, N output channels) is stored as integers and scales:
+
+    int8       per output channel: scale[n] = max_k |W[k, n]| / 127, q = round(W / scale) in
+               [-127, 127], int8 [K, N]; W ~ q * scale[n]
+    int4_gG    group-wise along K (groups of G = 32, 64 or 128 rows): scale[g, n] = max |W| over
+               the group / 7, q = round(W / scale) in [-8, 7], stored as q + 8 in a nibble,
+               uint8 [K / 2, N]: byte (k2, n) holds row 2 k2 in its low nibble and row 2 k2 + 1
+               in its high nibble; W ~ q * scale[k // G, n]
+
+Symmetric (no zero point): the kernels then dequantize with one multiply. An all-zero column
+or group gets scale 1, so that it dequantizes to exactly zero. The quantized values are
+computed once at compile time, by constant folding of the ops quantize_weight and
+weight_scales (ops.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import GraphError
+from .ir import TensorType
+
+FORMATS = ("int8", "int4_g32", "int4_g64", "int4_g128")
+
+
+def format_group(fmt: str) -> int:
+    """The group size along K of a format (0: one scale per output channel)."""
+    _check(fmt)
+    return 0 if fmt == "int8" else int(fmt.rsplit("_g", 1)[1])
+
+
+def _check(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise GraphError(f"unknown weight format {fmt!r}; one of {FORMATS}")
+
+
+def quantizable(k: int, fmt: str) -> bool:
+    """Whether a weight with K rows can take the format (int4: whole groups)."""
+    group = format_group(fmt)
+    return k > 0 and (group == 0 or k % group == 0)
+
+
+def quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(integers, scales) of the float weight w [K, N] in format `fmt`."""
+    group = format_group(fmt)
+    if w.dim() != 2 or not quantizable(w.shape[0], fmt):
+        raise GraphError(f"cannot quantize a weight of shape {tuple(w.shape)} to {fmt}")
+    w = w.detach().to(torch.float32)
+    if group == 0:
+        scale = _scale(w.abs().amax(0), 127.0)
+        return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale
+    k, n = w.shape
+    groups = w.reshape(k // group, group, n)
+    scale = _scale(groups.abs().amax(1), 7.0)
+    q = (torch.round(groups / scale[:, None, :]).clamp(-8, 7) + 8).to(torch.uint8).reshape(k, n)
+    return q[0::2] | (q[1::2] << 4), scale
+
+
+def _scale(amax: torch.Tensor, top: float) -> torch.Tensor:
+    scale = amax / top
+    return torch.where(scale > 0, scale, torch.ones_like(scale)).contiguous()
+
+
+def dequantize(q: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:
+    """The float32 weight [K, N] that (q, scale) of format `fmt` stand for."""
+    group = format_group(fmt)
+    if group == 0:
+        return q.to(torch.float32) * scale
+    low, high = (q & 15).to(torch.float32) - 8, (q >> 4).to(torch.float32) - 8
+    k2, n = q.shape
+    values = torch.stack([low, high], 1).reshape(2 * k2, n)
+    return values * scale.repeat_interleave(group, 0)
+
+
+def quantized_types(w: TensorType, fmt: str) -> tuple[TensorType, TensorType]:
+    """The types of (integers, scales) for a weight of type w."""
+    group = format_group(fmt)
+    if len(w.shape) != 2 or not quantizable(w.shape[0], fmt):
+        raise GraphError(f"cannot quantize a weight {w} to {fmt}")
+    k, n = w.shape
+    if group == 0:
+        return TensorType((k, n), "int8"), TensorType((n,), "float32")
+    return TensorType((k // 2, n), "uint8"), TensorType((k // group, n), "float32")

@@ -1,0 +1,82 @@
+"""optimize(quantize=...): which format, which weights, and how far the answer moved.
+
+Weight-only quantization is a rule family per format (rules/quantize.py) that optimize adds to
+the rules; the encoder marks the weights it may touch (`keep_float` leaves some out, e.g. the
+LM head). The error is measured, not assumed: the compiled program and the float model run
+on the example inputs, and the report gives each output's largest absolute and relative error
+and, for logits-like outputs, how often the top-1 class agrees."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+import torch
+
+from .errors import EqsatError
+from .quant_formats import FORMATS
+
+ALIASES = {"int4": "int4_g32"}  # group 32, as the common int4 formats
+
+
+def resolve_format(quantize: str) -> str:
+    fmt = ALIASES.get(quantize, quantize)
+    if fmt not in FORMATS:
+        raise EqsatError(f"unknown quantize format {quantize!r}; one of "
+                         f"{sorted([*ALIASES, *FORMATS])}")
+    return fmt
+
+
+def keep_float_matcher(patterns: Iterable[str]) -> Callable[[str], bool] | None:
+    """Whether a weight (by its parameter name) stays float: a pattern names a module
+    ("lm_head": its weights) or is a glob over parameter names ("model.layers.0.*")."""
+    pats = list(patterns)
+    if not pats:
+        return None
+    return lambda name: any(fnmatchcase(name, p) or name.startswith(p + ".") for p in pats)
+
+
+@dataclass
+class OutputError:
+    max_abs: float  # largest |compiled - float eager|
+    max_rel: float  # max_abs / largest |float eager|
+    top1_agreement: float | None  # argmax over the last dim agrees (outputs of rank >= 2)
+
+
+@dataclass
+class QuantizationReport:
+    format: str
+    quantized_weights: int  # gemms reading integer weights in the program
+    kept_float: list[str]  # the keep_float patterns
+    outputs: list[OutputError]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        errs = ", ".join(f"max abs {o.max_abs:.3g} (rel {o.max_rel:.3g})"
+                         + (f", top-1 agrees {o.top1_agreement:.1%}"
+                            if o.top1_agreement is not None else "") for o in self.outputs)
+        kept = f"; kept float: {', '.join(self.kept_float)}" if self.kept_float else ""
+        return (f"weights quantized to {self.format}: {self.quantized_weights} GEMMs{kept}; "
+                f"against the float model on the example inputs: {errs or 'not measured'}")
+
+
+def output_errors(want: Any, got: Any) -> list[OutputError]:
+    """Per floating output (in flattening order), the compiled program's error."""
+    import torch.utils._pytree as pytree
+
+    out = []
+    for w, g in zip(pytree.tree_leaves(want), pytree.tree_leaves(got)):
+        if not (isinstance(w, torch.Tensor) and w.is_floating_point()):
+            continue
+        w, g = w.detach().double(), g.detach().double()
+        max_abs = float((w - g).abs().max()) if w.numel() else 0.0
+        scale = float(w.abs().max()) if w.numel() else 0.0
+        top1 = None
+        if w.dim() >= 2 and w.shape[-1] > 1:
+            top1 = float((w.argmax(-1) == g.argmax(-1)).double().mean())
+        out.append(OutputError(max_abs, max_abs / scale if scale else max_abs, top1))
+    return out

@@ -1,0 +1,49 @@
+"""Weight-only quantization (issue 13), as rewrites: a GEMM on a constant float weight W is
+equal, within the format's error, to the same GEMM on the integers and scales of W
+(quant_formats.py), which constant folding computes once at compile time. The C kernels
+dequantize in registers (codegen/c/quant_gemm.py); the cost model prices the weight's bytes in
+its format, so extraction takes the quantized GEMM where reading the weight is what costs.
+
+One family per format ("quantize-int8", "quantize-int4_g32", ...), not in "all":
+optimize(quantize=...) adds it. Approximate rules: their tolerance, relative to the largest
+output, is what `rules check` verifies on random instances."""
+
+from egglog import String, Vec, eq, f64, i64, rule, union
+
+from eqsat_llm.egraph.analysis import is_const, is_float_dtype, quantizable
+from eqsat_llm.egraph.language import E, Tensor, dtype, shape
+from eqsat_llm.quant_formats import FORMATS, format_group
+from eqsat_llm.rulebook import approximate, family
+
+from .fusion import NONE
+
+# The worst error seen by `eqsat-llm rules check` over random instances, with a margin: each
+# weight is off by at most half a step (int8: max|w| / 254 per column; int4: max|w| / 14 per
+# group), summed over K products.
+TOLERANCE = {"int8": 0.05, "int4_g32": 0.5, "int4_g64": 0.5, "int4_g128": 0.5}
+
+
+def _family(fmt: str):
+    group = format_group(fmt)
+
+    def rules(y: Tensor, x: Tensor, w: Tensor, ws: Tensor, norm: Tensor, addend: Tensor,
+              n: i64, al: f64, be: f64, eps: f64, pro: String, epi: String, act: String,
+              sw: Vec[i64]):
+        # W: a constant float32 matrix the encoder let be quantized, whole groups of rows
+        weight = [is_const(w), quantizable(w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)),
+                  is_float_dtype(dtype(w))]
+        if group:
+            weight.append(eq(sw[0] % group).to(i64(0)))
+        q, s = E.quantize_weight(w, fmt), E.weight_scales(w, fmt)
+        tol, note = TOLERANCE[fmt], f"W stored as {fmt}: each weight within half a step"
+        plain = E.gemm(x, q, s, NONE, NONE, sw[1], al, 1.0, 0.0, String("none"), String(fmt), String("none"), String("none"))
+        dims = (group, 2 * group) if group else ()  # (rules check: whole groups of rows)
+        yield approximate(f"quantize-matmul-{fmt}", rule(eq(y).to(E.matmul(x, w, al)), *weight).then(union(y).with_(plain)), tol, note, dims)
+        fused = E.gemm(x, w, ws, norm, addend, n, al, be, eps, pro, String("float"), epi, act)
+        yield approximate(f"quantize-gemm-{fmt}", rule(eq(y).to(fused), *weight).then(union(y).with_(E.gemm(x, q, s, norm, addend, n, al, be, eps, pro, String(fmt), epi, act))), tol, note, dims)
+
+    rules.__name__ = f"quantize_{fmt}"
+    return family(f"quantize-{fmt}")(rules)
+
+
+FAMILIES = {fmt: _family(fmt) for fmt in FORMATS}

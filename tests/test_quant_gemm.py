@@ -1,0 +1,226 @@
+"""Weight-only quantized GEMMs (codegen/c/quant_gemm.py): the quantizers' formats, and the C
+kernel eq_gemm_q against torch on the dequantized weight: row counts around the GEMV threshold
+and the 14-row tile, column counts around the 32-column panel and the 64-column block, every
+epilogue, swiglu, strided operands; built native, portable (no AVX-512), and with the other
+targets' vector widths (16 floats: AVX-512's tiling through generic vectors; SSE's 4)."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+
+import pytest
+import torch
+
+from eqsat_llm.codegen.c.build import CFLAGS, compiler
+from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
+from eqsat_llm.codegen.c.prelude import PRELUDE
+from eqsat_llm.codegen.c.quant_gemm import (
+    FORMATS,
+    QUANT_GEMM_C,
+    dequantize,
+    format_group,
+    quantize_int4,
+    quantize_int8,
+)
+
+WRAPPER = r"""
+void qgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
+           const void* wq, const float* s, int64_t ldw, float* c, int64_t ldc, float alpha,
+           const float* rowscale, const eq_addend* e, int ne, int act, int swiglu, int parallel) {
+    eq_gemm_q(M, N, K, a, lda, fmt, group, wq, s, ldw, c, ldc, alpha, rowscale, e, ne, act,
+              swiglu, parallel);
+}
+"""
+
+BUILDS = {
+    "native": [],
+    "portable": ["-mno-avx512f"],
+    "vec16": ["-DEQ_QV=16", "-Wno-psabi"],
+    "sse": ["-mno-avx"],
+}
+
+
+class Addend(ctypes.Structure):
+    _fields_ = [("p", ctypes.c_void_p), ("rs", ctypes.c_int64), ("cs", ctypes.c_int64),
+                ("scale", ctypes.c_float)]
+
+
+def build(flags: list[str], d) -> ctypes.CDLL:
+    """The kernel and WRAPPER as a shared object in the folder d, compiled with CFLAGS + flags."""
+    src, so = d / "q.c", d / "q.so"
+    src.write_text(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + WRAPPER)
+    subprocess.run([compiler(), *CFLAGS, *flags, str(src), "-o", str(so), "-lm"],
+                   check=True, capture_output=True)
+    dll = ctypes.CDLL(str(so))
+    i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    dll.qgemm.argtypes = [i64, i64, i64, ptr, i64, i32, i64, ptr, ptr, i64, ptr, i64,
+                          ctypes.c_float, ptr, ptr, i32, i32, i32, i32]
+    dll.qgemm.restype = None
+    return dll
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def lib(request, tmp_path_factory):
+    if compiler() is None:
+        pytest.skip("no C compiler (cc / $CC) found")
+    return build(BUILDS[request.param], tmp_path_factory.mktemp(f"quant_gemm_{request.param}"))
+
+
+def _random_weight(k: int, n: int, fmt: str, gen: torch.Generator):
+    """Raw stored integers over their whole range (-8 and -128 included) and scales."""
+    group = format_group(fmt)
+    if group == 0:
+        wq = torch.randint(-128, 128, (k, n), generator=gen, dtype=torch.int8)
+        s = torch.rand(n, generator=gen) * 0.02 + 0.001
+    else:
+        wq = torch.randint(0, 256, (k // 2, n), generator=gen, dtype=torch.uint8)
+        s = torch.rand(k // group, n, generator=gen) * 0.2 + 0.01
+    return wq, s
+
+
+def _act(y: torch.Tensor, act: int) -> torch.Tensor:
+    f = torch.nn.functional
+    return [y, f.relu(y), f.silu(y), f.gelu(y, approximate="tanh"), f.gelu(y)][act]
+
+
+def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
+             rowscale: bool = False, addends: tuple[str, ...] = (), act: int = 0,
+             swiglu: bool = False, lda_pad: int = 0, ldw_pad: int = 0, parallel: int = 1,
+             seed: int = 0) -> None:
+    """eq_gemm_q on random operands against torch in float64, to fp32 accumulation's error
+    (1e-4 of the sum of the products' magnitudes, per element)."""
+    gen = torch.Generator().manual_seed(seed)
+    group = format_group(fmt)
+    width = (2 if swiglu else 1) * n
+    ldw = width + ldw_pad
+    wq, s = _random_weight(k, ldw, fmt, gen)
+    w = dequantize(wq, s, fmt)[:, :width].double()
+    lda, ldc = k + lda_pad, n + 3
+    a_full = torch.randn(m, lda, generator=gen)
+    a = a_full[:, :k].double()
+    rs = torch.rand(m, generator=gen) + 0.5 if rowscale else None
+    c = torch.full((m, ldc), float("nan"))
+
+    # (stored shape, as it broadcasts, row stride, column stride)
+    kinds = {"residual": ((m, n), (m, n), n, 1), "bias": ((n,), (1, n), 0, 1),
+             "rowvec": ((m,), (m, 1), 1, 0)}
+    stored, tensors, structs = [], [], []  # (stored: alive through the call)
+    for i, kind in enumerate(addends):
+        shape, ref_shape, r_s, c_s = kinds[kind]
+        stored.append(torch.randn(shape, generator=gen))
+        tensors.append(stored[-1].reshape(ref_shape).double() * (0.5 + i))
+        structs.append(Addend(stored[-1].data_ptr(), r_s, c_s, 0.5 + i))
+    e = (Addend * len(structs))(*structs) if structs else None
+
+    lib.qgemm(m, n, k, a_full.data_ptr(), lda, 8 if group == 0 else 4, group, wq.data_ptr(),
+              s.data_ptr(), ldw, c.data_ptr(), ldc, alpha, rs.data_ptr() if rowscale else None,
+              e, len(structs), act, int(swiglu), parallel)
+    assert ctypes.c_int.in_dll(lib, "eq_index_error").value == 0
+    assert c[:, n:].isnan().all(), "wrote past N"
+    got = c[:, :n].double()
+
+    f = alpha * (rs.double()[:, None] if rowscale else torch.ones(m, 1, dtype=torch.float64))
+    y, mag = f * (a @ w), f.abs() * (a.abs() @ w.abs())
+    if swiglu:
+        g, u, mg, mu = y[:, :n], y[:, n:], mag[:, :n], mag[:, n:]
+        want = torch.nn.functional.silu(g) * u
+        scale = (g.abs() + mg + 1) * (u.abs() + mu + 1)
+    else:
+        y = y + sum(tensors, torch.zeros(1, dtype=torch.float64))
+        want = _act(y, act)
+        scale = mag + sum((t.abs() for t in tensors), torch.zeros(1, dtype=torch.float64)) + 1
+    err = ((got - want).abs() / scale).max().item() if got.numel() else 0.0
+    assert err <= 1e-4, (fmt, m, n, k, err)
+
+
+ROWS = [1, 2, 3, 4, 5, 8, 13, 14, 15, 40, 130]
+COLS = [1, 17, 32, 33, 100]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_shapes(lib, fmt):
+    ks = [128, 256] + ([64] if fmt == "int4_g32" else [])
+    for i, m in enumerate(ROWS):
+        for j, n in enumerate(COLS):
+            k = ks[(i + j) % len(ks)]
+            run_case(lib, fmt, m, n, k, alpha=0.5, rowscale=(i + j) % 2 == 1, seed=i * 10 + j)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_epilogues(lib, fmt):
+    k = 128
+    for m in [1, 3, 8, 9, 15]:
+        for n in [33, 128, 200]:
+            for act in range(5):
+                run_case(lib, fmt, m, n, k, alpha=1.5, rowscale=act % 2 == 0,
+                         addends=("residual", "bias", "rowvec")[: act % 4], act=act,
+                         lda_pad=5, ldw_pad=3 * (act % 2), seed=act)
+            run_case(lib, fmt, m, n, k, alpha=0.7, rowscale=True, swiglu=True, lda_pad=5)
+            run_case(lib, fmt, m, n, k, swiglu=True, ldw_pad=64)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_large_and_serial(lib, fmt):
+    for m in [1, 4, 8, 9, 20]:
+        run_case(lib, fmt, m, 2048, 512, rowscale=True, addends=("residual",), act=2)
+    run_case(lib, fmt, 6, 2048 + 64 + 33, 256, swiglu=True, rowscale=True)
+    run_case(lib, fmt, 2, 300, 256, parallel=0)
+    run_case(lib, fmt, 30, 300, 256, parallel=0, swiglu=True)
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_int4_round_trip(group):
+    w = torch.randn(256, 48) * torch.logspace(-3, 2, 48)  # columns of very different sizes
+    wq, s = quantize_int4(w, group)
+    assert wq.dtype == torch.uint8 and wq.shape == (128, 48)
+    assert s.dtype == torch.float32 and s.shape == (256 // group, 48)
+    back = dequantize(wq, s, f"int4_g{group}")
+    bound = s.repeat_interleave(group, dim=0) / 2
+    assert ((w - back).abs() <= bound * (1 + 1e-5)).all()
+
+
+def test_int8_round_trip_and_range():
+    w = torch.randn(200, 40) * torch.logspace(-3, 2, 40)
+    wq, s = quantize_int8(w)
+    assert wq.dtype == torch.int8 and wq.shape == (200, 40) and s.shape == (40,)
+    assert int(wq.min()) >= -127 and int(wq.max()) <= 127
+    assert (wq.abs().amax(dim=0) == 127).all()  # each column's largest entry maps to +-127
+    back = dequantize(wq, s, "int8")
+    assert ((w - back).abs() <= s / 2 * (1 + 1e-5)).all()
+
+
+def test_nibble_layout():
+    # scale 1: q = w; rows 2 k2 (low nibble) and 2 k2 + 1 (high nibble) of a byte
+    col = torch.tensor([(k * 5) % 15 - 7 for k in range(32)], dtype=torch.float32)
+    w = torch.stack([col, -col], dim=1)
+    wq, s = quantize_int4(w, 32)
+    assert torch.equal(s, torch.ones(1, 2))
+    for n in range(2):
+        q = (w[:, n] + 8).to(torch.int64)
+        expect = q[0::2] + 16 * q[1::2]
+        assert wq[:, n].tolist() == expect.tolist()
+    assert wq[0, 0] == (-7 + 8) + 16 * (-2 + 8)
+    assert torch.equal(dequantize(wq, s, "int4_g32"), w)
+
+
+def test_zero_column_and_group():
+    w = torch.randn(128, 6)
+    w[:, 2] = 0
+    w[64:, 4] = 0  # one group of 64 (two of 32) in column 4
+    q8, s8 = quantize_int8(w)
+    assert s8[2] == 1.0 and torch.equal(dequantize(q8, s8, "int8")[:, 2], torch.zeros(128))
+    for group in (32, 64):
+        q4, s4 = quantize_int4(w, group)
+        back = dequantize(q4, s4, f"int4_g{group}")
+        assert torch.equal(back[:, 2], torch.zeros(128))
+        assert torch.equal(back[64:, 4], torch.zeros(64))
+        assert (s4[64 // group:, 4] == 1.0).all()
+
+
+def test_formats():
+    assert [format_group(f) for f in FORMATS] == [0, 32, 64, 128]
+    with pytest.raises(ValueError):
+        format_group("int4_g48")
+    with pytest.raises(ValueError):
+        quantize_int4(torch.zeros(64, 2), 48)

@@ -1,0 +1,117 @@
+"""optimize(quantize=...) (issue 13): weight-only int8 / int4 as approximate rewrites. The
+formats' reference semantics, the rules (checked within their tolerance), the quantized GEMMs
+in the C backend against the reference on the LLaMA-style block (decode and prefill, every
+GEMM descriptor it has), the measured error in the report, keep_float, and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eqsat_llm import optimize
+from eqsat_llm.codegen import ReferenceRuntime
+from eqsat_llm.codegen.c.build import compiler
+from eqsat_llm.errors import EqsatError, GraphError
+from eqsat_llm.model_matrix import FAMILIES, build
+from eqsat_llm.quant_formats import FORMATS, dequantize, quantize
+from eqsat_llm.rulebook import resolve
+from eqsat_llm.rulecheck import check_rule
+from eqsat_llm.workloads import llama_block_case
+
+from .conftest import max_error
+
+needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_format_round_trip_is_within_half_a_step(fmt):
+    w = torch.randn(256, 40)
+    w[:, 3] = 0.0  # a zero column (and zero groups) dequantizes to exactly zero
+    q, s = quantize(w, fmt)
+    back = dequantize(q, s, fmt)
+    assert back.shape == w.shape and back.dtype == torch.float32
+    assert torch.equal(back[:, 3], torch.zeros(256))
+    step = s if fmt == "int8" else s.repeat_interleave(int(fmt.rsplit("g", 1)[1]), 0)
+    assert ((back - w).abs() <= step / 2 + 1e-6).all()
+    assert q.dtype == (torch.int8 if fmt == "int8" else torch.uint8)
+
+
+def test_int4_nibbles_hold_two_rows():
+    w = torch.zeros(32, 2)
+    w[0, 0], w[1, 0] = 7.0, -8.0 * 7 / 7  # row 0 -> low nibble, row 1 -> high nibble
+    q, s = quantize(w, "int4_g32")
+    assert q.shape == (16, 2) and s.shape == (1, 2)
+    assert int(q[0, 0]) & 15 == 7 + 8 and int(q[0, 0]) >> 4 == -7 + 8
+
+
+def test_a_weight_that_does_not_fill_its_groups_is_refused():
+    with pytest.raises(GraphError, match="cannot quantize"):
+        quantize(torch.randn(48, 4), "int4_g32")
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4_g32", "int4_g128"])
+def test_rules_pass_the_checker_within_their_tolerance(fmt):
+    for rule in resolve([f"quantize-{fmt}"]):
+        result = check_rule(rule, instances=10)
+        assert result.status == "pass" and result.instances_checked == 10, result
+        assert result.max_error <= rule.tolerance
+
+
+def test_quantize_families_are_not_in_all():
+    assert not any(r.family.startswith("quantize-") for r in resolve(None))
+
+
+def _gemms(compiled, quantized: bool) -> int:
+    return sum(n.op == "gemm" and (n.attrs["weight"] != "float") == quantized
+               for n in compiled.graph.nodes)
+
+
+@needs_cc
+@pytest.mark.parametrize("case", ["decode", "prefill"])
+@pytest.mark.parametrize("fmt,tol", [("int8", 0.02), ("int4", 0.15)])
+def test_llama_block_runs_every_gemm_quantized_in_c(case, fmt, tol):
+    model, inputs = llama_block_case(case)
+    compiled = optimize(model, inputs, quantize=fmt, measure_eager=False)
+    report = compiled.report
+    assert report.backend == "c" and not report.torch_ops, report.torch_ops
+    # the QKV (rms_norm prologue), o_proj and down (residual), gate/up (SwiGLU) GEMMs
+    assert _gemms(compiled, quantized=True) == 4 and _gemms(compiled, quantized=False) == 0
+    assert "eq_gemm_q(" in compiled._runtime.source
+    q = report.quantization
+    assert q.format == ("int4_g32" if fmt == "int4" else fmt) and q.quantized_weights == 4
+    (err,) = q.outputs
+    assert 0 < err.max_rel <= tol, err
+    with torch.no_grad():  # the C kernels compute the quantized program's reference
+        want = ReferenceRuntime(compiled.graph).run(list(inputs))[0]
+        assert max_error(want, compiled(*inputs)) <= 1e-4
+        assert "max abs" in report.summary() and report.to_dict()["quantization"]["format"]
+
+
+@needs_cc
+def test_keep_float_leaves_the_named_weights_alone():
+    model, inputs = llama_block_case("decode")
+    compiled = optimize(model, inputs, quantize="int8", keep_float=["o_proj", "down_proj*"],
+                        measure_eager=False)
+    assert _gemms(compiled, quantized=True) == 2 and _gemms(compiled, quantized=False) == 2
+    assert compiled.report.quantization.kept_float == ["o_proj", "down_proj*"]
+
+
+def test_unknown_format_is_refused():
+    model, inputs = llama_block_case("decode")
+    with pytest.raises(EqsatError, match="unknown quantize format 'int3'"):
+        optimize(model, inputs, quantize="int3")
+
+
+@needs_cc
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "qwen2"])
+def test_model_matrix_families_within_tolerance(family, fmt):
+    if family not in FAMILIES:
+        pytest.skip(f"{family} not in the model matrix")
+    model, inputs = build(family, seq=16, size="small")
+    compiled = optimize(model, inputs, quantize=fmt, measure_eager=False)
+    q = compiled.report.quantization
+    assert q.quantized_weights > 0
+    logits = q.outputs[0]
+    assert logits.max_rel <= (0.05 if fmt == "int8" else 0.3), q.summary()
+    assert logits.top1_agreement >= (0.9 if fmt == "int8" else 0.6), q.summary()
