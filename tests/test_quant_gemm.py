@@ -1,8 +1,9 @@
 """Weight-only quantized GEMMs (codegen/c/quant_gemm.py): the quantizers' formats, and the C
 kernel eq_gemm_q against torch on the dequantized weight: row counts around the GEMV threshold
 and the 14-row tile, column counts around the 32-column panel and the 64-column block, every
-epilogue, swiglu, strided operands; built native, portable (no AVX-512), and with the other
-targets' vector widths (16 floats: AVX-512's tiling through generic vectors; SSE's 4)."""
+epilogue, swiglu, strided operands; built native, portable (no AVX-512), with the other
+targets' vector widths (16 floats: AVX-512's tiling through generic vectors; SSE's 4), and with
+the dequantized panels for every row count."""
 
 from __future__ import annotations
 
@@ -36,8 +37,10 @@ void qgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt
 BUILDS = {
     "native": [],
     "portable": ["-mno-avx512f"],
-    "vec16": ["-DEQ_QV=16", "-Wno-psabi"],
+    # AVX-512's tiling and GEMV threshold, through generic vectors where the CPU lacks it
+    "vec16": ["-DEQ_QV=16", "-DEQ_QGEMV_M=8", "-Wno-psabi"],
     "sse": ["-mno-avx"],
+    "panels": ["-DEQ_QGEMV_M=0"],  # every row count through the dequantized panels
 }
 
 

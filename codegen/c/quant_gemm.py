@@ -1,35 +1,62 @@
-"""Weight-only quantized GEMMs: float activations against int8 or int4 weights, dequantized on
+"""Weight-only quantized GEMMs: float activations times int8 or int4 weights, dequantized on
 the fly, accumulated in float32.
 
 Formats (W [K, N], the weight as `x @ W` reads it; q the stored integers):
 - "int8": symmetric per output column. scale[n] = max_k |W[k, n]| / 127, q = round(W / scale)
-  in [-127, 127], stored int8 [K, N]; W ~ q[k, n] * scale[n].
+  in [-127, 127], stored int8 [K, N]; W = q[k, n] * scale[n].
 - "int4_g32", "int4_g64", "int4_g128": symmetric per group of `group` consecutive rows of a
   column. scale[g, n] = max |W| over the group / 7, q = round(W / scale) in [-8, 7], stored as
   q + 8 in a nibble: byte [k2, n] of the uint8 [K / 2, N] array holds row 2 k2 in its low nibble
-  and row 2 k2 + 1 in its high one (a byte never straddles a group: group is even);
-  W ~ q[k, n] * scale[k / group, n].
+  and row 2 k2 + 1 in its high one (group is even: a byte never straddles two groups);
+  W = q[k, n] * scale[k / group, n].
 An all-zero column (group) gets scale 1, so that it dequantizes to exactly 0.
 
-The kernel `eq_gemm_q` (QUANT_GEMM_C) has two paths:
-- M <= EQ_QGEMV_M (decode): a GEMV that streams the weight once. Threads split the columns in
-  blocks of 64 (a cache line of int8 or int4 per row read); per block and chunk of K (128 rows
-  for int8, one group for int4, a few KiB that stay in L1) the weights are widened to float in
-  registers and multiplied into a tile of EQ_QR rows x 4 vectors of accumulators, so each weight
-  byte comes from memory once per call whatever M (the other row tiles re-read the chunk from
-  L1). int4 scales a group's partial sums by the group's scale as they are added to the block's
-  totals; int8 scales the totals once at the end. The code is GNU C vectors (the width from the
-  ISA: 16 floats with AVX-512, 8 with AVX, 4 otherwise), so one source serves every target.
-  Column tails (N not a multiple of 64) go through the panel path below.
-- Larger M (prefill): per panel of 32 columns the weight is dequantized into a thread-local
-  K x 32 float buffer, laid out as PackedWeight's panels, and `eq_panel` (packed_gemm.py) runs
-  the tile kernel and the epilogue on it: the dequantization (K x 32 per panel) is amortized
-  over the M rows, and the panel stays in L2 while all rows go through it.
+The kernel `eq_gemm_q` (QUANT_GEMM_C) has two paths.
+- M <= EQ_QGEMV_M rows (decode): a GEMV that reads each weight byte from memory once per call,
+  whatever M. Threads split the columns in blocks of 64 (a cache line of int8 per weight row, of
+  int4 per two). A thread walks K in chunks of 16 byte rows across all its columns: the chunk's
+  rows are 16 sequential streams (prefetched a few blocks ahead), each page visited once per
+  chunk (a block all down K visits a new page at every row: measured half the bandwidth). Per
+  block, the bytes are widened to float in registers and multiplied into a tile of
+  accumulators (one row: all 64 columns, 8 vectors with AVX2, enough chains to hide the FMA
+  latency; more rows: up to EQ_QR rows of 4 vectors, the weights widened once for them), and
+  the tile's sums are scaled (int8 by the column's scale, int4 by the group's) and added to the
+  thread's sums; other row tiles re-read the chunk from L1. int4 widens a byte x = 16 hi + lo
+  (rows k, k + 1) once: A is rewritten per call as b = A[k] - A[k + 1] / 16, c = A[k + 1] / 16,
+  so that b lo + c x = A[k] lo + A[k + 1] hi (no shift), the nibbles' -8 folded into a term
+  -8 * sum(A) per chunk. The code is GNU C vectors whose width follows the ISA (16 floats with
+  AVX-512, 8 with AVX2, 4 otherwise; the widening by the ISA's instruction, as GCC widens
+  generic byte vectors lane by lane): one source, every target. Column tails (N mod 64) go
+  through the panels.
+- More rows (prefill): per 8 panels of 32 columns the weight is dequantized into a thread-local
+  buffer of K x 32 panels laid out as PackedWeight's (row by row across the 8, the rows ahead
+  prefetched: one panel at a time read 32 bytes per page, 2-3x slower), and `eq_panel`
+  (packed_gemm.py) runs its tiles and the epilogue on each: the dequantization, a float per
+  weight, is amortized over the M rows.
+The threshold: with AVX-512, 8 rows (not measured: this machine has no AVX-512, where
+eq_panel runs 14-row tiles at 250-360 GFLOP/s); without it, 128: measured here (K = 2048,
+N = 5632), the GEMV took 0.4-0.9 of the panels' time (through the portable eq_panel) from 8 to
+128 rows, and 0.75-1 at 256 and 512.
 The epilogue is the packed GEMM's: times alpha, a per-row scale, addends, an activation; or
 swiglu, silu(G) * U with G and U the gate and up products (weight columns [0, N) and [N, 2N)),
 each times alpha and the row scale.
 
-Measured on this machine: see the note at the bottom of this file.
+Measured on this machine (2 cores of an AMD EPYC, AVX2 without AVX-512, 32 MiB L3; the native
+build, so 8-float vectors; 2 OpenMP threads; a C driver: median of 21 calls, best of 5 rounds,
+median of 5 runs, which differed by up to 25%), M = 1, eq_gemm_q against eq_gemm_packed (fp32)
+on the same shape; GB/s = the weight's bytes (scales included) per second; cold: after reading
+64 MiB, warm: the quantized weights still in L3 (fp32's 46 MB never are):
+
+    ms, GB/s          K = 2048, N = 5632          K = 5632, N = 2048
+                      cold          warm          cold          warm
+    fp32 (packed)     1.75 ms 26    1.53 ms 30    1.88 ms 25    1.62 ms 29
+    int8              0.45 ms 26    0.44 ms 27    0.54 ms 21    0.50 ms 23
+    int4_g32          0.39 ms 19    0.37 ms 19    0.42 ms 17    0.42 ms 17
+    int4_g64          0.38 ms 17    0.38 ms 17    0.42 ms 16    0.42 ms 15
+    int4_g128         0.37 ms 17    0.37 ms 17    0.41 ms 15    0.41 ms 15
+
+int8 streams at about the fp32 kernel's bandwidth, so it takes 0.26-0.29 of its time; int4
+takes 0.21-0.22, bound by the widening (about 20 G weights/s per core) more than by memory.
 """
 
 from __future__ import annotations
@@ -99,8 +126,17 @@ QUANT_GEMM_C = r"""
 #else
 #define EQ_QR 2
 #endif
-#define EQ_QGEMV_M 8   /* the GEMV path up to this many rows */
-#define EQ_QKC 64      /* rows of K per chunk: 2 KiB of a 64-column block of int8 */
+#ifndef EQ_QGEMV_M  /* the GEMV path up to this many rows (tests set it) */
+#if defined(__AVX512F__)
+#define EQ_QGEMV_M 8
+#else
+#define EQ_QGEMV_M 128
+#endif
+#endif
+#define EQ_QSP 8       /* panels dequantized together (256 columns) */
+#define EQ_QPF 16      /* rows ahead that the dequantization prefetches */
+#define EQ_QKB 16      /* weight rows (bytes' rows) per GEMV chunk: as many streams read */
+#define EQ_QGPF 8      /* GEMV: 64-column blocks ahead that a chunk's rows are prefetched */
 typedef float eq_qf __attribute__((vector_size(EQ_QV * 4)));
 typedef int32_t eq_qi __attribute__((vector_size(EQ_QV * 4)));
 #if defined(__SSE4_1__)
@@ -145,7 +181,8 @@ static inline __attribute__((always_inline)) void eq_qtile(
         for (int64_t k = 0; k < kc; k++) {
 #pragma GCC unroll 8
             for (int v = 0; v < nv; v++) {
-                const eq_qf f = __builtin_convertvector(eq_qwiden(w + k * ldw + v * EQ_QV, 1), eq_qf);
+                const eq_qi q = eq_qwiden(w + k * ldw + v * EQ_QV, 1);
+                const eq_qf f = __builtin_convertvector(q, eq_qf);
 #pragma GCC unroll 4
                 for (int r = 0; r < rows; r++) x[r][v] += a[r * lda + k] * f;
             }
@@ -207,7 +244,7 @@ static inline __attribute__((always_inline)) void eq_qblock(
    short (see eq_qgemv) */
 static int64_t eq_qchunk4(int64_t group) {
     int64_t kc = group;
-    while (kc > EQ_QKC && kc % 4 == 0) kc /= 2;
+    while (kc > 2 * EQ_QKB && kc % 4 == 0) kc /= 2;
     return kc;
 }
 /* int4: A [M, K] rewritten as eq_qtile reads it, into ap [M, K] (pairs b, c) and o [M, K / kc]
@@ -238,12 +275,22 @@ static __attribute__((noinline)) void eq_qgemv(
         int64_t group, const uint8_t* wq, const float* s, int64_t ldw, int64_t n0, int64_t n1,
         float* t, int64_t ldt) {
     for (int64_t m = 0; m < M; m++) memset(t + m * ldt, 0, (size_t)(n1 - n0) * sizeof(float));
-    const int64_t kc = fmt == 8 ? EQ_QKC : eq_qchunk4(group), nch = (K + kc - 1) / kc;
+    const int64_t kc = fmt == 8 ? EQ_QKB : eq_qchunk4(group), nch = (K + kc - 1) / kc;
     for (int64_t j = 0; j < nch; j++) {
         const int64_t k0 = j * kc, kn = K - k0 < kc ? K - k0 : kc;
         const uint8_t* w = wq + (fmt == 8 ? k0 : k0 / 2) * ldw;
         const float* sk = fmt == 8 ? s : s + k0 / group * ldw;
-        for (int64_t nb = n0; nb < n1; nb += 64)
+        for (int64_t nb = n0; nb < n1; nb += 64) {
+            /* the chunk's rows EQ_QGPF blocks ahead, past n1 the next chunk's: the hardware
+               prefetcher starts over at each row's run (measured, K = 5632, N = 2048: a
+               quarter faster from memory) */
+            const int64_t pn = nb + EQ_QGPF * 64, pk = pn < n1 ? k0 : k0 + kc;
+            if (pk < K) {
+                const int64_t pr = (K - pk < kc ? K - pk : kc) / (fmt == 8 ? 1 : 2);
+                const uint8_t* pw = wq + (fmt == 8 ? pk : pk / 2) * ldw +
+                                    (pn < n1 ? pn : n0 + (pn - n1) % (n1 - n0));
+                for (int64_t r = 0; r < pr; r++) __builtin_prefetch(pw + r * ldw);
+            }
             for (int64_t m = 0; m < M; m += EQ_QR) {
                 const int rows = M - m < EQ_QR ? (int)(M - m) : EQ_QR;
                 const float* ar = a + m * lda + k0;
@@ -254,11 +301,12 @@ static __attribute__((noinline)) void eq_qgemv(
                     eq_qblock(rows, 4, kn, ar, lda, w + nb, ldw, sk + nb, o + m * nch + j, nch,
                               tm, ldt);
             }
+        }
     }
 }
 
-/* the calling thread's buffers (GEMV sums, int4's A, dequantized panels), grown when needed and kept,
-   as eq_unaliased's: a call allocates nothing once the first has run */
+/* the calling thread's buffers (GEMV sums, int4's A, dequantized panels), grown when needed
+   and kept, as eq_unaliased's: a call allocates nothing once the first has run */
 static __thread float* eq_qacc = 0;
 static __thread int64_t eq_qacc_n = 0;
 static __thread float* eq_qa = 0;
@@ -266,6 +314,7 @@ static __thread int64_t eq_qa_n = 0;
 static __thread float* eq_qpan = 0;
 static __thread int64_t eq_qpan_n = 0;
 static float* eq_qbuf(float** buf, int64_t* have, int64_t n) {
+    n = n > 16 ? n : 16;  /* never 0: NULL means out of memory */
     if (*have < n) {
         free(*buf);
         *buf = (float*)aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
@@ -273,57 +322,78 @@ static float* eq_qbuf(float** buf, int64_t* have, int64_t n) {
     }
     return *buf;
 }
-/* bp[K, 32] = W[:, n0:n0 + ncols] dequantized, the columns past ncols zero */
-static void eq_qdequant_panel(int64_t K, int fmt, int64_t group, const uint8_t* wq,
-                              const float* s, int64_t ldw, int64_t n0, int ncols, float* bp) {
-    if (fmt == 8) {
-        for (int64_t k = 0; k < K; k++) {
-            const int8_t* w = (const int8_t*)wq + k * ldw + n0;
+/* bp[q][K][32], q < ceil(ncols / 32): the panels of W[:, n0:n0 + ncols] dequantized
+   (ncols <= 32 * EQ_QSP), zero past ncols. Row by row across all the panels, the rows ahead
+   prefetched: the weight's rows lie a page or more apart, and one panel at a time read 32
+   bytes per page visit, each waiting on its own miss (measured: 2-3 times as long). */
+static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, const float* s,
+                        int64_t ldw, int64_t n0, int ncols, float* bp) {
+    const int np = (ncols + 31) / 32, step = fmt == 8 ? 1 : 2;
+    for (int64_t k = 0; k < K; k += step) {
+        const uint8_t* w = wq + k / step * ldw + n0;
+        for (int j = 0; j < ncols; j += 64) __builtin_prefetch(w + EQ_QPF * ldw + j);
+        const float* sk = fmt == 8 ? s + n0 : s + k / group * ldw + n0;
+        for (int q = 0; q < np; q++) {
+            const int nq = ncols - 32 * q < 32 ? ncols - 32 * q : 32;
+            const uint8_t* wp = w + 32 * q;
+            const float* sp = sk + 32 * q;
+            float* b = bp + (q * K + k) * 32;
+            if (fmt == 8 && nq == 32) {
 #pragma omp simd
-            for (int j = 0; j < ncols; j++) bp[k * 32 + j] = (float)w[j] * s[n0 + j];
-            for (int j = ncols; j < 32; j++) bp[k * 32 + j] = 0.0f;
-        }
-    } else {
-        for (int64_t k = 0; k < K; k += 2) {
-            const uint8_t* w = wq + k / 2 * ldw + n0;
-            const float* sg = s + k / group * ldw + n0;
-            float* lo = bp + k * 32;
+                for (int j = 0; j < 32; j++) b[j] = (float)(int8_t)wp[j] * sp[j];
+            } else if (fmt == 8) {
+                for (int j = 0; j < 32; j++) b[j] = j < nq ? (float)(int8_t)wp[j] * sp[j] : 0.0f;
+            } else if (nq == 32) {
 #pragma omp simd
-            for (int j = 0; j < ncols; j++) {
-                lo[j] = (float)((w[j] & 15) - 8) * sg[j];
-                lo[32 + j] = (float)((w[j] >> 4) - 8) * sg[j];
+                for (int j = 0; j < 32; j++) {
+                    b[j] = (float)((wp[j] & 15) - 8) * sp[j];
+                    b[32 + j] = (float)((wp[j] >> 4) - 8) * sp[j];
+                }
+            } else {
+                for (int j = 0; j < 32; j++) {
+                    b[j] = j < nq ? (float)((wp[j] & 15) - 8) * sp[j] : 0.0f;
+                    b[32 + j] = j < nq ? (float)((wp[j] >> 4) - 8) * sp[j] : 0.0f;
+                }
             }
-            for (int j = ncols; j < 32; j++) lo[j] = lo[32 + j] = 0.0f;
         }
     }
 }
-/* columns [n0, n0 + ncols) (ncols <= 32) of C through a dequantized panel and eq_panel */
-static void eq_qpanel(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
-                      int64_t group, const uint8_t* wq, const float* s, int64_t ldw, int64_t n0,
-                      int ncols, float* c, int64_t ldc, float alpha, const float* rowscale,
-                      const eq_addend* e, int ne, int act, int swiglu) {
-    float* bp = eq_qbuf(&eq_qpan, &eq_qpan_n, (swiglu ? 2 : 1) * K * 32);
+/* columns [n0, n0 + ncols) (ncols <= 32 * EQ_QSP) of C through dequantized panels and
+   eq_panel, which applies the epilogue; swiglu: the gate and up panels' tiles joined per block
+   of 14 rows, in L1, as eq_gemm_packed_swiglu does */
+static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
+                       int64_t group, const uint8_t* wq, const float* s, int64_t ldw,
+                       int64_t n0, int ncols, float* c, int64_t ldc, float alpha,
+                       const float* rowscale, const eq_addend* e, int ne, int act, int swiglu) {
+    const int np = (ncols + 31) / 32;
+    float* bp = eq_qbuf(&eq_qpan, &eq_qpan_n, (swiglu ? 2 : 1) * np * K * 32);
     if (!bp) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
-    eq_qdequant_panel(K, fmt, group, wq, s, ldw, n0, ncols, bp);
-    if (!swiglu) {
-        eq_panel(M, K, a, lda, bp, c, ldc, n0, ncols, alpha, rowscale, e, ne, act);
-        return;
-    }
-    float* bu = bp + K * 32;
-    eq_qdequant_panel(K, fmt, group, wq, s, ldw, N + n0, ncols, bu);
-    float tg[14 * 32] __attribute__((aligned(64)));
-    float tu[14 * 32] __attribute__((aligned(64)));
-    for (int64_t m = 0; m < M; m += 14) {
-        const int rows = M - m < 14 ? (int)(M - m) : 14;
-        const float* rs = rowscale ? rowscale + m : 0;
-        eq_panel(rows, K, a + m * lda, lda, bp, tg, 32, 0, 32, alpha, rs, 0, 0, 0);
-        eq_panel(rows, K, a + m * lda, lda, bu, tu, 32, 0, 32, alpha, rs, 0, 0, 0);
-        for (int r = 0; r < rows; r++) {
-            float* cr = c + (m + r) * ldc + n0;
-            const float* gr = tg + r * 32;
-            const float* ur = tu + r * 32;
+    float* bu = bp + np * K * 32;
+    eq_qdequant(K, fmt, group, wq, s, ldw, n0, ncols, bp);
+    if (swiglu) eq_qdequant(K, fmt, group, wq, s, ldw, N + n0, ncols, bu);
+    for (int q = 0; q < np; q++) {
+        const int64_t nq0 = n0 + 32 * q;
+        const int nq = ncols - 32 * q < 32 ? ncols - 32 * q : 32;
+        const float* bg = bp + q * K * 32;
+        if (!swiglu) {
+            eq_panel(M, K, a, lda, bg, c, ldc, nq0, nq, alpha, rowscale, e, ne, act);
+            continue;
+        }
+        float tg[14 * 32] __attribute__((aligned(64)));
+        float tu[14 * 32] __attribute__((aligned(64)));
+        for (int64_t m = 0; m < M; m += 14) {
+            const int rows = M - m < 14 ? (int)(M - m) : 14;
+            const float* rs = rowscale ? rowscale + m : 0;
+            eq_panel(rows, K, a + m * lda, lda, bg, tg, 32, 0, 32, alpha, rs, 0, 0, 0);
+            eq_panel(rows, K, a + m * lda, lda, bu + q * K * 32, tu, 32, 0, 32, alpha, rs, 0, 0,
+                     0);
+            for (int r = 0; r < rows; r++) {
+                float* cr = c + (m + r) * ldc + nq0;
+                const float* gr = tg + r * 32;
+                const float* ur = tu + r * 32;
 #pragma omp simd
-            for (int j = 0; j < ncols; j++) cr[j] = gr[j] * eq_sigmoidf(gr[j]) * ur[j];
+                for (int j = 0; j < nq; j++) cr[j] = gr[j] * eq_sigmoidf(gr[j]) * ur[j];
+            }
         }
     }
 }
@@ -336,6 +406,7 @@ static __attribute__((noinline)) void eq_gemm_q(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
         const void* wq, const float* s, int64_t ldw, float* c, int64_t ldc, float alpha,
         const float* rowscale, const eq_addend* e, int ne, int act, int swiglu, int parallel) {
+    if (M <= 0 || N <= 0) return;
     const uint8_t* w = (const uint8_t*)wq;
     const int gemv = M <= EQ_QGEMV_M;
     /* GEMV: blocks of 64 columns, the tail (< 64) as panels; else panels of 32 throughout */
@@ -386,14 +457,15 @@ static __attribute__((noinline)) void eq_gemm_q(
                     eq_tile_epilogue((int)M, c + n0, ldc, 0, n0, (int)nc, 0, e, ne, act);
             }
         }
-        /* the panels: all of N past GEMV's blocks, the last thread taking a GEMV's tail */
+        /* the panels: all of N past GEMV's blocks (the last thread takes a GEMV's tail),
+           EQ_QSP at a time */
         const int64_t p0 = gemv ? (t == nt - 1 ? 0 : np) : np * t / nt;
         const int64_t p1 = gemv ? np : np * (t + 1) / nt;
-        for (int64_t p = p0; p < p1; p++) {
-            const int64_t pn = nfull + p * 32;
-            const int ncols = (int)(N - pn < 32 ? N - pn : 32);
-            eq_qpanel(M, N, K, a, lda, fmt, group, w, s, ldw, pn, ncols, c, ldc, alpha,
-                      rowscale, e, ne, act, swiglu);
+        for (int64_t p = p0; p < p1; p += EQ_QSP) {
+            const int64_t pn = nfull + p * 32, pe = p + EQ_QSP < p1 ? p + EQ_QSP : p1;
+            const int ncols = (int)((pe * 32 < N - nfull ? pe * 32 : N - nfull) - p * 32);
+            eq_qpanels(M, N, K, a, lda, fmt, group, w, s, ldw, pn, ncols, c, ldc, alpha,
+                       rowscale, e, ne, act, swiglu);
         }
     }
 }
