@@ -16,14 +16,9 @@ import torch
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
-from eqsat_llm.codegen.c.quant_gemm import (
-    FORMATS,
-    QUANT_GEMM_C,
-    dequantize,
-    format_group,
-    quantize_int4,
-    quantize_int8,
-)
+from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C
+from eqsat_llm.errors import GraphError
+from eqsat_llm.quant_formats import FORMATS, dequantize, format_group, quantize
 
 WRAPPER = r"""
 void qgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
@@ -175,7 +170,7 @@ def test_large_and_serial(lib, fmt):
 @pytest.mark.parametrize("group", [32, 64, 128])
 def test_int4_round_trip(group):
     w = torch.randn(256, 48) * torch.logspace(-3, 2, 48)  # columns of very different sizes
-    wq, s = quantize_int4(w, group)
+    wq, s = quantize(w, f"int4_g{group}")
     assert wq.dtype == torch.uint8 and wq.shape == (128, 48)
     assert s.dtype == torch.float32 and s.shape == (256 // group, 48)
     back = dequantize(wq, s, f"int4_g{group}")
@@ -185,7 +180,7 @@ def test_int4_round_trip(group):
 
 def test_int8_round_trip_and_range():
     w = torch.randn(200, 40) * torch.logspace(-3, 2, 40)
-    wq, s = quantize_int8(w)
+    wq, s = quantize(w, "int8")
     assert wq.dtype == torch.int8 and wq.shape == (200, 40) and s.shape == (40,)
     assert int(wq.min()) >= -127 and int(wq.max()) <= 127
     assert (wq.abs().amax(dim=0) == 127).all()  # each column's largest entry maps to +-127
@@ -197,7 +192,7 @@ def test_nibble_layout():
     # scale 1: q = w; rows 2 k2 (low nibble) and 2 k2 + 1 (high nibble) of a byte
     col = torch.tensor([(k * 5) % 15 - 7 for k in range(32)], dtype=torch.float32)
     w = torch.stack([col, -col], dim=1)
-    wq, s = quantize_int4(w, 32)
+    wq, s = quantize(w, "int4_g32")
     assert torch.equal(s, torch.ones(1, 2))
     for n in range(2):
         q = (w[:, n] + 8).to(torch.int64)
@@ -211,10 +206,10 @@ def test_zero_column_and_group():
     w = torch.randn(128, 6)
     w[:, 2] = 0
     w[64:, 4] = 0  # one group of 64 (two of 32) in column 4
-    q8, s8 = quantize_int8(w)
+    q8, s8 = quantize(w, "int8")
     assert s8[2] == 1.0 and torch.equal(dequantize(q8, s8, "int8")[:, 2], torch.zeros(128))
     for group in (32, 64):
-        q4, s4 = quantize_int4(w, group)
+        q4, s4 = quantize(w, f"int4_g{group}")
         back = dequantize(q4, s4, f"int4_g{group}")
         assert torch.equal(back[:, 2], torch.zeros(128))
         assert torch.equal(back[64:, 4], torch.zeros(64))
@@ -223,7 +218,7 @@ def test_zero_column_and_group():
 
 def test_formats():
     assert [format_group(f) for f in FORMATS] == [0, 32, 64, 128]
-    with pytest.raises(ValueError):
+    with pytest.raises(GraphError, match="unknown weight format"):
         format_group("int4_g48")
-    with pytest.raises(ValueError):
-        quantize_int4(torch.zeros(64, 2), 48)
+    with pytest.raises(GraphError, match="cannot quantize"):
+        quantize(torch.zeros(48, 2), "int4_g32")

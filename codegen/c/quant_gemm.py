@@ -1,7 +1,8 @@
 """Weight-only quantized GEMMs: float activations times int8 or int4 weights, dequantized on
 the fly, accumulated in float32.
 
-Formats (W [K, N], the weight as `x @ W` reads it; q the stored integers):
+Formats (eqsat_llm/quant_formats.py, their reference; W [K, N], the weight as `x @ W` reads it;
+q the stored integers):
 - "int8": symmetric per output column. scale[n] = max_k |W[k, n]| / 127, q = round(W / scale)
   in [-127, 127], stored int8 [K, N]; W = q[k, n] * scale[n].
 - "int4_g32", "int4_g64", "int4_g128": symmetric per group of `group` consecutive rows of a
@@ -60,54 +61,6 @@ takes 0.21-0.22, bound by the widening (about 20 G weights/s per core) more than
 """
 
 from __future__ import annotations
-
-import torch
-
-FORMATS = ("int8", "int4_g32", "int4_g64", "int4_g128")
-
-
-def format_group(fmt: str) -> int:
-    """The int4 group size of a format (0 for int8)."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown quantization format {fmt!r} (one of {FORMATS})")
-    return 0 if fmt == "int8" else int(fmt.removeprefix("int4_g"))
-
-
-def _scales(amax: torch.Tensor, qmax: int) -> torch.Tensor:
-    s = amax / qmax
-    return torch.where(amax > 0, s, torch.ones_like(s))
-
-
-def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """W [K, N] -> (q int8 [K, N], scale float32 [N]), symmetric per column."""
-    w = w.detach().to(torch.float32)
-    s = _scales(w.abs().amax(dim=0), 127)
-    q = torch.clamp(torch.round(w / s), -127, 127).to(torch.int8)
-    return q, s
-
-
-def quantize_int4(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """W [K, N] -> (nibbles uint8 [K / 2, N], scale float32 [K / group, N]), symmetric per
-    group of `group` rows of a column."""
-    k, n = w.shape
-    if group <= 0 or group % 2 or k % group:
-        raise ValueError(f"int4 needs an even group dividing K (K = {k}, group = {group})")
-    w = w.detach().to(torch.float32).reshape(k // group, group, n)
-    s = _scales(w.abs().amax(dim=1), 7)
-    q = (torch.clamp(torch.round(w / s[:, None, :]), -8, 7) + 8).to(torch.uint8).reshape(k, n)
-    return q[0::2] | (q[1::2] << 4), s
-
-
-def dequantize(wq: torch.Tensor, scales: torch.Tensor, fmt: str) -> torch.Tensor:
-    """The float32 W [K, N] that a quantized weight stands for: q[k, n] * its scale."""
-    group = format_group(fmt)
-    if group == 0:
-        return wq.to(torch.float32) * scales.to(torch.float32)[None, :]
-    k2, n = wq.shape
-    q = torch.stack([(wq & 15).to(torch.int32), (wq >> 4).to(torch.int32)], dim=1) - 8
-    s = scales.to(torch.float32).repeat_interleave(group, dim=0)
-    return q.reshape(2 * k2, n).to(torch.float32) * s
-
 
 QUANT_GEMM_C = r"""
 /* ---- weight-only quantized GEMM (codegen/c/quant_gemm.py) ---- */
