@@ -361,7 +361,9 @@ def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
     return 2.0 * out.numel * k, min(rows, n, k), epilogue
 
 
-QUANT_GEMV_ROWS = 8  # rows up to which a quantized GEMM streams its weight (quant_gemm.py)
+# rows up to which a quantized GEMM streams its weight (quant_gemm.py's EQ_QGEMV_M: 8 with
+# AVX-512, 24 with AVX2; the smaller is taken: pricing the GEMV a little too long is harmless)
+QUANT_GEMV_ROWS = 8
 QUANT_TIE_BREAK = 0.01
 
 

@@ -35,9 +35,10 @@ The kernel `eq_gemm_q` (QUANT_GEMM_C) has two paths.
   (packed_gemm.py) runs its tiles and the epilogue on each: the dequantization, a float per
   weight, is amortized over the M rows.
 The threshold: with AVX-512, 8 rows (not measured: this machine has no AVX-512, where
-eq_panel runs 14-row tiles at 250-360 GFLOP/s); without it, 128: measured here (K = 2048,
-N = 5632), the GEMV took 0.4-0.9 of the panels' time (through the portable eq_panel) from 8 to
-128 rows, and 0.75-1 at 256 and 512.
+eq_panel runs 14-row tiles at 250-360 GFLOP/s); with AVX2, 24: measured (K = 2048, N = 5632,
+a one-gemm program) the GEMV at 0.5x the panels' time at 4 rows, 0.7-0.9x at 16, 1.07-1.12x at
+32, 1.35x at 64, once eq_panel had its AVX2 tiles; without either, 128 (the portable eq_panel:
+the GEMV took 0.4-0.9 of the panels' time from 8 to 128 rows, 0.75-1 at 256 and 512).
 The epilogue is the packed GEMM's: times alpha, a per-row scale, addends, an activation; or
 swiglu, silu(G) * U with G and U the gate and up products (weight columns [0, N) and [N, 2N)),
 each times alpha and the row scale.
@@ -82,6 +83,8 @@ QUANT_GEMM_C = r"""
 #ifndef EQ_QGEMV_M  /* the GEMV path up to this many rows (tests set it) */
 #if defined(__AVX512F__)
 #define EQ_QGEMV_M 8
+#elif defined(__AVX2__) && defined(__FMA__)
+#define EQ_QGEMV_M 24  /* measured: the crossover with eq_panel's AVX2 tiles is 16-32 rows */
 #else
 #define EQ_QGEMV_M 128
 #endif
