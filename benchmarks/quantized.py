@@ -46,9 +46,10 @@ def tinyllama_cases(quick: bool) -> dict[str, tuple[torch.nn.Module, tuple]]:
     from models import build_tinyllama
 
     out = {}
-    for label, seq in (("decode 1 token", 1), ("prefill 1x128", 8 if quick else 128)):
+    for seq in (1, 8 if quick else 128):
         model, inputs = build_tinyllama(seq=seq, quick=quick)
-        out[f"TinyLlama 4 layers, {label}"] = (model, inputs)
+        label = "one token" if seq == 1 else f"prefill 1x{seq}"
+        out[f"TinyLlama 4 layers{' (quick)' if quick else ''}, {label}"] = (model, inputs)
     return out
 
 

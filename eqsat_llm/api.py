@@ -21,6 +21,7 @@ from .egraph.encode import encode, let_name
 from .errors import EqsatError, RuleError
 from .fold import Folded, const_classes, fold_constants
 from .frontend import Captured, capture
+from .half import compute_in_float32, has_half
 from .ilp import extract_ilp
 from .ir import Graph, TensorType, dtype_of
 from .plan import plan_memory
@@ -224,7 +225,11 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     if fmt is not None:
         rule_list += resolve([f"quantize-{fmt}"])
     cost_model = CostModel()  # calibrated numbers when `eqsat-llm calibrate` ran, else defaults
-    graph = optimize_graph(captured.graph, rule_list, extractor, limits, report, progress,
+    graph = captured.graph
+    if backend == "c" and has_half(graph):  # the C kernels are float32 (half.py)
+        graph = compute_in_float32(graph)
+        report.computed_in_float32 = True
+    graph = optimize_graph(graph, rule_list, extractor, limits, report, progress,
                            cost_model=cost_model, keep_float=keep_float_matcher(keep_float))
     report.aten_op_counts = captured.aten_op_counts
     report.fallback_ops = captured.fallback_ops

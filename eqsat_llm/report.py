@@ -64,6 +64,8 @@ class Report:
     # optimize(quantize=...): the format, the GEMMs it reached and the measured error
     # (quantization.QuantizationReport)
     quantization: Any = None
+    # a bf16/fp16 model computed in float32 on the C backend (half.py)
+    computed_in_float32: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -97,6 +99,9 @@ class Report:
                          f"{self.state_in_place}")
         if self.quantization is not None:
             lines.append(self.quantization.summary())
+        if self.computed_in_float32:
+            lines.append("half-precision model computed in float32 (weights widened at compile "
+                         "time; inputs and outputs in the model's dtype)")
         lines.append("")
         width = max([16, *(len(o) + 2 for o in self.op_counts_after)])
         lines.append(f"{'op':<{width}}{'before':>8}{'after':>8}")

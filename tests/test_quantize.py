@@ -116,3 +116,21 @@ def test_model_matrix_families_within_tolerance(family, fmt):
     logits = q.outputs[0]
     assert logits.max_rel <= TOLERANCE[fmt]["max_rel"], q.summary()
     assert logits.top1_agreement >= TOLERANCE[fmt]["top1"], q.summary()
+
+
+@needs_cc
+def test_generator_runs_quantized_programs():
+    from eqsat_llm import Generator
+
+    lm = build("llama", seq=1)[0].model
+    gen = Generator(lm, 64, prefill_chunk=8, quantize="int8")
+    ids = torch.randint(3, 999, (1, 11), generator=torch.Generator().manual_seed(0))
+    out = gen.generate(ids, max_new_tokens=6, eos_token_id=[])
+    assert out.shape == (1, 17) and torch.equal(out[:, :11], ids)
+    for program in (gen.decode_program, gen.prefill_program):
+        assert program.report.backend == "c" and not program.report.torch_ops
+        assert program.report.quantization.quantized_weights > 0
+    with torch.no_grad():  # the first new token: the int8 program's logits against float
+        logits = lm(ids).logits[:, -1]
+    top2 = logits.topk(2).values[0]
+    assert int(out[0, 11]) == int(logits.argmax()) or float(top2[0] - top2[1]) < 0.1

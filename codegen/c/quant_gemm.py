@@ -29,9 +29,9 @@ The kernel `eq_gemm_q` (QUANT_GEMM_C) has two paths.
   AVX-512, 8 with AVX2, 4 otherwise; the widening by the ISA's instruction, as GCC widens
   generic byte vectors lane by lane): one source, every target. Column tails (N mod 64) go
   through the panels.
-- More rows (prefill): per 8 panels of 32 columns the weight is dequantized into a thread-local
-  buffer of K x 32 panels laid out as PackedWeight's (row by row across the 8, the rows ahead
-  prefetched: one panel at a time read 32 bytes per page, 2-3x slower), and `eq_panel`
+- More rows (prefill): per EQ_QSP (2) panels of 32 columns the weight is dequantized into a
+  thread-local buffer of K x 32 panels laid out as PackedWeight's (row by row across them, the
+  rows ahead prefetched; 8 panels at once outgrew L2: 1.4-1.6x slower at M = 128), and `eq_panel`
   (packed_gemm.py) runs its tiles and the epilogue on each: the dequantization, a float per
   weight, is amortized over the M rows.
 The threshold: with AVX-512, 8 rows (not measured: this machine has no AVX-512, where
@@ -89,7 +89,10 @@ QUANT_GEMM_C = r"""
 #define EQ_QGEMV_M 128
 #endif
 #endif
-#define EQ_QSP 8       /* panels dequantized together (256 columns) */
+#ifndef EQ_QSP
+#define EQ_QSP 2       /* panels dequantized together (64 columns; measured: 8 panels, 256
+                          columns of K floats, outgrow L2 and ran 1.4-1.6x slower at M = 128) */
+#endif
 #define EQ_QPF 16      /* rows ahead that the dequantization prefetches */
 #define EQ_QKB 16      /* weight rows (bytes' rows) per GEMV chunk: as many streams read */
 #define EQ_QGPF 8      /* GEMV: 64-column blocks ahead that a chunk's rows are prefetched */

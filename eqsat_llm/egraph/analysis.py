@@ -349,13 +349,19 @@ def hi_id(t: Tensor) -> i64:
     """Largest leaf number of the weights concatenated in t."""
 
 
+# (to_dtype too: a half-precision weight is read through a conversion to float32, half.py)
 def _weight_id_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
-    if opdef.category != "layout" or opdef.arity != 1:
+    if not _follows_weight(opdef):
         return
     y, p = op_pattern(opdef)
     lo, hi = var("lo", i64), var("hi", i64)
     yield rule(eq(var("y", Tensor)).to(y), eq(lo).to(lo_id(p["x0"])),
                eq(hi).to(hi_id(p["x0"]))).then(set_(lo_id(y)).to(lo), set_(hi_id(y)).to(hi))
+
+
+def _follows_weight(opdef: OpDef) -> bool:
+    """A one-input layout op or a dtype conversion: its value is still the weight's."""
+    return (opdef.category == "layout" and opdef.arity == 1) or opdef.name == "to_dtype"
 
 
 def _cat_weight_id_rules() -> Iterator[RewriteOrRule]:
@@ -377,7 +383,7 @@ quantizable_from = relation("quantizable_from", Vec[Tensor], i64)  # xs[i:] all 
 
 def _quantizable_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
     y, p = op_pattern(opdef)
-    if opdef.category == "layout" and opdef.arity == 1:
+    if _follows_weight(opdef):
         yield rule(y, quantizable(p["x0"])).then(quantizable(y))
     elif opdef.name == "cat":
         xs = p["xs"]
