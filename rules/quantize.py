@@ -47,3 +47,4 @@ def _family(fmt: str):
 
 
 FAMILIES = {fmt: _family(fmt) for fmt in FORMATS}
+RULES = [r for rules in FAMILIES.values() for r in rules]  # (a rule module's lists of Rule)

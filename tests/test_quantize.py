@@ -15,7 +15,6 @@ from eqsat_llm.errors import EqsatError, GraphError
 from eqsat_llm.model_matrix import FAMILIES, build
 from eqsat_llm.quant_formats import FORMATS, dequantize, quantize
 from eqsat_llm.rulebook import resolve
-from eqsat_llm.rulecheck import check_rule
 from eqsat_llm.workloads import llama_block_case
 
 from .conftest import max_error
@@ -50,12 +49,8 @@ def test_a_weight_that_does_not_fill_its_groups_is_refused():
         quantize(torch.randn(48, 4), "int4_g32")
 
 
-@pytest.mark.parametrize("fmt", ["int8", "int4_g32", "int4_g128"])
-def test_rules_pass_the_checker_within_their_tolerance(fmt):
-    for rule in resolve([f"quantize-{fmt}"]):
-        result = check_rule(rule, instances=10)
-        assert result.status == "pass" and result.instances_checked == 10, result
-        assert result.max_error <= rule.tolerance
+# (each quantize rule passes `rules check` within its tolerance: tests/test_rulecheck.py's
+# test_library_rule_passes, every library rule, opt-in families included)
 
 
 def test_quantize_families_are_not_in_all():
@@ -103,9 +98,14 @@ def test_unknown_format_is_refused():
         optimize(model, inputs, quantize="int3")
 
 
+# every family and format in the slow set; a few in the default run
+QUICK_CASES = {("llama", "int8"), ("llama", "int4"), ("gpt2", "int8"), ("falcon", "int4")}
+
+
 @needs_cc
-@pytest.mark.parametrize("fmt", ["int8", "int4"])
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family,fmt", [
+    pytest.param(f, q, marks=() if (f, q) in QUICK_CASES else pytest.mark.slow)
+    for f in sorted(FAMILIES) for q in ("int8", "int4")])
 def test_model_matrix_families_within_tolerance(family, fmt):
     model, inputs = build(family, seq=16, size="small")
     compiled = optimize(model, inputs, quantize=fmt, measure_eager=False)
@@ -128,7 +128,9 @@ def test_generator_runs_quantized_programs():
     out = gen.generate(ids, max_new_tokens=6, eos_token_id=[])
     assert out.shape == (1, 17) and torch.equal(out[:, :11], ids)
     for program in (gen.decode_program, gen.prefill_program):
-        assert program.report.backend == "c" and not program.report.torch_ops
+        # (the cache writes are torch's index_put_ on the buffers, as unquantized)
+        assert program.report.backend == "c"
+        assert set(program.report.torch_ops) <= {"aten.index_put_.default"}
         assert program.report.quantization.quantized_weights > 0
     with torch.no_grad():  # the first new token: the int8 program's logits against float
         logits = lm(ids).logits[:, -1]
