@@ -13,21 +13,12 @@ from __future__ import annotations
 
 from ...quant_formats import format_group
 from .emit_norm import inv_rms
+from .fuse_rope import gemm_rows
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
 from .values import Ref
 
 ROW_BLOCK = 32
 MAX_K = 16384  # the normalised block lives on the stack: ROW_BLOCK x K floats at most 2 MiB
-
-
-def _rows(r: Ref) -> tuple[int, int] | None:
-    """(rows, row stride) when r's leading dims are evenly spaced rows of unit-stride columns."""
-    if not r.shape or r.strides[-1] != 1:
-        return None
-    sh, st = collapse(r.shape[:-1], [r.strides[:-1]])
-    if len(sh) > 1:
-        return None
-    return (sh[0], st[0][0]) if sh else (1, r.shape[-1])
 
 
 def emit_quant_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, scales: Ref, norm: Ref,
@@ -36,7 +27,7 @@ def emit_quant_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, scales: Ref, norm: Re
     group = format_group(fmt)
     if out.dtype != "float32" or x.dtype != "float32" or scales.dtype != "float32":
         return None
-    xr, orow = _rows(x), _rows(out)
+    xr, orow = gemm_rows(x), gemm_rows(out)
     if xr is None or orow is None or len(w.shape) != 2 or w.strides[1] != 1:
         return None
     m, lda = xr
