@@ -52,3 +52,11 @@ def test_generate_prints_tokens_per_second_beside_eager(capsys):
 def test_generate_names_an_unknown_model():
     with pytest.raises(SystemExit, match="unknown model 'nope'"):
         main(["generate", "nope"])
+
+
+def test_optimize_with_quantized_weights(capsys):
+    assert main(["optimize", "llama_block_decode", "--quantize", "int8",
+                 "--keep-float", "o_proj"]) == 0
+    out = capsys.readouterr().out
+    assert "weights quantized to int8: 3 GEMMs; kept float: o_proj" in out, out
+    assert "gemm[rms_norm+int8]" in out and "gemm[add]" in out
