@@ -163,6 +163,7 @@ def test_ilp_proves_the_block_optimal():
     assert report.timings["extract"] < 10.0
 
 
+@pytest.mark.slow  # (21 s: two fresh interpreters; the default run stays under 15 minutes)
 def test_the_optimized_program_does_not_depend_on_the_hash_seed():
     """Equal-cost programs are chosen the same way in every process (reproducible builds)."""
     import os

@@ -2,6 +2,7 @@
 
 import types
 
+import pytest
 import torch
 from egglog import rewrite, ruleset, var
 
@@ -18,6 +19,7 @@ class AddChain(torch.nn.Module):
         return total
 
 
+@pytest.mark.slow  # (21 s; the default run stays under 15 minutes)
 def test_ac_rules_are_stopped_by_the_limits():
     xs = tuple(torch.randn(4, 4) for _ in range(10))
     model = AddChain()
