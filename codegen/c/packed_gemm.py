@@ -121,27 +121,7 @@ static inline __attribute__((always_inline)) void eq_tile(
         _mm512_mask_storeu_ps(c + r * ldc + 16, k1, _mm512_mul_ps(x1[r], va));
     }
 }
-/* rows of A in tiles of 14, the rest in tiles of 8, 4, 2, 1 */
-static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda, const float* bpan,
-                     float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
-                     const float* rowscale, const eq_addend* e, int ne, int act) {
-    const int epi = rowscale || ne || act;
-    for (int64_t m = 0; m < M;) {
-        const int64_t left = M - m;
-        const int rows = left >= 14 ? 14 : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-        const float* ar = a + m * lda;
-        float* cr = c + m * ldc + n0;
-        switch (rows) {
-        case 14: eq_tile(14, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
-        case 8: eq_tile(8, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
-        case 4: eq_tile(4, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
-        case 2: eq_tile(2, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
-        default: eq_tile(1, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
-        }
-        if (epi) eq_tile_epilogue(rows, cr, ldc, m, n0, ncols, rowscale, e, ne, act);
-        m += rows;
-    }
-}
+#define EQ_MR 14  /* the tallest tile (28 zmm accumulators) */
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 /* AVX2 (16 ymm registers): a tile is rows <= 6 of one 16-column half of the panel, 12
@@ -209,18 +189,25 @@ static inline __attribute__((always_inline)) void eq_tile(
     eq_tile_half(rows, K, a, lda, bp, c, ldc, ncols < 16 ? ncols : 16, alpha);
     if (ncols > 16) eq_tile_half(rows, K, a, lda, bp + 16, c + 16, ldc, ncols - 16, alpha);
 }
-/* rows of A in tiles of 6, the rest in tiles of 4, 2, 1 */
+#define EQ_MR 6  /* the tallest tile (12 ymm accumulators) */
+#endif
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+/* rows of A in tiles of EQ_MR, the rest in tiles of 8 (when smaller than EQ_MR), 4, 2, 1 */
 static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda, const float* bpan,
                      float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
                      const float* rowscale, const eq_addend* e, int ne, int act) {
     const int epi = rowscale || ne || act;
     for (int64_t m = 0; m < M;) {
         const int64_t left = M - m;
-        const int rows = left >= 6 ? 6 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        const int rows = left >= EQ_MR ? EQ_MR : (EQ_MR > 8 && left >= 8) ? 8 : left >= 4 ? 4
+                         : left >= 2 ? 2 : 1;
         const float* ar = a + m * lda;
         float* cr = c + m * ldc + n0;
         switch (rows) {
-        case 6: eq_tile(6, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
+        case EQ_MR: eq_tile(EQ_MR, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
+#if EQ_MR > 8
+        case 8: eq_tile(8, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
+#endif
         case 4: eq_tile(4, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
         case 2: eq_tile(2, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
         default: eq_tile(1, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
