@@ -1,0 +1,212 @@
+"""Sparse-weight GEMMs (codegen/c/sparse_gemm.py): the C kernel eq_gemm_sparse against torch
+on sparse_formats.unpack of the stored arrays: row counts around the GEMV threshold and the
+register tiles, column counts around the 64-column block, the 32-column panel and vector
+tails, every epilogue, swiglu, strided operands, serial and parallel; bsr16 with empty block
+columns and fully dense; sparse24 with groups of fewer than 2 non-zeros. Built native,
+portable (no AVX2: the 4-float vectors, AVX's in-lane permute), SSE only (the generic
+select), with AVX-512's 16-float tiling through generic vectors, and with sparse24's
+expanded panels for every row count."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+
+import pytest
+import torch
+
+from eqsat_llm import sparse_formats
+from eqsat_llm.codegen.c.build import CFLAGS, compiler
+from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
+from eqsat_llm.codegen.c.prelude import PRELUDE
+from eqsat_llm.codegen.c.sparse_gemm import SPARSE_GEMM_C
+
+WRAPPER = r"""
+void sgemm_sparse(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
+                  const float* values, const void* index, int64_t ldw, float* c, int64_t ldc,
+                  float alpha, const float* rowscale, const eq_addend* e, int ne, int act,
+                  int swiglu, int parallel) {
+    eq_gemm_sparse(M, N, K, a, lda, fmt, values, index, ldw, c, ldc, alpha, rowscale, e, ne,
+                   act, swiglu, parallel);
+}
+"""
+
+BUILDS = {
+    "native": [],
+    "portable": ["-mno-avx2", "-mno-avx512f"],
+    "sse": ["-mno-avx"],
+    # AVX-512's tiling and GEMV threshold, through generic vectors where the CPU lacks it
+    "vec16": ["-DEQ_SV=16", "-DEQ_SGEMV_M=8", "-Wno-psabi"],
+    "panels": ["-DEQ_SGEMV_M=0"],  # every row count through sparse24's expanded panels
+}
+
+
+class Addend(ctypes.Structure):
+    _fields_ = [("p", ctypes.c_void_p), ("rs", ctypes.c_int64), ("cs", ctypes.c_int64),
+                ("scale", ctypes.c_float)]
+
+
+def build(flags: list[str], d) -> ctypes.CDLL:
+    """The kernel and WRAPPER as a shared object in the folder d, compiled with CFLAGS + flags."""
+    src, so = d / "s.c", d / "s.so"
+    src.write_text(PRELUDE + PACKED_GEMM_C + SPARSE_GEMM_C + WRAPPER)
+    subprocess.run([compiler(), *CFLAGS, *flags, str(src), "-o", str(so), "-lm"],
+                   check=True, capture_output=True)
+    dll = ctypes.CDLL(str(so))
+    i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    dll.sgemm_sparse.argtypes = [i64, i64, i64, ptr, i64, i32, ptr, ptr, i64, ptr, i64,
+                                 ctypes.c_float, ptr, ptr, i32, i32, i32, i32]
+    dll.sgemm_sparse.restype = None
+    return dll
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def lib(request, tmp_path_factory):
+    if compiler() is None:
+        pytest.skip("no C compiler (cc / $CC) found")
+    return build(BUILDS[request.param], tmp_path_factory.mktemp(f"sparse_gemm_{request.param}"))
+
+
+def random_sparse(k: int, n: int, fmt: str, gen: torch.Generator, density: float = 0.5,
+                  empty_cols: int = 0) -> torch.Tensor:
+    """A float weight [K, N] with the format's structure. sparse24: each group of 4 keeps 2,
+    1 or 0 non-zeros at random positions; bsr16: each 16 x 16 block non-zero with probability
+    `density`, every `empty_cols`-th block column (when > 0) all zero."""
+    w = torch.randn(k, n, generator=gen)
+    if fmt == "sparse24":
+        keep = torch.rand(k // 4, 4, n, generator=gen).argsort(1) < 2  # 2 of 4
+        drop = torch.rand(k // 4, 4, n, generator=gen) < 0.15  # some groups with 1 or 0
+        return w * (keep & ~drop).reshape(k, n)
+    nzb = torch.rand(k // 16, n // 16, generator=gen) < density
+    if empty_cols:
+        nzb[:, ::empty_cols] = False
+    return w * nzb.repeat_interleave(16, 0).repeat_interleave(16, 1)
+
+
+def _act(y: torch.Tensor, act: int) -> torch.Tensor:
+    f = torch.nn.functional
+    return [y, f.relu(y), f.silu(y), f.gelu(y, approximate="tanh"), f.gelu(y)][act]
+
+
+def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
+             rowscale: bool = False, addends: tuple[str, ...] = (), act: int = 0,
+             swiglu: bool = False, lda_pad: int = 0, ldw_pad: int = 0, parallel: int = 1,
+             density: float = 0.5, empty_cols: int = 0, seed: int = 0) -> None:
+    """eq_gemm_sparse on random operands against torch in float64, to fp32 accumulation's
+    error (1e-4 of the sum of the products' magnitudes, per element)."""
+    gen = torch.Generator().manual_seed(seed)
+    width = (2 if swiglu else 1) * n
+    if fmt == "sparse24":
+        ldw = width + ldw_pad  # the stored arrays wider than the weight: a view's row stride
+        w_full = random_sparse(k, ldw, fmt, gen)
+        values, index = sparse_formats.pack(w_full, fmt)
+        w = sparse_formats.unpack(values, index, fmt, k, ldw)[:, :width].double()
+        assert torch.equal(sparse_formats.unpack(values, index, fmt, k, ldw), w_full)
+    else:
+        ldw = 0
+        w_full = random_sparse(k, width, fmt, gen, density, empty_cols)
+        if not bool((w_full != 0).any()):
+            w_full[0, 0] = 1.0  # pack needs a block (an all-empty weight is not a format case)
+        values, index = sparse_formats.pack(w_full, fmt)
+        w = sparse_formats.unpack(values, index, fmt, k, width).double()
+    lda, ldc = k + lda_pad, n + 3
+    a_full = torch.randn(m, lda, generator=gen)
+    a = a_full[:, :k].double()
+    rs = torch.rand(m, generator=gen) + 0.5 if rowscale else None
+    c = torch.full((m, ldc), float("nan"))
+
+    # (stored shape, as it broadcasts, row stride, column stride)
+    kinds = {"residual": ((m, n), (m, n), n, 1), "bias": ((n,), (1, n), 0, 1),
+             "rowvec": ((m,), (m, 1), 1, 0)}
+    stored, tensors, structs = [], [], []  # (stored: alive through the call)
+    for i, kind in enumerate(addends):
+        shape, ref_shape, r_s, c_s = kinds[kind]
+        stored.append(torch.randn(shape, generator=gen))
+        tensors.append(stored[-1].reshape(ref_shape).double() * (0.5 + i))
+        structs.append(Addend(stored[-1].data_ptr(), r_s, c_s, 0.5 + i))
+    e = (Addend * len(structs))(*structs) if structs else None
+
+    lib.sgemm_sparse(m, n, k, a_full.data_ptr(), lda, 24 if fmt == "sparse24" else 16,
+                     values.data_ptr(), index.data_ptr(), ldw, c.data_ptr(), ldc, alpha,
+                     rs.data_ptr() if rowscale else None, e, len(structs), act, int(swiglu),
+                     parallel)
+    assert ctypes.c_int.in_dll(lib, "eq_index_error").value == 0
+    assert c[:, n:].isnan().all(), "wrote past N"
+    got = c[:, :n].double()
+
+    f = alpha * (rs.double()[:, None] if rowscale else torch.ones(m, 1, dtype=torch.float64))
+    y, mag = f * (a @ w), f.abs() * (a.abs() @ w.abs())
+    if swiglu:
+        g, u, mg, mu = y[:, :n], y[:, n:], mag[:, :n], mag[:, n:]
+        want = torch.nn.functional.silu(g) * u
+        scale = (g.abs() + mg + 1) * (u.abs() + mu + 1)
+    else:
+        y = y + sum(tensors, torch.zeros(1, dtype=torch.float64))
+        want = _act(y, act)
+        scale = mag + sum((t.abs() for t in tensors), torch.zeros(1, dtype=torch.float64)) + 1
+    assert not got.isnan().any(), (fmt, m, n, k)
+    err = ((got - want).abs() / scale).max().item() if got.numel() else 0.0
+    assert err <= 1e-4, (fmt, m, n, k, err)
+
+
+ROWS = [1, 2, 3, 5, 7, 8, 9, 14, 15, 24, 33, 128]
+COLS24 = [1, 7, 17, 33, 64, 100, 136]
+COLS16 = [16, 48, 64, 112]
+FMTS = ["sparse24", "bsr16"]
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_shapes(lib, fmt):
+    cols = COLS24 if fmt == "sparse24" else COLS16
+    ks = [64, 96, 128] if fmt == "sparse24" else [64, 128, 96]
+    for i, m in enumerate(ROWS):
+        for j, n in enumerate(cols):
+            k = ks[(i + j) % len(ks)]
+            if fmt == "sparse24" and (i + j) % 4 == 3:
+                k += 4  # K not a multiple of the GEMV's chunk
+            run_case(lib, fmt, m, n, k, alpha=0.5, rowscale=(i + j) % 2 == 1, seed=i * 10 + j,
+                     parallel=(i + j) % 3 != 2)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_epilogues(lib, fmt):
+    k = 64
+    cols = [33, 128, 200] if fmt == "sparse24" else [32, 128, 208]
+    for m in [1, 3, 8, 9, 33]:
+        for n in cols:
+            for act in range(5):
+                run_case(lib, fmt, m, n, k, alpha=1.5, rowscale=act % 2 == 0,
+                         addends=("residual", "bias", "rowvec")[: act % 4], act=act,
+                         lda_pad=5, ldw_pad=3 * (act % 2), seed=act)
+            run_case(lib, fmt, m, n, k, alpha=0.7, rowscale=True, swiglu=True, lda_pad=5)
+            run_case(lib, fmt, m, n, k, swiglu=True, ldw_pad=64, parallel=0)
+
+
+def test_bsr16_structure(lib):
+    # empty block columns, a fully dense weight, a single block, and very sparse
+    for m in [1, 4, 6, 7, 20]:
+        run_case(lib, "bsr16", m, 96, 64, empty_cols=2, rowscale=True, addends=("bias",),
+                 act=1)
+        run_case(lib, "bsr16", m, 64, 48, density=1.0)
+        run_case(lib, "bsr16", m, 48, 32, density=0.0)  # one block (see run_case)
+        run_case(lib, "bsr16", m, 80, 128, density=0.1, swiglu=True, empty_cols=3)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_large_and_serial(lib, fmt):
+    n = 1024 + 64 + 33 if fmt == "sparse24" else 1024 + 48
+    for m in [1, 4, 8, 9, 20, 130]:
+        run_case(lib, fmt, m, n, 256, rowscale=True, addends=("residual",), act=2)
+    run_case(lib, fmt, 6, n, 256, swiglu=True, rowscale=True)
+    run_case(lib, fmt, 2, 304, 256, parallel=0)
+    run_case(lib, fmt, 30, 304, 256, parallel=0, swiglu=True)
+    run_case(lib, fmt, 4, 304, 4096, lda_pad=0)  # rows 16 KiB apart (eq_unaliased at M >= 8)
+    run_case(lib, fmt, 12, 304, 1024, lda_pad=0)
+
+
+def test_pack_round_trip():
+    gen = torch.Generator().manual_seed(1)
+    for fmt in FMTS:
+        w = random_sparse(64, 48, fmt, gen)
+        values, index = sparse_formats.pack(w, fmt)
+        assert torch.equal(sparse_formats.unpack(values, index, fmt, 64, 48), w)
