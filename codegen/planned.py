@@ -56,7 +56,7 @@ UNARY = ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "reciprocal", 
 # (rope: its rotated half is a temporary in the reference too; so are a gemm's normalised rows,
 # dequantized weight and SwiGLU halves: GEMM_WRITES says which gemms write in place.)
 COPY_IN_OPS = frozenset({"layer_norm", "sdpa", "sdpa_masked", "fallback", "getitem", "rope",
-                         "quantize_weight", "weight_scales"})
+                         "quantize_weight", "weight_scales", "sparse_values", "sparse_index"})
 
 
 def _fn_writer(fn: Callable[..., Any]) -> Writer:

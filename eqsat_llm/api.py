@@ -30,6 +30,7 @@ from .report import Report, RuleStat, memory_summary
 from .rule_usage import rule_used
 from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
+from .sparse_formats import FORMATS as SPARSE_FORMATS
 from .state import write_state_in_place
 
 BACKENDS = ("c", "reference")
@@ -198,7 +199,8 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
              measure_eager: bool = True,
              force_rules: bool = False,
              quantize: str | None = None,
-             keep_float: Iterable[str] = ()) -> Compiled:
+             keep_float: Iterable[str] = (),
+             sparsity: str | None = None) -> Compiled:
     """Optimize a model (nn.Module, fx.GraphModule or ExportedProgram) for the example inputs'
     shapes. `rules`: family names ("all" by default), Rule objects, rule modules or egglog
     rulesets; [] runs no rules. `measure_eager` runs the model once under the profiler to
@@ -206,7 +208,9 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     checked first (rulecheck.check_rule); one that fails is refused unless `force_rules`.
     `quantize` ("int8", "int4", "int4_g64", ...: quant_formats.FORMATS) stores constant
     weights as integers (weight-only, approximate: the report measures the error against the
-    float model), except those `keep_float` names (modules or parameter-name globs)."""
+    float model), except those `keep_float` names (modules or parameter-name globs).
+    `sparsity="auto"` reads the 2:4 and 16 x 16 block structure of constant weights and runs
+    the GEMMs where skipping their zeros pays on sparse kernels (exact: docs/sparsity.md)."""
     if backend not in BACKENDS:
         raise EqsatError(f"unknown backend {backend!r}; available: {BACKENDS}")
     if extractor not in EXTRACTORS:
@@ -224,13 +228,18 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     fmt = resolve_format(quantize) if quantize is not None else None
     if fmt is not None:
         rule_list += resolve([f"quantize-{fmt}"])
+    if sparsity not in (None, "auto"):
+        raise EqsatError(f"sparsity must be None or 'auto', not {sparsity!r}")
+    if sparsity:
+        rule_list += resolve(["sparsity"])
     cost_model = CostModel()  # calibrated numbers when `eqsat-llm calibrate` ran, else defaults
     graph = captured.graph
     if backend == "c" and has_half(graph):  # the C kernels are float32 (half.py)
         graph = compute_in_float32(graph)
         report.computed_in_float32 = True
     graph = optimize_graph(graph, rule_list, extractor, limits, report, progress,
-                           cost_model=cost_model, keep_float=keep_float_matcher(keep_float))
+                           cost_model=cost_model, keep_float=keep_float_matcher(keep_float),
+                           sparsity=bool(sparsity))
     report.aten_op_counts = captured.aten_op_counts
     report.fallback_ops = captured.fallback_ops
     report.state_in_place = len(write_state_in_place(graph, captured))
@@ -245,6 +254,9 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
         with torch.no_grad():
             report.memory["eager_peak_bytes"] = peak_bytes(
                 lambda: model(*example_inputs, **(example_kwargs or {})))
+    report.sparse_gemms = dict(Counter(
+        n.attrs["weight"] for n in compiled.graph.nodes
+        if n.op == "gemm" and n.attrs["weight"] in SPARSE_FORMATS))
     if fmt is not None:
         report.quantization = _quantization_report(compiled, model, fmt, list(keep_float),
                                                    tuple(example_inputs), example_kwargs)
@@ -268,14 +280,15 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
                    limits: Limits | None = None, report: Report | None = None,
                    progress: Callable[[str], None] | None = None, fold: bool = True,
                    cost_model: CostModel | None = None,
-                   keep_float: Callable[[str], bool] | None = None) -> Graph:
+                   keep_float: Callable[[str], bool] | None = None,
+                   sparsity: bool = False) -> Graph:
     """The graph-to-graph core: encode, saturate, extract, decode, and (with `fold`) evaluate
     constant subgraphs once into prepared constants. `keep_float(name)`: weights the quantize
-    rules leave alone."""
+    rules leave alone. `sparsity`: let the encoder read the weights' sparsity structure."""
     report = report if report is not None else Report()
     timings = report.timings
     with _phase(timings, "encode"):
-        enc = encode(graph, keep_float=keep_float)
+        enc = encode(graph, keep_float=keep_float, sparsity=sparsity)
     with _phase(timings, "saturate"):
         sat = saturate(enc.egraph, rules, limits or Limits(), progress)
     with _phase(timings, "serialize"):

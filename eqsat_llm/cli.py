@@ -77,19 +77,23 @@ def load_case(spec: str) -> tuple:
     return getattr(importlib.import_module(module), fn)()
 
 
-def _quantize_options(args: argparse.Namespace) -> dict:
-    if not args.quantize:
-        return {}
-    keep = [p for p in (args.keep_float or "").split(",") if p]
-    return {"quantize": args.quantize, "keep_float": keep}
+def _weight_options(args: argparse.Namespace) -> dict:
+    options = {"sparsity": args.sparsity} if args.sparsity else {}
+    if args.quantize:
+        keep = [p for p in (args.keep_float or "").split(",") if p]
+        options.update(quantize=args.quantize, keep_float=keep)
+    return options
 
 
-def _add_quantize_options(p: argparse.ArgumentParser) -> None:
+def _add_weight_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize", metavar="FORMAT",
                    help="weights as int8, int4 (= int4_g32), int4_g64 or int4_g128 "
                    "(docs/quantization.md)")
     p.add_argument("--keep-float", metavar="NAMES",
                    help="with --quantize: comma-separated modules or parameter globs kept float")
+    p.add_argument("--sparsity", choices=["auto"],
+                   help="run GEMMs on 2:4 or 16x16 block-sparse weights with sparse kernels "
+                   "where it pays (docs/sparsity.md)")
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -102,7 +106,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     model, inputs = load_case(args.model)
     rules = args.rules.split(",") if args.rules else None
     compiled = optimize(model, inputs, rules=rules, extractor=args.extractor,
-                        progress=print if args.verbose else None, **_quantize_options(args))
+                        progress=print if args.verbose else None, **_weight_options(args))
     with torch.no_grad():
         expected, got = model(*inputs), compiled(*inputs)
     pairs = zip(expected if isinstance(expected, tuple) else (expected,),
@@ -147,7 +151,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(f"compiling {args.model} for generation: batch {args.batch}, max_seq_len {max_len}",
           flush=True)
     gen = Generator(model, max_len, batch_size=args.batch, prefill_chunk=args.chunk,
-                    progress=print if args.verbose else None, **_quantize_options(args))
+                    progress=print if args.verbose else None, **_weight_options(args))
     print(f"compiled in {gen.report.compile_seconds:.1f} s", flush=True)
     if args.report:
         print(gen.report.summary())
@@ -240,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     opt.add_argument("--profile", action="store_true",
                      help="measure each kernel's time for the HTML report")
     opt.add_argument("--verbose", action="store_true")
-    _add_quantize_options(opt)
+    _add_weight_options(opt)
     opt.set_defaults(fn=cmd_optimize)
     gen = sub.add_parser("generate", help="compile a causal LM for text generation; tokens/s")
     gen.add_argument("model", help="a model-matrix family (llama, gpt2:medium, ...), "
@@ -257,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--threads", type=int, default=2)
     gen.add_argument("--verbose", action="store_true")
-    _add_quantize_options(gen)
+    _add_weight_options(gen)
     gen.set_defaults(fn=cmd_generate)
     cal = sub.add_parser("calibrate", help="measure this machine for the cost model; cached")
     cal.add_argument("--quick", action="store_true", help="about a second instead of ~10")

@@ -23,6 +23,7 @@ from typing import Any
 from .errors import EqsatError
 from .ir import TensorType, dtype_of
 from .ops import REGISTRY, WEAK_DTYPES
+from .sparse_formats import FORMATS as SPARSE_FORMATS
 
 
 class CostError(EqsatError):
@@ -161,8 +162,9 @@ KIND: dict[str, str] = {
     **dict.fromkeys(["permute", "transpose", "clone", "cat", "to_dtype"], "copy"),
     **dict.fromkeys(["mm", "bmm", "matmul", "addmm", "linear", "linear_bias", "gemm"],
                     "matmul"),
-    # the quantized weight and its scales are computed at compile time (folded): never a kernel
-    **dict.fromkeys(["quantize_weight", "weight_scales"], "fold"),
+    # a quantized or sparse weight's arrays are computed at compile time (folded): no kernel
+    **dict.fromkeys(["quantize_weight", "weight_scales", "sparse_values", "sparse_index"],
+                    "fold"),
     **dict.fromkeys(VECTOR_WEIGHT, "vector"),
     **dict.fromkeys(["embedding", "index_select", "index", "gather"], "gather"),
     **dict.fromkeys(["attention", "sdpa", "sdpa_masked"], "attention"),
@@ -367,6 +369,31 @@ QUANT_GEMV_ROWS = 8
 QUANT_TIE_BREAK = 0.01
 
 
+# At more rows than the GEMV's, a sparse weight's kernel time per stored multiply-add against
+# the dense GEMM's per multiply-add (codegen/c/sparse_gemm.py, measured at 128 rows).
+SPARSE_GEMM_EFFICIENCY = {"sparse24": 0.5, "bsr16": 1.0}
+
+
+def _weight_format_factor(fmt: str, w: TensorType, aux: TensorType, rows: int,
+                          weights: int) -> float:
+    """The gemm's time against the float GEMM's for a weight in format `fmt`, stored as w and
+    aux (scales or positions), standing for `weights` (K x N) float32 weights. At few rows
+    (QUANT_GEMV_ROWS) the kernel streams the stored bytes (quantized: the integers, the
+    scales a rounding error; sparse: the values and their positions); at more, quantized
+    weights run the float tiles (less a tie-break) and sparse ones skip what is not stored."""
+    if fmt == "float":
+        return 1.0
+    sparse = fmt in SPARSE_FORMATS
+    if rows <= QUANT_GEMV_ROWS:
+        stored = w.numel * element_bytes(w.dtype)
+        if sparse:
+            stored += aux.numel * element_bytes(aux.dtype)
+        return stored / (4.0 * weights)
+    if sparse:
+        return w.numel / weights / SPARSE_GEMM_EFFICIENCY[fmt]
+    return 1.0 - QUANT_TIE_BREAK
+
+
 def _gemm_shape(a: dict[str, Any], ins: list[TensorType],
                 out: TensorType) -> tuple[float, int, float]:
     """The gemm op's (matmul flops, smallest dimension, epilogue flops): one rule for every
@@ -390,11 +417,8 @@ def _gemm_shape(a: dict[str, Any], ins: list[TensorType],
         # is folded into the weight and the row scale multiplies each tile in L1 as stored
         epilogue += 2.0 * x.numel
     flops = (4.0 if a["epilogue"] == "swiglu" else 2.0) * out.numel * k
-    if a["weight"] != "float" and rows <= QUANT_GEMV_ROWS:
-        flops *= ins[1].numel * element_bytes(ins[1].dtype) / (4.0 * k * n * (
-            2 if a["epilogue"] == "swiglu" else 1))
-    elif a["weight"] != "float":
-        flops *= 1.0 - QUANT_TIE_BREAK
+    flops *= _weight_format_factor(a["weight"], ins[1], ins[2], rows, k * n * (
+        2 if a["epilogue"] == "swiglu" else 1))
     if a["epilogue"] == "swiglu":  # two products per output, joined on the tile as it is
         # stored: priced as its two multiplies only (docs/cost-model.md: in the whole block it
         # is as fast as merged GEMM + SwiGLU, 0.95-1.01x in benchmarks/fusions.py, and never

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from .errors import GraphError
 from .ir import TensorType, dtype_name, dtype_of
+from . import sparse_formats
 from .quant_formats import FORMATS, dequantize, quantize, quantized_types
 
 aten = torch.ops.aten
@@ -374,7 +375,9 @@ register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype=
 # gemm(x, w, w_scale, norm, addend) = act(epilogue(alpha * prologue(x) @ W)), one kernel:
 #   prologue  "none" | "rms_norm": x is rms_norm(x, norm, eps) first
 #   weight    "float": W = w, [K, N] | a quantized format (quant_formats.FORMATS): W is
-#             dequantize(w, w_scale), w holding the integers and w_scale the scales
+#             dequantize(w, w_scale), w holding the integers and w_scale the scales | a sparse
+#             format (sparse_formats.FORMATS): W is unpack(w, w_scale), w holding the stored
+#             values and w_scale (here not scales) their positions
 #   epilogue  "none" | "add": + addend (it broadcasts into the product) | "bias":
 #             torch.addmm(addend, x, W, beta, alpha) (x 2-D) | "swiglu": W = [Wg | Wu] with n
 #             columns each, silu(x @ Wg) * (x @ Wu)
@@ -387,14 +390,19 @@ GEMM_DEFAULTS = {"alpha": 1.0, "beta": 1.0, "eps": 0.0, "prologue": "none", "wei
 GEMM_PROLOGUES = ("none", "rms_norm")
 GEMM_EPILOGUES = ("none", "add", "bias", "swiglu")
 GEMM_ACTS = ("none", *ACTIVATIONS)
+GEMM_WEIGHTS = ("float", *FORMATS, *sparse_formats.FORMATS)
 
 
 def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:
     x, w, w_scale, norm, addend = xs
     if a["prologue"] == "rms_norm":
         x = _rms_norm([x, norm], a)
-    weight = w if a["weight"] == "float" else dequantize(w, w_scale, a["weight"]).to(x.dtype)
-    epilogue, alpha = a["epilogue"], a["alpha"]
+    fmt, epilogue, alpha = a["weight"], a["epilogue"], a["alpha"]
+    if fmt in sparse_formats.FORMATS:
+        n = a["n"] * (2 if epilogue == "swiglu" else 1)
+        weight = sparse_formats.unpack(w, w_scale, fmt, x.shape[-1], n).to(x.dtype)
+    else:
+        weight = w if fmt == "float" else dequantize(w, w_scale, fmt).to(x.dtype)
     if epilogue == "bias":
         y = torch.addmm(addend, x, weight, beta=a["beta"], alpha=alpha)
     elif epilogue == "swiglu":
@@ -411,7 +419,7 @@ def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:
 def _gemm_type(ins: list[TensorType], a: dict[str, Any]) -> TensorType:
     x = ins[0]
     for name, allowed in (("prologue", GEMM_PROLOGUES), ("epilogue", GEMM_EPILOGUES),
-                          ("act", GEMM_ACTS), ("weight", ("float", *FORMATS))):
+                          ("act", GEMM_ACTS), ("weight", GEMM_WEIGHTS)):
         if a[name] not in allowed:
             raise GraphError(f"gemm: {name} {a[name]!r} is not one of {allowed}")
     if not x.shape:
@@ -449,6 +457,19 @@ register("quantize_weight", 1, "fmt:str", ref=lambda xs, a: quantize(xs[0], a["f
 register("weight_scales", 1, "fmt:str", ref=lambda xs, a: quantize(xs[0], a["fmt"])[1],
          category="quant", shape="quant_scales", dtype="quant_scales",
          infer=lambda ins, a: quantized_types(ins[0], a["fmt"])[1])
+
+# Sparse weights (optimize(sparsity="auto")): a constant float weight [K, N] with 2:4 or
+# 16 x 16 block structure, as the stored values and their positions (sparse_formats.py),
+# computed at compile time. `blocks`: the stored blocks of bsr16 (the encoder counts them),
+# 0 for sparse24.
+register("sparse_values", 1, "fmt:str blocks:int",
+         ref=lambda xs, a: sparse_formats.pack(xs[0], a["fmt"])[0], category="quant",
+         shape="sparse_values", dtype="same",
+         infer=lambda ins, a: sparse_formats.packed_types(ins[0], a["fmt"], a["blocks"])[0])
+register("sparse_index", 1, "fmt:str blocks:int",
+         ref=lambda xs, a: sparse_formats.pack(xs[0], a["fmt"])[1], category="quant",
+         shape="sparse_index", dtype="sparse_index",
+         infer=lambda ins, a: sparse_formats.packed_types(ins[0], a["fmt"], a["blocks"])[1])
 
 # --- fallback: an op outside the registry, run by torch as captured -----------------------
 # attrs: "target" (the op's name, for reports and the e-graph), "key" (the node's identity

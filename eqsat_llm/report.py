@@ -66,6 +66,8 @@ class Report:
     quantization: Any = None
     # a bf16/fp16 model computed in float32 on the C backend (half.py)
     computed_in_float32: bool = False
+    # optimize(sparsity="auto"): the GEMMs that run on sparse weights, by format
+    sparse_gemms: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -99,6 +101,9 @@ class Report:
                          f"{self.state_in_place}")
         if self.quantization is not None:
             lines.append(self.quantization.summary())
+        if self.sparse_gemms:
+            lines.append("sparse GEMMs: " + ", ".join(
+                f"{n} {fmt}" for fmt, n in sorted(self.sparse_gemms.items())))
         if self.computed_in_float32:
             lines.append("half-precision model computed in float32 (weights widened at compile "
                          "time; inputs and outputs in the model's dtype)")

@@ -20,6 +20,7 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+import torch
 from egglog import RewriteOrRule, Ruleset, ruleset, var
 
 from .errors import RuleError
@@ -36,6 +37,8 @@ class Rule:
     tolerance: float | None = None
     note: str = ""
     check_dims: tuple[int, ...] = ()  # sizes `rules check` draws (default rulecheck.DIMS)
+    # how `rules check` shapes the weights it draws (random values; sparsity: pruned ones)
+    check_weights: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
 
     @property
     def key(self) -> object:
@@ -51,10 +54,13 @@ class _Pending:
     tolerance: float | None
     note: str
     check_dims: tuple[int, ...] = ()
+    check_weights: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
 
 
-def exact(name: str, command: RewriteOrRule, note: str = "") -> _Pending:
-    return _Pending(name, "exact", command, None, note)
+def exact(name: str, command: RewriteOrRule, note: str = "", check_dims: tuple[int, ...] = (),
+          check_weights: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
+          ) -> _Pending:
+    return _Pending(name, "exact", command, None, note, check_dims, check_weights)
 
 
 def reassociates(name: str, command: RewriteOrRule, note: str = "") -> _Pending:
@@ -63,15 +69,16 @@ def reassociates(name: str, command: RewriteOrRule, note: str = "") -> _Pending:
 
 def approximate(name: str, command: RewriteOrRule, tolerance: float, note: str = "",
                 check_dims: tuple[int, ...] = ()) -> _Pending:
-    return _Pending(name, "approximate", command, tolerance, note, check_dims)
+    return _Pending(name, "approximate", command, tolerance, note, check_dims, None)
 
 
 LIBRARY_PACKAGE = "eqsat_llm.rules"
 FAMILIES: dict[str, list[Rule]] = {}
 # Families left out of "all": rules that grow the e-graph without bound (associativity,
 # commutativity, distributivity), whose saturation limits stop them at a cost in compile time;
-# and the approximate quantize-<format> families, which optimize(quantize=...) adds.
-OPT_IN = frozenset({"algebra-ac"})
+# the approximate quantize-<format> families, which optimize(quantize=...) adds; and
+# "sparsity", which optimize(sparsity="auto") adds (it needs the weights' values read).
+OPT_IN = frozenset({"algebra-ac", "sparsity"})
 
 
 def opt_in(family_name: str) -> bool:
@@ -86,8 +93,8 @@ def family(name: str) -> Callable[[Callable[..., Iterator[_Pending]]], list[Rule
     def collect(fn: Callable[..., Iterator[_Pending]]) -> list[Rule]:
         hints = typing.get_type_hints(fn)
         variables = [var(p, hints[p]) for p in inspect.signature(fn).parameters]
-        rules = [Rule(r.name, name, r.soundness, r.command, r.tolerance, r.note, r.check_dims)
-                 for r in fn(*variables)]
+        rules = [Rule(r.name, name, r.soundness, r.command, r.tolerance, r.note, r.check_dims,
+                      r.check_weights) for r in fn(*variables)]
         if fn.__module__.startswith(LIBRARY_PACKAGE + "."):
             existing = {r.name for rs in FAMILIES.values() for r in rs}
             for r in rules:

@@ -629,8 +629,9 @@ class _Instance:
             attrs[name] = self.attr(a, opdef.name, name, kind, types, attrs)
         return self.graph.add(opdef.name, inputs, **attrs)
 
-    def values(self, gen: torch.Generator) -> list[Any]:
-        """Random values of the leaves: the inputs in call order; params go to constants."""
+    def values(self, gen: torch.Generator, weights: Any = None) -> list[Any]:
+        """Random values of the leaves: the inputs in call order; params go to constants,
+        shaped by `weights(value, gen)` when the rule asks (Rule.check_weights)."""
         out = []
         for n in self.graph.nodes:
             if n.op not in ("input", "param"):
@@ -645,7 +646,8 @@ class _Instance:
                 x = torch.randn(t.shape, generator=gen, dtype=torch.float64)
                 out.append(x.to(getattr(torch, t.dtype)))
             if n.op == "param":
-                self.graph.constants[n.attrs["name"]] = out.pop()
+                value = out.pop()
+                self.graph.constants[n.attrs["name"]] = weights(value, gen) if weights else value
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -665,11 +667,11 @@ _ENCODE_INTO = "egraph" in inspect.signature(encode).parameters
 def _encoded(base: EGraph, graph: Graph) -> Iterator[EGraph]:
     """An e-graph holding `graph` (encoded by encode.encode) and the analysis."""
     if not _ENCODE_INTO:
-        yield encode(graph).egraph
+        yield encode(graph, sparsity=True).egraph
         return
     base.push()
     try:
-        encode(graph, egraph=base)  # type: ignore[call-arg]
+        encode(graph, egraph=base, sparsity=True)  # type: ignore[call-arg]
         yield base
     finally:
         base.pop()
@@ -776,6 +778,8 @@ class _Checker:
 
     def run(self, inst: _Instance, gen: torch.Generator) -> _Outcome | None:
         """The outcome of the rule on this instance; None if it did not fire."""
+        # the values first: the encoder reads the weights' structure off them
+        inputs = inst.values(gen, self.rule.check_weights)
         with _encoded(self.egraph, inst.graph) as eg:
             try:
                 eg.run(analysis.saturate())
@@ -795,10 +799,10 @@ class _Checker:
             except EggSmolError as exc:
                 return _Outcome(1, 0.0, "ill-typed", inst.describe(),
                                 f"egglog failed after the rule fired: {exc}")
-        return self.compare(inst, serialized, gen)
+        return self.compare(inst, serialized, inputs)
 
     def compare(self, inst: _Instance, serialized: dict[str, Any],
-                gen: torch.Generator) -> _Outcome:
+                inputs: list[Any]) -> _Outcome:
         g, tol, out = inst.graph, self.tolerance, _Outcome()
         classes = let_classes(serialized)
         cls_of = {n.id: classes[let_name(n.id)] for n in g.nodes}
@@ -811,7 +815,6 @@ class _Checker:
                 return _Outcome(1, 0.0, "ill-typed", inst.describe(),
                                 f"the rule merged %{first[c]} : {class_types[c]} with "
                                 f"%{n.id} : {n.type}")
-        inputs = inst.values(gen)
         values = _run(dataclasses.replace(g, outputs=[n.id for n in g.nodes]), inputs)
 
         def refuted(status: str, message: str, expected: str, alternative: str,

@@ -49,6 +49,7 @@ from .fuse_rope import RopeEpilogue, rope_epilogues
 from .packed_gemm import PACKED_GEMM_C, PackedWeight
 from .prelude import PRELUDE
 from .quant_gemm import QUANT_GEMM_C
+from .sparse_gemm import SPARSE_GEMM_C
 from .values import Layout, Ref, build_layout
 
 LAYOUT_OPS = frozenset({"view", "permute", "transpose", "expand", "slice", "select",
@@ -221,11 +222,14 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
              "#define EQ_BLAS_BUILD " + ("1" if blas else "0")]
     lines += PRELUDE.strip("\n").split("\n")
     quant = any("eq_gemm_q(" in code for _, code in parts)
-    if quant or any(isinstance(w, PackedWeight) for w in lay.weights) or any(
+    sparse = any("eq_gemm_sparse(" in code for _, code in parts)
+    if quant or sparse or any(isinstance(w, PackedWeight) for w in lay.weights) or any(
             "eq_panel(" in code for _, code in parts):
         lines += PACKED_GEMM_C.strip("\n").split("\n")
     if quant:
         lines += QUANT_GEMM_C.strip("\n").split("\n")
+    if sparse:
+        lines += SPARSE_GEMM_C.strip("\n").split("\n")
     kernels = []
     for k, code in parts:
         text = (f"static void {k.name}(char* restrict A, void* const* IN, void* const* W, "

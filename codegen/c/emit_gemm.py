@@ -5,8 +5,8 @@
     float weight, rms_norm        emit_norm_matmul: 1/rms per row as the packed GEMM's row
                                   scale, the norm weight folded into the packed weight
     float weight, swiglu          emit_matmul_swiglu: gate and up tiles joined as stored
-    quantized weight              emit_quant_gemm: dequantized in registers (any prologue,
-                                  epilogue and activation)
+    quantized or sparse weight    emit_format_gemm: dequantized in registers, or its zeros
+                                  skipped (any prologue, epilogue and activation)
 
 A descriptor none of them generates (an activation after the SwiGLU, say) runs as a torch
 step on the arena: correct, only slower."""
@@ -17,7 +17,7 @@ from ...ir import Node
 from .emit_matmul import emit_product
 from .emit_matmul_swiglu import emit_matmul_swiglu
 from .emit_norm_matmul import emit_rms_norm_matmul
-from .emit_quant_gemm import emit_quant_gemm
+from .emit_format_gemm import emit_format_gemm
 from .fuse_rope import RopeEpilogue
 from .values import Layout, Ref
 
@@ -29,7 +29,7 @@ def emit_gemm(node: Node, out: Ref, ins: list[Ref], blas: bool, layout: Layout,
     alpha = float(a["alpha"])
     plain_epilogue = a["epilogue"] == "none" and a["act"] == "none"
     if a["weight"] != "float":
-        return None if ropes else emit_quant_gemm(a, out, x, w, w_scale, norm, addend)
+        return None if ropes else emit_format_gemm(a, out, x, w, w_scale, norm, addend)
     if a["prologue"] == "rms_norm":
         if not plain_epilogue:
             return None

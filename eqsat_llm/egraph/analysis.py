@@ -35,6 +35,8 @@ from egglog import (
 
 from ..ops import REGISTRY, OpDef
 from ..quant_formats import FORMATS, format_group
+from ..sparse_formats import BLOCK
+from ..sparse_formats import FORMATS as SPARSE_FORMATS
 from .language import ATTR_SORTS, E, Tensor, dtype, input_names, shape
 
 _SORTS = {"i64": i64, "f64": f64, "Vec[i64]": Vec[i64], "String": String}
@@ -250,6 +252,15 @@ def _shape_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
                 out_shape = s0 if group == 0 else Vec[i64](k / 2, n)
             yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
                        eq(p["fmt"]).to(String(fmt))).then(set_(shape(y)).to(out_shape))
+    elif kind in ("sparse_values", "sparse_index"):  # sparse_formats.packed_types, per format
+        k, n, b = s0[0], s0[1], p["blocks"]
+        shapes = {("sparse_values", "sparse24"): Vec[i64](k / 2, n),
+                  ("sparse_index", "sparse24"): Vec[i64](k / 4, n),
+                  ("sparse_values", "bsr16"): Vec[i64](b, i64(BLOCK), i64(BLOCK)),
+                  ("sparse_index", "bsr16"): Vec[i64](n / BLOCK + 1 + b)}
+        for fmt in SPARSE_FORMATS:
+            yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
+                       eq(p["fmt"]).to(String(fmt))).then(set_(shape(y)).to(shapes[kind, fmt]))
     elif kind == "embedding":
         yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
                    eq(s1).to(shape(p["x1"]))).then(set_(shape(y)).to(s1.push(s0[1])))
@@ -286,6 +297,10 @@ def _dtype_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
             integers = "int8" if format_group(fmt) == 0 else "uint8"
             yield rule(eq(var("y", Tensor)).to(y), eq(p["fmt"]).to(String(fmt))).then(
                 set_(dtype(y)).to(String(integers)))
+    elif kind == "sparse_index":
+        for fmt, positions in (("sparse24", "uint8"), ("bsr16", "int32")):
+            yield rule(eq(var("y", Tensor)).to(y), eq(p["fmt"]).to(String(fmt))).then(
+                set_(dtype(y)).to(String(positions)))
     elif kind in ("promote", "promote12"):
         # Only the promotions LLM graphs need: equal dtypes, or a float tensor with a Python
         # number. Other combinations stay unknown, and rules that test dtypes do not fire.
@@ -397,6 +412,43 @@ def quantizable_lists(xs: Vec[Tensor], i: i64) -> Iterator[RewriteOrRule]:
         quantizable_from(xs, i - 1))
 
 
+# --- sparse weights: the structure optimize(sparsity="auto") found in a constant's values.
+# two_four(w, d): every 4 consecutive entries along dim d of the matrix w hold at most 2
+# non-zeros; stored_blocks(w): its 16 x 16 blocks with a non-zero entry (both dims multiples
+# of 16). The encoder sets them on weight leaves (sparse_formats.structure); they follow
+# transposes, dtype conversions and concatenations (the merged QKV, the SwiGLU's [wg | wu]).
+two_four = relation("two_four", Tensor, i64)
+
+
+@function(merge=lambda old, new: old)
+def stored_blocks(t: Tensor) -> i64: ...
+
+
+@ruleset
+def sparse_structure(y: Tensor, x: Tensor, a: Tensor, b: Tensor, c: Tensor, d: i64, e: i64,
+                     d0: i64, d1: i64, dims: Vec[i64], dt: String, na: i64, nb: i64,
+                     nc: i64) -> Iterator[RewriteOrRule]:
+    swaps = [(E.transpose(x, d0, d1), [eq(d0 + d1).to(i64(1)), eq(shape(x).length()).to(i64(2))]),
+             (E.permute(x, dims), [eq(dims).to(Vec[i64](i64(1), i64(0)))])]
+    for swapped, facts in swaps:
+        yield rule(eq(y).to(swapped), *facts, two_four(x, d)).then(two_four(y, 1 - d))
+        yield rule(eq(y).to(swapped), *facts, eq(nb).to(stored_blocks(x))).then(
+            set_(stored_blocks(y)).to(nb))
+    yield rule(eq(y).to(E.to_dtype(x, dt)), two_four(x, d)).then(two_four(y, d))
+    yield rule(eq(y).to(E.to_dtype(x, dt)), eq(nb).to(stored_blocks(x))).then(
+        set_(stored_blocks(y)).to(nb))
+    # concatenations of 2 or 3 matrices: 2:4 kept (a part's dims along e are multiples of 4,
+    # so no group straddles two parts), blocks summed
+    pair, triple = E.cat(Vec[Tensor](a, b), d), E.cat(Vec[Tensor](a, b, c), d)
+    yield rule(eq(y).to(pair), two_four(a, e), two_four(b, e)).then(two_four(y, e))
+    yield rule(eq(y).to(triple), two_four(a, e), two_four(b, e), two_four(c, e)).then(
+        two_four(y, e))
+    yield rule(eq(y).to(pair), eq(na).to(stored_blocks(a)), eq(nb).to(stored_blocks(b))).then(
+        set_(stored_blocks(y)).to(na + nb))
+    yield rule(eq(y).to(triple), eq(na).to(stored_blocks(a)), eq(nb).to(stored_blocks(b)),
+               eq(nc).to(stored_blocks(c))).then(set_(stored_blocks(y)).to(na + nb + nc))
+
+
 def _build_analysis():
     rules: list[RewriteOrRule] = []
     for opdef in REGISTRY.values():
@@ -411,7 +463,7 @@ def _build_analysis():
 
 # The analysis: run it to saturation before each round of rewrites (see saturate.py).
 analysis = (_build_analysis() | vector_functions | layout_demands | const_lists
-            | quantizable_lists)
+            | quantizable_lists | sparse_structure)
 
 
 def shape_literal(shape_: tuple[int, ...]) -> Vec[i64]:

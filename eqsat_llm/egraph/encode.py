@@ -12,12 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from egglog import EGraph, String, Vec, f64, i64, set_
 
 from ..errors import EncodeError
 from ..ir import Graph, TensorType
 from ..ops import get_op
-from .analysis import dtype_facts, hi_id, lo_id, quantizable, shape_literal
+from ..sparse_formats import structure
+from .analysis import (dtype_facts, hi_id, lo_id, quantizable, shape_literal, stored_blocks,
+                       two_four)
 from .language import E, Tensor, dtype, shape
 
 
@@ -41,17 +44,30 @@ def attr_literal(kind: str, value: Any) -> Any:
     raise EncodeError(f"unknown attribute kind {kind!r}")
 
 
+def _structure_facts(expr: Any, value: Any) -> list[Any]:
+    """The sparsity facts of a constant (none for a dense one, or one not yet known)."""
+    found = structure(value) if isinstance(value, torch.Tensor) else None
+    if found is None:
+        return []
+    facts: list[Any] = [two_four(expr, i64(d)) for d in (0, 1) if found.two_four[d]]
+    if found.blocks is not None and 0 < found.blocks < found.total_blocks:
+        facts.append(set_(stored_blocks(expr)).to(i64(found.blocks)))
+    return facts
+
+
 def let_name(node_id: int) -> str:
     return f"n{node_id}"
 
 
 def encode(graph: Graph, *, assert_shapes: bool = False, egraph: EGraph | None = None,
-           keep_float: Callable[[str], bool] | None = None) -> Encoded:
+           keep_float: Callable[[str], bool] | None = None, sparsity: bool = False) -> Encoded:
     """Encode the live part of `graph`. With `assert_shapes`, every node's shape is asserted
     (used only to compare against the analysis in tests: normally the analysis derives them).
     `egraph`: encode into this e-graph instead of a new one (the rule checker reuses one,
     with push()/pop() per instance). `keep_float(name)`: the weights that the quantize rules
-    leave alone (analysis.quantizable: every other weight leaf)."""
+    leave alone (analysis.quantizable: every other weight leaf). `sparsity`: read the 2:4 and
+    16 x 16 block structure off the values of the constant matrices (analysis.two_four,
+    stored_blocks), for the sparsity rules."""
     egraph = EGraph() if egraph is None else egraph
     enc = Encoded(egraph, graph)
     facts: list[Any] = list(dtype_facts())
@@ -75,5 +91,7 @@ def encode(graph: Graph, *, assert_shapes: bool = False, egraph: EGraph | None =
             facts += [set_(lo_id(expr)).to(i64(node.id)), set_(hi_id(expr)).to(i64(node.id))]
             if keep_float is None or not keep_float(node.attrs["name"]):
                 facts.append(quantizable(expr))
+            if sparsity:
+                facts += _structure_facts(expr, graph.constants.get(node.attrs["name"]))
     egraph.register(*facts)
     return enc

@@ -1,7 +1,8 @@
-"""A gemm on a quantized weight (int8 per channel, int4 group-wise: quant_formats.py) as one
-call of `eq_gemm_q` (quant_gemm.py), which dequantizes in registers: at few rows it streams
-the weight once for all rows (the GEMV of decode, bound by the weight's bytes); at more it
-dequantizes a 32-column panel at a time and runs the packed kernel's float tiles.
+"""A gemm on a weight stored in a format, quantized (int8 per channel, int4 group-wise:
+quant_formats.py) or sparse (2:4, 16 x 16 blocks: sparse_formats.py), as one call of its
+kernel: `eq_gemm_q` (quant_gemm.py), which dequantizes in registers, or `eq_gemm_sparse`
+(sparse_gemm.py), which skips what is not stored. Both stream the weight once for all rows at
+few rows (the GEMV of decode, bound by the weight's bytes) and run float tiles at more.
 
 The descriptor maps onto the call: alpha; the residual or bias as an addend of the tile
 epilogue (bias times beta); the activation; the SwiGLU pair (the weight's two column halves).
@@ -12,6 +13,7 @@ as the reference rounds it, and runs the call on them (a panel is dequantized on
 from __future__ import annotations
 
 from ...quant_formats import format_group
+from ...sparse_formats import FORMATS as SPARSE_FORMATS
 from .emit_norm import inv_rms
 from .fuse_rope import gemm_rows
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
@@ -21,20 +23,23 @@ ROW_BLOCK = 32
 MAX_K = 16384  # the normalised block lives on the stack: ROW_BLOCK x K floats at most 2 MiB
 
 
-def emit_quant_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, scales: Ref, norm: Ref,
-                    addend: Ref) -> str | None:
+def emit_format_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, aux: Ref, norm: Ref,
+                     addend: Ref) -> str | None:
+    """The call for a weight w in format attrs["weight"], aux its scales or positions; None
+    where the operands' layout or dtypes are not the kernel's."""
     fmt, epilogue = attrs["weight"], attrs["epilogue"]
-    group = format_group(fmt)
-    if out.dtype != "float32" or x.dtype != "float32" or scales.dtype != "float32":
+    if out.dtype != "float32" or x.dtype != "float32":
         return None
+    stored = _sparse_operands(fmt, w, aux) if fmt in SPARSE_FORMATS else \
+        _quantized_operands(fmt, w, aux)
+    if stored is None:
+        return None
+    kernel, operands = stored
     xr, orow = gemm_rows(x), gemm_rows(out)
-    if xr is None or orow is None or len(w.shape) != 2 or w.strides[1] != 1:
+    if xr is None or orow is None:
         return None
     m, lda = xr
     k, n = x.shape[-1], int(attrs["n"])
-    ldw = w.strides[0]
-    if scales.strides[-1] != 1 or (group and (len(scales.shape) != 2 or scales.strides[0] != ldw)):
-        return None
     addends = []
     if epilogue in ("add", "bias"):
         st = broadcast_strides(out.shape, addend.shape, addend.strides)
@@ -48,7 +53,6 @@ def emit_quant_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, scales: Ref, norm: Re
     act = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3, "gelu": 4}[attrs["act"]]
     e = f"const eq_addend e[] = {{{', '.join(addends)}}};" if addends else \
         "const eq_addend* e = NULL;"
-    fmt_code = 8 if group == 0 else 4
     par = m * n * k >= PARALLEL_MIN * 8 and n >= 64
     alpha = float(attrs["alpha"]).hex()
 
@@ -56,8 +60,8 @@ def emit_quant_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, scales: Ref, norm: Re
         es = "e" if not addends else "eb"
         shift = "" if not addends else (
             f"eq_addend eb[1] = {{e[0]}}; eb[0].p += ({row0}) * e[0].rs;\n    ")
-        return (f"{shift}eq_gemm_q({rows}, {n}, {k}, {a}, {lda_}, {fmt_code}, {group}, "
-                f"{w.ptr()}, {scales.ptr()}, {ldw}, o + ({row0}) * {orow[1]}, {orow[1]}, "
+        return (f"{shift}{kernel}({rows}, {n}, {k}, {a}, {lda_}, {operands}, "
+                f"o + ({row0}) * {orow[1]}, {orow[1]}, "
                 f"{alpha}f, NULL, {es}, {len(addends)}, {act}, "
                 f"{int(epilogue == 'swiglu')}, {int(par)});")
 
@@ -83,3 +87,31 @@ for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
     }}
     {call("mb", "xn", k, "m0")}
 }}"""
+
+
+def _quantized_operands(fmt: str, w: Ref, scales: Ref) -> tuple[str, str] | None:
+    """eq_gemm_q's weight arguments: format code, group, integers, scales, row stride."""
+    group = format_group(fmt)
+    if len(w.shape) != 2 or w.strides[1] != 1 or scales.dtype != "float32":
+        return None
+    ldw = w.strides[0]
+    if scales.strides[-1] != 1 or (group and (len(scales.shape) != 2 or scales.strides[0] != ldw)):
+        return None
+    code = 8 if group == 0 else 4
+    return "eq_gemm_q", f"{code}, {group}, {w.ptr()}, {scales.ptr()}, {ldw}"
+
+
+def _sparse_operands(fmt: str, values: Ref, index: Ref) -> tuple[str, str] | None:
+    """eq_gemm_sparse's weight arguments: format code, values, positions, row stride."""
+    if values.dtype != "float32":
+        return None
+    if fmt == "sparse24":
+        if len(values.shape) != 2 or values.strides[1] != 1 or index.dtype != "uint8" or \
+                len(index.shape) != 2 or index.strides != (values.strides[0], 1):
+            return None
+        code, ldw = 24, values.strides[0]
+    else:
+        if values.strides != (256, 16, 1) or index.dtype != "int32" or index.strides != (1,):
+            return None
+        code, ldw = 16, 0
+    return "eq_gemm_sparse", f"{code}, {values.ptr()}, {index.ptr()}, {ldw}"

@@ -1,0 +1,138 @@
+"""Sparse weights (optimize(sparsity="auto")) against the same pruned model compiled dense, on
+the LLaMA-style block's decode step with a KV cache (WORKLOADS["llama_block_decode_kv"]) and
+the TinyLlama-shaped model (benchmarks/models.py: 4 of its 22 layers, with its embedding and
+LM head): one token and a 1 x 128 prefill, as plain forward calls.
+
+    .venv/bin/python benchmarks/sparse.py [--rounds 7] [--write] [--quick]
+
+Each nn.Linear weight is pruned two ways: 2:4 along K (the 2 smallest of every 4 inputs of an
+output channel zeroed), and half of its 16 x 16 blocks zeroed (drawn at random: a stand-in for
+block pruning). For each pruned model: eager, eqsat-llm without sparsity (dense kernels) and
+with sparsity="auto" (the cost model picks the sparse kernel where it pays). One process, 2
+threads; outputs checked against eager first; interleaved rounds, median ms per call
+(compare_cpu.interleaved_medians). The weight bytes are the GEMMs' (values and positions for a
+sparse weight): the decode step reads each once."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_cpu import add_write_options, interleaved_medians, wait_for_load
+from optimize_time import write_section
+from quantized import weight_bytes
+
+from eqsat_llm import optimize
+from eqsat_llm.workloads import WORKLOADS
+
+SECTION = "## Sparse weights: 2:4 and 16x16 blocks against the same model dense"
+ROUND_S = 0.3
+
+
+def prune_2_4(w: torch.Tensor) -> torch.Tensor:
+    """nn.Linear's [out, in] weight with the 2 smallest of every 4 inputs zeroed."""
+    groups = w.reshape(w.shape[0], -1, 4)
+    return (groups * (groups.abs().argsort(2).argsort(2) >= 2)).reshape(w.shape)
+
+
+def prune_blocks(w: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """w with half of its 16 x 16 blocks zeroed (at random)."""
+    k, n = w.shape
+    gen = torch.Generator().manual_seed(seed)
+    keep = torch.rand(k // 16, 1, n // 16, 1, generator=gen) >= 0.5
+    return w * keep.expand(-1, 16, -1, 16).reshape(k, n)
+
+
+PRUNINGS = {"2:4": prune_2_4, "50% zero blocks": prune_blocks}
+
+
+def pruned(model: nn.Module, how) -> nn.Module:
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.copy_(how(m.weight))
+    return model
+
+
+def measure(name: str, model: nn.Module, inputs: tuple, rounds: int) -> list:
+    with torch.no_grad():
+        want = model(*inputs)
+    want = want[0] if isinstance(want, (tuple, list)) else want
+    runs, weights, notes = {"eager": lambda: model(*inputs)}, {}, {}
+    for label, mode in (("eqsat dense", None), ("eqsat sparsity=auto", "auto")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            c = optimize(model, inputs, sparsity=mode, measure_eager=False)
+        runs[label] = (lambda c=c: c(*inputs))
+        weights[label] = weight_bytes(c)
+        notes[label] = ", ".join(f"{n} {fmt}" for fmt, n in c.report.sparse_gemms.items()) + (
+            f"; ran in torch: {c.report.torch_ops}" if c.report.torch_ops else "")
+    errors = {}
+    with torch.no_grad():
+        for k, fn in runs.items():
+            got = fn()
+            got = got[0] if isinstance(got, (tuple, list)) else got
+            errors[k] = float((got - want).abs().max() / want.abs().max())
+        medians = interleaved_medians({k: (lambda f=f: torch.no_grad()(f)()) for k, f in runs.items()},
+                                      rounds, ROUND_S)
+    return [(name, k, medians[k] * 1e3, errors[k], weights.get(k), notes.get(k, ""))
+            for k in runs]
+
+
+def table(rows: list) -> str:
+    lines = ["| workload | pruning | system | ms per call | vs eqsat dense | max error / max output "
+             "| GEMM weight MiB | GB/s of weights | sparse GEMMs |", "|" + "---|" * 9]
+    by = {(r[0], r[1]): r[2] for r in rows}
+    for name, k, ms, err, wb, note in rows:
+        workload, pruning = name.rsplit(", ", 1)  # (the pruning is named last)
+        dense = by[(name, "eqsat dense")]
+        bw = f"{wb / ms / 1e6:.1f}" if wb else "-"
+        lines.append(f"| {workload} | {pruning} | {k} | {ms:.3f} | {ms / dense:.2f} | {err:.1e} | "
+                     f"{f'{wb / 2**20:.1f}' if wb else '-'} | {bw} | {note} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--quick", action="store_true", help="scaled-down TinyLlama, 1 round")
+    add_write_options(p)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds = 1
+    torch.set_num_threads(2)
+    load_ok = wait_for_load(args.max_load, args.wait_load) if args.write else True
+    from models import build_tinyllama
+
+    tiny = f"TinyLlama 4 layers{' (quick)' if args.quick else ''}"
+    prefill = 8 if args.quick else 128
+    cases = {"LLaMA-style block, decode with KV cache": WORKLOADS["llama_block_decode_kv"],
+             f"{tiny}, one token": lambda: build_tinyllama(1, args.quick),
+             f"{tiny}, prefill 1x{prefill}": lambda: build_tinyllama(prefill, args.quick)}
+    rows = []
+    for name, make in cases.items():
+        for pruning, how in PRUNINGS.items():
+            print(f"{name}, {pruning} ...", flush=True)
+            model, inputs = make()
+            rows += measure(f"{name}, {pruning}", pruned(model, how), inputs, args.rounds)
+    text = table(rows)
+    print(text)
+    if args.write:
+        cmd = "    .venv/bin/python benchmarks/sparse.py " + " ".join(argv or sys.argv[1:])
+        when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        body = (f"{when}, {platform.machine()}, 2 threads, torch {torch.__version__}"
+                f"{'' if load_ok else ' (the machine was busy: load above --max-load)'}:\n\n"
+                f"{cmd}\n\n{text}\n")
+        write_section(body, SECTION)
+
+
+if __name__ == "__main__":
+    main()
