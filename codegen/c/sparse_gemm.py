@@ -18,37 +18,46 @@ SPARSE_GEMM_C = r"""
 #endif
 #endif
 /* sparse24 GEMV: rows per register tile (EQ_SR x 4 accumulator vectors) */
+#ifndef EQ_SR
 #if EQ_SV == 16
 #define EQ_SR 4
 #else
 #define EQ_SR 2
 #endif
+#endif
 #ifndef EQ_SGEMV_M  /* sparse24: the GEMV path up to this many rows (tests set it) */
 #if defined(__AVX512F__)
-#define EQ_SGEMV_M 8
+#define EQ_SGEMV_M 16  /* not measured (no AVX-512 here): eq_panel's 14 x 32 tiles are faster */
 #elif defined(__AVX2__) && defined(__FMA__)
-#define EQ_SGEMV_M 16
+#define EQ_SGEMV_M 32  /* measured: the GEMV 0.9x the panels' time at 32 rows, 1.4x at 64 */
 #else
 #define EQ_SGEMV_M 64
 #endif
 #endif
 #ifndef EQ_SKG
-#define EQ_SKG 4       /* sparse24 GEMV: groups (4 rows of K) per chunk: 3 streams each */
+#define EQ_SKG 2       /* sparse24 GEMV: groups (4 rows of K) per chunk: 3 streams each */
 #endif
 #ifndef EQ_SGPF
-#define EQ_SGPF 4      /* sparse24 GEMV: 64-column blocks ahead that a chunk is prefetched */
+#define EQ_SGPF 0      /* sparse24 GEMV: 64-column blocks ahead that a chunk is prefetched
+                          (0: none) */
 #endif
 #define EQ_SSP 2       /* sparse24 panels expanded together (64 columns) */
-/* bsr16: rows per register tile and the accumulator vectors it may hold */
+/* bsr16: rows per register tile and the accumulator vectors it may hold (tests set them) */
+#ifndef EQ_BR
 #if EQ_SV == 16
 #define EQ_BR 14
-#define EQ_BACC 28
 #elif EQ_SV == 8
 #define EQ_BR 6
-#define EQ_BACC 12
 #else
 #define EQ_BR 3
+#endif
+#endif
+#ifndef EQ_BACC
+#if EQ_SV == 16
+#define EQ_BACC 28
+#else
 #define EQ_BACC 12
+#endif
 #endif
 #define EQ_BNV (16 / EQ_SV)  /* vectors per block row */
 typedef float eq_sf __attribute__((vector_size(EQ_SV * 4)));
@@ -93,6 +102,8 @@ static inline __attribute__((always_inline)) eq_sf eq_ssel(eq_sf x4, eq_si q) {
     return (eq_sf)_mm256_permutevar_ps((__m256)x4, (__m256i)q);
 #elif EQ_SV == 4 && defined(__AVX__)
     return (eq_sf)_mm_permutevar_ps((__m128)x4, (__m128i)q);
+#elif defined(__GNUC__) && !defined(__clang__)
+    return __builtin_shuffle(x4, q & 3);  /* x4's lanes 0..3 */
 #else
     /* portable: the four candidates masked by the index, OR-ed (exact) */
     const eq_si k = q & 3, xi = (eq_si)x4;
@@ -212,7 +223,7 @@ static __attribute__((noinline)) void eq_s24gemv(
             /* the chunk's rows EQ_SGPF blocks ahead; past the last block, the next chunk's */
             const int64_t pn = nb + EQ_SGPF * 64;
             const int64_t pg = pn < nfull ? g0 : g0 + EQ_SKG;
-            if (pg < G) {
+            if (EQ_SGPF && pg < G) {
                 const int64_t pc = (G - pg < EQ_SKG ? G - pg : EQ_SKG);
                 const int64_t col = pn < nfull ? pn : n0 + (pn - nfull) % (nfull - n0);
                 const float* pv = values + 2 * pg * ldw + col;
@@ -261,12 +272,25 @@ static void eq_s24expand(int64_t K, const float* values, const uint8_t* index, i
         }
         for (int q = 0; q < np; q++) {
             float* b = bp + (q * K + 4 * g) * 32;
-            memset(b, 0, 4 * 32 * sizeof(float));
-            const int nq = ncols - 32 * q < 32 ? ncols - 32 * q : 32;
-            for (int j = 0; j < nq; j++) {
-                const int c = 32 * q + j, i = ix[c];
-                b[(i & 3) * 32 + j] = v0[c];
-                b[((i >> 2) & 3) * 32 + j] = v1[c];
+            const int c0 = 32 * q, nq = ncols - c0 < 32 ? ncols - c0 : 32;
+            if (nq == 32) {
+                /* each of the 4 rows selected lane by lane: vectorises (a scatter does not) */
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+#pragma omp simd
+                    for (int j = 0; j < 32; j++) {
+                        const int i = ix[c0 + j];
+                        b[r * 32 + j] = ((i & 3) == r ? v0[c0 + j] : 0.0f) +
+                                        ((i >> 2 & 3) == r ? v1[c0 + j] : 0.0f);
+                    }
+                }
+            } else {
+                memset(b, 0, 4 * 32 * sizeof(float));
+                for (int j = 0; j < nq; j++) {
+                    const int i = ix[c0 + j];
+                    b[(i & 3) * 32 + j] = v0[c0 + j];
+                    b[((i >> 2) & 3) * 32 + j] = v1[c0 + j];
+                }
             }
         }
     }
@@ -360,13 +384,49 @@ static __attribute__((noinline)) void eq_btiles(
         int rows, const float* a, int64_t lda, const float* values, const int32_t* brow,
         int64_t b0, int64_t b1, float* t, int64_t ldt, float alpha) {
 #define EQ_BT(R) case R: eq_btile(R, a, lda, values, brow, b0, b1, t, ldt, alpha); break;
-    switch (rows) {
-    EQ_BT(1) EQ_BT(2) EQ_BT(3)
-#if EQ_BR > 3
-    EQ_BT(4) EQ_BT(5) EQ_BT(6)
+#if EQ_BR < 1 || EQ_BR > 14
+#error "EQ_BR: 1 to 14 rows"
 #endif
-#if EQ_BR > 6
-    EQ_BT(7) EQ_BT(8) EQ_BT(9) EQ_BT(10) EQ_BT(11) EQ_BT(12) EQ_BT(13) EQ_BT(14)
+    switch (rows) {
+    EQ_BT(1)
+#if EQ_BR >= 2
+    EQ_BT(2)
+#endif
+#if EQ_BR >= 3
+    EQ_BT(3)
+#endif
+#if EQ_BR >= 4
+    EQ_BT(4)
+#endif
+#if EQ_BR >= 5
+    EQ_BT(5)
+#endif
+#if EQ_BR >= 6
+    EQ_BT(6)
+#endif
+#if EQ_BR >= 7
+    EQ_BT(7)
+#endif
+#if EQ_BR >= 8
+    EQ_BT(8)
+#endif
+#if EQ_BR >= 9
+    EQ_BT(9)
+#endif
+#if EQ_BR >= 10
+    EQ_BT(10)
+#endif
+#if EQ_BR >= 11
+    EQ_BT(11)
+#endif
+#if EQ_BR >= 12
+    EQ_BT(12)
+#endif
+#if EQ_BR >= 13
+    EQ_BT(13)
+#endif
+#if EQ_BR >= 14
+    EQ_BT(14)
 #endif
     default: break;
     }
