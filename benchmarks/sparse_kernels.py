@@ -30,11 +30,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eqsat_llm import sparse_formats  # noqa: E402
-from eqsat_llm.codegen.c.build import CFLAGS, compiler  # noqa: E402
-from eqsat_llm.codegen.c.packed_gemm import NR, PACKED_GEMM_C  # noqa: E402
-from eqsat_llm.codegen.c.prelude import PRELUDE  # noqa: E402
-from eqsat_llm.codegen.c.sparse_gemm import SPARSE_GEMM_C  # noqa: E402
+from eqsat_llm import sparse_formats
+from eqsat_llm.codegen.c.build import CFLAGS, compiler
+from eqsat_llm.codegen.c.packed_gemm import NR, PACKED_GEMM_C
+from eqsat_llm.codegen.c.prelude import PRELUDE
+from eqsat_llm.codegen.c.sparse_gemm import SPARSE_GEMM_C
 
 WRAPPER = r"""
 static char eq_flush_buf[64 << 20];
