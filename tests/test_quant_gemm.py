@@ -16,16 +16,16 @@ import torch
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
-from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C
+from eqsat_llm.codegen.c.quant_gemm import PANEL, QUANT_GEMM_C, QuantPanels
 from eqsat_llm.errors import GraphError
 from eqsat_llm.quant_formats import FORMATS, dequantize, format_group, quantize
 
 WRAPPER = r"""
 void qgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
-           const void* wq, const float* s, int64_t ldw, float* c, int64_t ldc, float alpha,
+           const void* wq, const float* s, float* c, int64_t ldc, float alpha,
            const float* rowscale, const eq_addend* e, int ne, int act, int swiglu, int parallel) {
-    eq_gemm_q(M, N, K, a, lda, fmt, group, wq, s, ldw, c, ldc, alpha, rowscale, e, ne, act,
-              swiglu, parallel);
+    eq_gemm_q(M, N, K, a, lda, fmt, group, wq, s, c, ldc, alpha, rowscale, e, ne, act, swiglu,
+              parallel);
 }
 """
 
@@ -52,7 +52,7 @@ def build(flags: list[str], d) -> ctypes.CDLL:
                    check=True, capture_output=True)
     dll = ctypes.CDLL(str(so))
     i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-    dll.qgemm.argtypes = [i64, i64, i64, ptr, i64, i32, i64, ptr, ptr, i64, ptr, i64,
+    dll.qgemm.argtypes = [i64, i64, i64, ptr, i64, i32, i64, ptr, ptr, ptr, i64,
                           ctypes.c_float, ptr, ptr, i32, i32, i32, i32]
     dll.qgemm.restype = None
     return dll
@@ -111,8 +111,11 @@ def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
         structs.append(Addend(stored[-1].data_ptr(), r_s, c_s, 0.5 + i))
     e = (Addend * len(structs))(*structs) if structs else None
 
-    lib.qgemm(m, n, k, a_full.data_ptr(), lda, 8 if group == 0 else 4, group, wq.data_ptr(),
-              s.data_ptr(), ldw, c.data_ptr(), ldc, alpha, rs.data_ptr() if rowscale else None,
+    halves = 2 if swiglu else 1
+    pq = QuantPanels("q", 0, wq.shape[0], n, ldw, halves).prepare({"q": wq})
+    ps = QuantPanels("s", 0, 1 if group == 0 else k // group, n, ldw, halves).prepare({"s": s})
+    lib.qgemm(m, n, k, a_full.data_ptr(), lda, 8 if group == 0 else 4, group, pq.data_ptr(),
+              ps.data_ptr(), c.data_ptr(), ldc, alpha, rs.data_ptr() if rowscale else None,
               e, len(structs), act, int(swiglu), parallel)
     assert ctypes.c_int.in_dll(lib, "eq_index_error").value == 0
     assert c[:, n:].isnan().all(), "wrote past N"
@@ -222,3 +225,17 @@ def test_formats():
         format_group("int4_g48")
     with pytest.raises(GraphError, match="cannot quantize"):
         quantize(torch.zeros(48, 2), "int4_g32")
+
+
+def test_quant_panels_layout():
+    # a strided view (offset 3, row stride 150) of 100 columns, as one half and as two of 50
+    q = torch.randint(-128, 128, (7, 150), dtype=torch.int8)
+    view = q.reshape(-1)[3:].as_strided((7, 100), (150, 1))
+    one = QuantPanels("q", 3, 7, 100, 150).prepare({"q": q})
+    assert one.shape == (2, 7, PANEL) and one.dtype == torch.int8
+    assert torch.equal(one[0], view[:, :64]) and torch.equal(one[1, :, :36], view[:, 64:])
+    assert (one[1, :, 36:] == 0).all()
+    two = QuantPanels("q", 3, 7, 50, 150, halves=2).prepare({"q": q})
+    assert two.shape == (2, 7, PANEL) and QuantPanels("q", 3, 7, 50, 150, 2).panels() == 2
+    assert torch.equal(two[0, :, :50], view[:, :50]) and torch.equal(two[1, :, :50], view[:, 50:])
+    assert (two[:, :, 50:] == 0).all()

@@ -17,21 +17,24 @@ from ...sparse_formats import FORMATS as SPARSE_FORMATS
 from .emit_norm import inv_rms
 from .fuse_rope import gemm_rows
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
-from .values import Ref
+from .quant_gemm import QuantPanels
+from .values import Layout, Ref
 
 ROW_BLOCK = 32
 MAX_K = 16384  # the normalised block lives on the stack: ROW_BLOCK x K floats at most 2 MiB
 
 
 def emit_format_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, aux: Ref, norm: Ref,
-                     addend: Ref) -> str | None:
+                     addend: Ref, layout: Layout | None = None) -> str | None:
     """The call for a weight w in format attrs["weight"], aux its scales or positions; None
-    where the operands' layout or dtypes are not the kernel's."""
+    where the operands' layout or dtypes are not the kernel's (a quantized weight must be a
+    constant: its panels are prepared in `layout`)."""
     fmt, epilogue = attrs["weight"], attrs["epilogue"]
     if out.dtype != "float32" or x.dtype != "float32":
         return None
     stored = _sparse_operands(fmt, w, aux) if fmt in SPARSE_FORMATS else \
-        _quantized_operands(fmt, w, aux)
+        _quantized_operands(fmt, w, aux, int(attrs["n"]), attrs["epilogue"] == "swiglu",
+                            layout)
     if stored is None:
         return None
     kernel, operands = stored
@@ -89,16 +92,28 @@ for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
 }}"""
 
 
-def _quantized_operands(fmt: str, w: Ref, scales: Ref) -> tuple[str, str] | None:
-    """eq_gemm_q's weight arguments: format code, group, integers, scales, row stride."""
+def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
+                        layout: Layout | None) -> tuple[str, str] | None:
+    """eq_gemm_q's weight arguments: format code, group, the integers and the scales as
+    QuantPanels prepares them (panels of 64 columns; a SwiGLU weight's two halves apart)."""
     group = format_group(fmt)
-    if len(w.shape) != 2 or w.strides[1] != 1 or scales.dtype != "float32":
+    if len(w.shape) != 2 or w.strides[1] != 1 or scales.dtype != "float32" or layout is None:
         return None
-    ldw = w.strides[0]
-    if scales.strides[-1] != 1 or (group and (len(scales.shape) != 2 or scales.strides[0] != ldw)):
+    halves = 2 if swiglu else 1
+    if scales.strides[-1] != 1 or w.shape[1] != halves * n or scales.shape[-1] != halves * n:
         return None
+    if group and (len(scales.shape) != 2 or w.shape[0] * 2 != scales.shape[0] * group):
+        return None
+    qname, sname = layout.constant_name(w), layout.constant_name(scales)
+    if qname is None or sname is None:
+        return None
+    srows, srs = (scales.shape[0], scales.strides[0]) if group else (1, 0)
+    pq = QuantPanels(qname, w.offset, w.shape[0], n, w.strides[0], halves)
+    ps = QuantPanels(sname, scales.offset, srows, n, srs, halves)
+    wq = layout.prepared(pq, (pq.panels(), pq.rows, 64), w.dtype)
+    ws = layout.prepared(ps, (ps.panels(), ps.rows, 64), "float32")
     code = 8 if group == 0 else 4
-    return "eq_gemm_q", f"{code}, {group}, {w.ptr()}, {scales.ptr()}, {ldw}"
+    return "eq_gemm_q", f"{code}, {group}, {wq.ptr()}, {ws.ptr()}"
 
 
 def _sparse_operands(fmt: str, values: Ref, index: Ref) -> tuple[str, str] | None:

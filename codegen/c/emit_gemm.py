@@ -29,7 +29,8 @@ def emit_gemm(node: Node, out: Ref, ins: list[Ref], blas: bool, layout: Layout,
     alpha = float(a["alpha"])
     plain_epilogue = a["epilogue"] == "none" and a["act"] == "none"
     if a["weight"] != "float":
-        return None if ropes else emit_format_gemm(a, out, x, w, w_scale, norm, addend)
+        return None if ropes else emit_format_gemm(a, out, x, w, w_scale, norm, addend,
+                                                   layout)
     if a["prologue"] == "rms_norm":
         if not plain_epilogue:
             return None

@@ -63,6 +63,42 @@ takes 0.21-0.22, bound by the widening (about 20 G weights/s per core) more than
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
+
+PANEL = 64  # columns per panel of the prepared integers (a cache line of int8)
+
+
+@dataclass(frozen=True)
+class QuantPanels:
+    """A prepared constant: the stored integers or scales of a quantized weight as eq_gemm_q
+    reads them. The view (offset, `rows` x `halves` * n, row stride rs, unit column stride) of
+    the constant `name` (int8 q [K, N], int4 q [K / 2, N], int4 scales [K / G, N]; int8's
+    scales [N] are one row) is split into `halves` blocks of n columns (2: a SwiGLU weight's
+    gate and up halves), each cut into panels of PANEL columns (the last one zero-padded),
+    and laid out [panels][rows][PANEL]: the halves' panels one after the other, each panel's
+    rows contiguous. The values are the constant's, unchanged."""
+    name: str
+    offset: int
+    rows: int
+    n: int
+    rs: int
+    halves: int = 1
+
+    def panels(self) -> int:
+        return self.halves * -(-self.n // PANEL)
+
+    def prepare(self, constants: dict[str, torch.Tensor]) -> torch.Tensor:
+        v = constants[self.name].detach().reshape(-1)
+        v = v.as_strided((self.rows, self.halves * self.n), (self.rs, 1), self.offset)
+        parts = []
+        for h in range(self.halves):
+            part = torch.nn.functional.pad(v[:, h * self.n:(h + 1) * self.n], (0, -self.n % PANEL))
+            parts.append(part.reshape(self.rows, -1, PANEL).permute(1, 0, 2))
+        return torch.cat(parts, 0).contiguous()
+
+
 QUANT_GEMM_C = r"""
 /* ---- weight-only quantized GEMM (codegen/c/quant_gemm.py) ---- */
 #ifndef EQ_QV  /* floats per vector (tests set it to run another target's tiling) */
@@ -89,13 +125,12 @@ QUANT_GEMM_C = r"""
 #define EQ_QGEMV_M 128
 #endif
 #endif
-#ifndef EQ_QSP
-#define EQ_QSP 2       /* panels dequantized together (64 columns; measured: 8 panels, 256
-                          columns of K floats, outgrow L2 and ran 1.4-1.6x slower at M = 128) */
+#ifndef EQ_QKB
+#define EQ_QKB 256     /* int8 GEMV: weight rows per chunk (16 KiB of a panel, in L1) */
 #endif
-#define EQ_QPF 16      /* rows ahead that the dequantization prefetches */
-#define EQ_QKB 16      /* weight rows (bytes' rows) per GEMV chunk: as many streams read */
-#define EQ_QGPF 8      /* GEMV: 64-column blocks ahead that a chunk's rows are prefetched */
+#ifndef EQ_QGPF
+#define EQ_QGPF 2048   /* GEMV: bytes ahead in the thread's stream that it prefetches (0: none) */
+#endif
 typedef float eq_qf __attribute__((vector_size(EQ_QV * 4)));
 typedef int32_t eq_qi __attribute__((vector_size(EQ_QV * 4)));
 #if defined(__SSE4_1__)
@@ -199,15 +234,8 @@ static inline __attribute__((always_inline)) void eq_qblock(
         break;
     }
 }
-/* int4's chunk of K: within one group (its scale), halved while that keeps it even, to stay
-   short (see eq_qgemv) */
-static int64_t eq_qchunk4(int64_t group) {
-    int64_t kc = group;
-    while (kc > 2 * EQ_QKB && kc % 4 == 0) kc /= 2;
-    return kc;
-}
 /* int4: A [M, K] rewritten as eq_qtile reads it, into ap [M, K] (pairs b, c) and o [M, K / kc]
-   (the offsets per chunk) */
+   (the offsets per chunk of kc rows: a group) */
 static void eq_qprep4(int64_t M, int64_t K, const float* a, int64_t lda, int64_t kc, float* ap,
                       float* o) {
     for (int64_t m = 0; m < M; m++) {
@@ -224,40 +252,38 @@ static void eq_qprep4(int64_t M, int64_t K, const float* a, int64_t lda, int64_t
         }
     }
 }
-/* t[M, n1 - n0] (row stride ldt) = A[M, K] @ W[:, n0:n1] (the dequantized weight), n1 - n0 a
-   multiple of 64; for int4, a and lda are eq_qprep4's ap and K, o its offsets. A chunk of K
-   rows at a time across all the columns: the chunk's rows are read as that many sequential
-   streams (prefetched, a few pages), where a column block all down K would touch a new page
-   at every row (measured: half the bandwidth). */
+/* t[M, 64 * (p1 - p0)] (row stride ldt) = A[M, K] @ the dequantized panels [p0, p1) (wq, s:
+   QuantPanels' layout: panel p is K byte rows of 64 bytes, int4 K / 2, at wq + p * K * 64
+   (int4 half that), its scales 64 floats at s + 64 p, int4 K / group rows of them); for int4,
+   a and lda are eq_qprep4's ap and K, o its offsets per group. The thread's panels lie one
+   after the other: one sequential stream, each panel taken whole down K in chunks (int8
+   EQ_QKB rows, int4 a group: its scale) that stay in L1 while the row tiles re-read them. */
 static __attribute__((noinline)) void eq_qgemv(
         int64_t M, int64_t K, const float* a, int64_t lda, const float* o, int fmt,
-        int64_t group, const uint8_t* wq, const float* s, int64_t ldw, int64_t n0, int64_t n1,
-        float* t, int64_t ldt) {
-    for (int64_t m = 0; m < M; m++) memset(t + m * ldt, 0, (size_t)(n1 - n0) * sizeof(float));
-    const int64_t kc = fmt == 8 ? EQ_QKB : eq_qchunk4(group), nch = (K + kc - 1) / kc;
-    for (int64_t j = 0; j < nch; j++) {
-        const int64_t k0 = j * kc, kn = K - k0 < kc ? K - k0 : kc;
-        const uint8_t* w = wq + (fmt == 8 ? k0 : k0 / 2) * ldw;
-        const float* sk = fmt == 8 ? s : s + k0 / group * ldw;
-        for (int64_t nb = n0; nb < n1; nb += 64) {
-            /* the chunk's rows EQ_QGPF blocks ahead, past n1 the next chunk's: the hardware
-               prefetcher starts over at each row's run (measured, K = 5632, N = 2048: a
-               quarter faster from memory) */
-            const int64_t pn = nb + EQ_QGPF * 64, pk = pn < n1 ? k0 : k0 + kc;
-            if (pk < K) {
-                const int64_t pr = (K - pk < kc ? K - pk : kc) / (fmt == 8 ? 1 : 2);
-                const uint8_t* pw = wq + (fmt == 8 ? pk : pk / 2) * ldw +
-                                    (pn < n1 ? pn : n0 + (pn - n1) % (n1 - n0));
-                for (int64_t r = 0; r < pr; r++) __builtin_prefetch(pw + r * ldw);
-            }
+        int64_t group, const uint8_t* wq, const float* s, int64_t p0, int64_t p1, float* t,
+        int64_t ldt) {
+    const int64_t kc = fmt == 8 ? EQ_QKB : group, nch = (K + kc - 1) / kc;
+    const int64_t kb = fmt == 8 ? K : K / 2, ng = fmt == 8 ? 1 : K / group;
+    for (int64_t m = 0; m < M; m++) memset(t + m * ldt, 0, (size_t)(p1 - p0) * 64 * sizeof(float));
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t* wp = wq + p * kb * 64;
+        const float* sp = s + p * ng * 64;
+        float* tp = t + (p - p0) * 64;
+        for (int64_t j = 0; j < nch; j++) {
+            const int64_t k0 = j * kc, kn = K - k0 < kc ? K - k0 : kc;
+            const uint8_t* w = wp + (fmt == 8 ? k0 : k0 / 2) * 64;
+            /* the stream EQ_QGPF bytes ahead (to the next panel's start: contiguous) */
+            if (EQ_QGPF)
+                for (int64_t b = 0; b < (fmt == 8 ? kn : kn / 2) * 64; b += 64)
+                    __builtin_prefetch(w + EQ_QGPF + b);
             for (int64_t m = 0; m < M; m += EQ_QR) {
                 const int rows = M - m < EQ_QR ? (int)(M - m) : EQ_QR;
                 const float* ar = a + m * lda + k0;
-                float* tm = t + m * ldt + (nb - n0);
+                float* tm = tp + m * ldt;
                 if (fmt == 8)
-                    eq_qblock(rows, 8, kn, ar, lda, w + nb, ldw, sk + nb, 0, 0, tm, ldt);
+                    eq_qblock(rows, 8, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt);
                 else
-                    eq_qblock(rows, 4, kn, ar, lda, w + nb, ldw, sk + nb, o + m * nch + j, nch,
+                    eq_qblock(rows, 4, kn, ar, lda, w, 64, sp + j * 64, o + m * nch + j, nch,
                               tm, ldt);
             }
         }
@@ -281,55 +307,55 @@ static float* eq_qbuf(float** buf, int64_t* have, int64_t n) {
     }
     return *buf;
 }
-/* bp[q][K][32], q < ceil(ncols / 32): the panels of W[:, n0:n0 + ncols] dequantized
-   (ncols <= 32 * EQ_QSP), zero past ncols. Row by row across all the panels, the rows ahead
-   prefetched: the weight's rows lie a page or more apart, and one panel at a time read 32
-   bytes per page visit, each waiting on its own miss (measured: 2-3 times as long). */
+/* bp[2][K][32]: quantized panel p (64 columns, QuantPanels' layout) dequantized into two
+   float panels as PackedWeight lays them out, read as one sequential stream */
 static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, const float* s,
-                        int64_t ldw, int64_t n0, int ncols, float* bp) {
-    const int np = (ncols + 31) / 32, step = fmt == 8 ? 1 : 2;
-    for (int64_t k = 0; k < K; k += step) {
-        const uint8_t* w = wq + k / step * ldw + n0;
-        for (int j = 0; j < ncols; j += 64) __builtin_prefetch(w + EQ_QPF * ldw + j);
-        const float* sk = fmt == 8 ? s + n0 : s + k / group * ldw + n0;
-        for (int q = 0; q < np; q++) {
-            const int nq = ncols - 32 * q < 32 ? ncols - 32 * q : 32;
-            const uint8_t* wp = w + 32 * q;
-            const float* sp = sk + 32 * q;
-            float* b = bp + (q * K + k) * 32;
-            if (fmt == 8 && nq == 32) {
+                        int64_t p, float* bp) {
+    float* b0 = bp;
+    float* b1 = bp + K * 32;
+    if (fmt == 8) {
+        const uint8_t* w = wq + p * K * 64;
+        const float* sp = s + p * 64;
+        for (int64_t k = 0; k < K; k++) {
+            const uint8_t* wk = w + k * 64;
 #pragma omp simd
-                for (int j = 0; j < 32; j++) b[j] = (float)(int8_t)wp[j] * sp[j];
-            } else if (fmt == 8) {
-                for (int j = 0; j < 32; j++) b[j] = j < nq ? (float)(int8_t)wp[j] * sp[j] : 0.0f;
-            } else if (nq == 32) {
-#pragma omp simd
-                for (int j = 0; j < 32; j++) {
-                    b[j] = (float)((wp[j] & 15) - 8) * sp[j];
-                    b[32 + j] = (float)((wp[j] >> 4) - 8) * sp[j];
-                }
-            } else {
-                for (int j = 0; j < 32; j++) {
-                    b[j] = j < nq ? (float)((wp[j] & 15) - 8) * sp[j] : 0.0f;
-                    b[32 + j] = j < nq ? (float)((wp[j] >> 4) - 8) * sp[j] : 0.0f;
-                }
+            for (int j = 0; j < 32; j++) {
+                b0[k * 32 + j] = (float)(int8_t)wk[j] * sp[j];
+                b1[k * 32 + j] = (float)(int8_t)wk[32 + j] * sp[32 + j];
             }
+        }
+        return;
+    }
+    const uint8_t* w = wq + p * (K / 2) * 64;
+    const float* sp = s + p * (K / group) * 64;
+    for (int64_t k = 0; k < K; k += 2) {
+        const uint8_t* wk = w + k / 2 * 64;
+        const float* sk = sp + k / group * 64;
+        float* r0 = b0 + k * 32;
+        float* r1 = b1 + k * 32;
+#pragma omp simd
+        for (int j = 0; j < 32; j++) {
+            r0[j] = (float)((wk[j] & 15) - 8) * sk[j];
+            r0[32 + j] = (float)((wk[j] >> 4) - 8) * sk[j];
+            r1[j] = (float)((wk[32 + j] & 15) - 8) * sk[32 + j];
+            r1[32 + j] = (float)((wk[32 + j] >> 4) - 8) * sk[32 + j];
         }
     }
 }
-/* columns [n0, n0 + ncols) (ncols <= 32 * EQ_QSP) of C through dequantized panels and
-   eq_panel, which applies the epilogue; swiglu: the gate and up panels' tiles joined per block
-   of 14 rows, in L1, as eq_gemm_packed_swiglu does */
+/* the columns [64 p, 64 p + 64) (those below N) of C through dequantized panels and eq_panel,
+   which applies the epilogue; swiglu: the up half's panel pu dequantized too, the gate and up
+   panels' tiles joined per block of 14 rows, in L1, as eq_gemm_packed_swiglu does */
 static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
-                       int64_t group, const uint8_t* wq, const float* s, int64_t ldw,
-                       int64_t n0, int ncols, float* c, int64_t ldc, float alpha,
-                       const float* rowscale, const eq_addend* e, int ne, int act, int swiglu) {
-    const int np = (ncols + 31) / 32;
-    float* bp = eq_qbuf(&eq_qpan, &eq_qpan_n, (swiglu ? 2 : 1) * np * K * 32);
+                       int64_t group, const uint8_t* wq, const float* s, int64_t p, int64_t pu,
+                       float* c, int64_t ldc, float alpha, const float* rowscale,
+                       const eq_addend* e, int ne, int act, int swiglu) {
+    const int64_t n0 = 64 * p;
+    const int ncols = (int)(N - n0 < 64 ? N - n0 : 64), np = (ncols + 31) / 32;
+    float* bp = eq_qbuf(&eq_qpan, &eq_qpan_n, (swiglu ? 2 : 1) * 2 * K * 32);
     if (!bp) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
-    float* bu = bp + np * K * 32;
-    eq_qdequant(K, fmt, group, wq, s, ldw, n0, ncols, bp);
-    if (swiglu) eq_qdequant(K, fmt, group, wq, s, ldw, N + n0, ncols, bu);
+    float* bu = bp + 2 * K * 32;
+    eq_qdequant(K, fmt, group, wq, s, p, bp);
+    if (swiglu) eq_qdequant(K, fmt, group, wq, s, pu, bu);
     for (int q = 0; q < np; q++) {
         const int64_t nq0 = n0 + 32 * q;
         const int nq = ncols - 32 * q < 32 ? ncols - 32 * q : 32;
@@ -359,26 +385,26 @@ static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t 
 /* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ W) + sum_i e_i.scale * e_i), or when swiglu:
    C[M, N] = silu(G) * U with G = alpha*rowscale*(A @ W[:, 0:N]), U = alpha*rowscale*(A @ W[:, N:2N]) (addends and act not used then).
    A: float [M, K], row stride lda, unit column stride. rowscale may be NULL; e may be NULL (ne = 0).
-   fmt 8: wq int8 [K, *] with row stride ldw (elements), s float [*] (per column).
-   fmt 4: wq uint8 [K/2, *] row stride ldw, s float [K/group, *] with row stride ldw. */
+   W as QuantPanels (codegen/c/quant_gemm.py) prepares it: P = ceil(N / 64) panels of 64
+   columns (with swiglu 2 P: the gate's, then the up half's), the last of each half zero-padded.
+   fmt 8: wq int8 [P][K][64], s float [P][64] (per column).
+   fmt 4: wq uint8 [P][K / 2][64] (two rows per byte), s float [P][K / group][64]. */
 static __attribute__((noinline)) void eq_gemm_q(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
-        const void* wq, const float* s, int64_t ldw, float* c, int64_t ldc, float alpha,
+        const void* wq, const float* s, float* c, int64_t ldc, float alpha,
         const float* rowscale, const eq_addend* e, int ne, int act, int swiglu, int parallel) {
     if (M <= 0 || N <= 0) return;
     const uint8_t* w = (const uint8_t*)wq;
     const int gemv = M <= EQ_QGEMV_M;
-    /* GEMV: blocks of 64 columns, the tail (< 64) as panels; else panels of 32 throughout */
-    const int64_t nfull = gemv ? N / 64 * 64 : 0, nblk = nfull / 64, np = (N - nfull + 31) / 32;
+    const int64_t np = (N + 63) / 64;
     if (!gemv) a = eq_unaliased(a, &lda, M, K);
     /* int4's GEMV reads A as eq_qprep4 writes it, shared by the threads */
     const float *ga = a, *go = 0;
     int64_t glda = lda;
-    if (gemv && nblk && fmt == 4) {
-        const int64_t kc = eq_qchunk4(group);
-        float* ap = eq_qbuf(&eq_qa, &eq_qa_n, M * K + M * (K / kc));
+    if (gemv && fmt == 4) {
+        float* ap = eq_qbuf(&eq_qa, &eq_qa_n, M * K + M * (K / group));
         if (!ap) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
-        eq_qprep4(M, K, a, lda, kc, ap, ap + M * K);
+        eq_qprep4(M, K, a, lda, group, ap, ap + M * K);
         ga = ap; go = ap + M * K; glda = K;
     }
 #pragma omp parallel if(parallel)
@@ -387,20 +413,21 @@ static __attribute__((noinline)) void eq_gemm_q(
 #ifdef _OPENMP
         nt = omp_get_num_threads(); t = omp_get_thread_num();
 #endif
-        const int64_t n0 = nblk * t / nt * 64, n1 = nblk * (t + 1) / nt * 64, nc = n1 - n0;
-        if (gemv && nc) {
-            float* tg = eq_qbuf(&eq_qacc, &eq_qacc_n, (swiglu ? 2 : 1) * M * nc);
+        const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
+        const int64_t n0 = 64 * p0, nc = (64 * p1 < N ? 64 * p1 : N) - n0, ldt = 64 * (p1 - p0);
+        if (gemv && p1 > p0) {
+            float* tg = eq_qbuf(&eq_qacc, &eq_qacc_n, (swiglu ? 2 : 1) * M * ldt);
             if (!tg) EQ_INDEX_ERROR();  /* out of memory */
             else {
-                float* tu = tg + M * nc;
-                eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, ldw, n0, n1, tg, nc);
+                float* tu = tg + M * ldt;
+                eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, p0, p1, tg, ldt);
                 if (swiglu)
-                    eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, ldw, N + n0, N + n1, tu, nc);
+                    eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, np + p0, np + p1, tu, ldt);
                 for (int64_t m = 0; m < M; m++) {
                     const float f = rowscale ? alpha * rowscale[m] : alpha;
                     float* cr = c + m * ldc + n0;
-                    const float* g = tg + m * nc;
-                    const float* u = tu + m * nc;
+                    const float* g = tg + m * ldt;
+                    const float* u = tu + m * ldt;
                     if (swiglu) {
 #pragma omp simd
                         for (int64_t j = 0; j < nc; j++) {
@@ -416,16 +443,10 @@ static __attribute__((noinline)) void eq_gemm_q(
                     eq_tile_epilogue((int)M, c + n0, ldc, 0, n0, (int)nc, 0, e, ne, act);
             }
         }
-        /* the panels: all of N past GEMV's blocks (the last thread takes a GEMV's tail),
-           EQ_QSP at a time */
-        const int64_t p0 = gemv ? (t == nt - 1 ? 0 : np) : np * t / nt;
-        const int64_t p1 = gemv ? np : np * (t + 1) / nt;
-        for (int64_t p = p0; p < p1; p += EQ_QSP) {
-            const int64_t pn = nfull + p * 32, pe = p + EQ_QSP < p1 ? p + EQ_QSP : p1;
-            const int ncols = (int)((pe * 32 < N - nfull ? pe * 32 : N - nfull) - p * 32);
-            eq_qpanels(M, N, K, a, lda, fmt, group, w, s, ldw, pn, ncols, c, ldc, alpha,
-                       rowscale, e, ne, act, swiglu);
-        }
+        if (!gemv)
+            for (int64_t p = p0; p < p1; p++)
+                eq_qpanels(M, N, K, a, lda, fmt, group, w, s, p, np + p, c, ldc, alpha,
+                           rowscale, e, ne, act, swiglu);
     }
 }
 """

@@ -74,8 +74,9 @@ class Ref:
 class Layout:
     refs: dict[int, Ref]
     n_inputs: int
-    # by W slot: a constant's name, or a weight packed for a kernel (added while emitting)
-    weights: list[str | PackedWeight]
+    # by W slot: a constant's name, or a weight prepared for a kernel (added while emitting:
+    # PackedWeight, quant_gemm.QuantPanels)
+    weights: list[Any]
     outputs: list[int]  # node ids with an OUT slot, by slot
     copy_out: list[int]  # COPY_OUT nodes (a kernel copies them into their OUT slot)
 
@@ -105,6 +106,14 @@ class Layout:
             self.weights.append(spec)
         return Ref("W", self.weights.index(spec), 0, (k, n), contiguous_strides((k, n)),
                    "float32")
+
+    def prepared(self, spec: Any, shape: tuple[int, ...], dtype: str) -> Ref:
+        """The W slot holding the prepared constant `spec` (an object with
+        `prepare(constants)`, compared by value: one slot per distinct one), seen as a
+        contiguous `shape` of `dtype`."""
+        if spec not in self.weights:
+            self.weights.append(spec)
+        return Ref("W", self.weights.index(spec), 0, shape, contiguous_strides(shape), dtype)
 
     def prepared_weights(self, constants: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """The tensors of the W slots, contiguous, in slot order (equal ones shared with

@@ -1,0 +1,190 @@
+"""The weight-only quantized GEMM kernel (codegen/c/quant_gemm.py: eq_gemm_q, on the panels
+QuantPanels prepares) against the dense packed fp32 kernel (codegen/c/packed_gemm.py:
+eq_gemm_packed), and optionally against eq_gemm_q of an earlier git revision (--baseline REV:
+that revision's quant_gemm.py and packed_gemm.py, built into their own shared object and
+called with the operands its signature takes: the row-major integers when it predates the
+panels), all called from Python through ctypes with the backend's CFLAGS (2 OpenMP threads).
+
+    .venv/bin/python benchmarks/quant_kernels.py [--rounds 5] [--calls 21] [--shapes ...]
+        [--formats int8 int4_g32] [--baseline HEAD~1] [--flags -DEQ_QGPF=0]
+
+Per shape (M x K x N): each kernel checked against torch on the dequantized weight first.
+Timing: rounds interleaved across the kernels; per round `calls` calls, each either cold (64
+MiB written first, so the weight comes from memory: decode's case in a model) or warm (back
+to back), the median per round, then the median over rounds. GB/s = the weight's stored
+bytes (integers and scales) per second. The spread (max / min of the rounds' medians) says
+the noise; the ratios between kernels of one round survive it better than the times."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from eqsat_llm.codegen.c.build import CFLAGS, compiler
+from eqsat_llm.codegen.c.packed_gemm import NR, PACKED_GEMM_C
+from eqsat_llm.codegen.c.prelude import PRELUDE
+from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C, QuantPanels
+from eqsat_llm.quant_formats import format_group, quantize
+
+FLUSH = r"""
+static char eq_flush_buf[64 << 20];
+void flush(void) {  /* evict the weights: write 64 MiB (twice the L3) */
+    static int gen = 0;
+    memset(eq_flush_buf, ++gen, sizeof eq_flush_buf);
+}
+void dense(int64_t M, int64_t N, int64_t K, const float* a, const float* bp, float* c) {
+    eq_gemm_packed(M, N, K, a, K, bp, c, N, 1.0f, 0, 0, 0, 0, 1);
+}
+"""
+# the panels' signature (no row stride), and the row-major one's (ldw = N)
+QGEMM = r"""
+void qgemm(int64_t M, int64_t N, int64_t K, const float* a, int fmt, int64_t group,
+           const void* wq, const float* s, float* c) {
+    eq_gemm_q(M, N, K, a, K, fmt, group, wq, s, c, N, 1.0f, 0, 0, 0, 0, 0, 1);
+}
+"""
+QGEMM_ROWS = r"""
+void qgemm(int64_t M, int64_t N, int64_t K, const float* a, int fmt, int64_t group,
+           const void* wq, const float* s, float* c) {
+    eq_gemm_q(M, N, K, a, K, fmt, group, wq, s, N, c, N, 1.0f, 0, 0, 0, 0, 0, 1);
+}
+"""
+
+SHAPES = [(1, 2048, 5632), (1, 5632, 2048), (1, 2048, 2560), (1, 2048, 32000)]
+
+
+def build(source: str, flags: list[str], path: Path) -> ctypes.CDLL:
+    path.with_suffix(".c").write_text(source)
+    subprocess.run([compiler(), *CFLAGS, *flags, str(path.with_suffix(".c")), "-o", str(path),
+                    "-lm"], check=True)
+    dll = ctypes.CDLL(str(path))
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    dll.dense.argtypes = [i64, i64, i64, ptr, ptr, ptr]
+    dll.qgemm.argtypes = [i64, i64, i64, ptr, ctypes.c_int, i64, ptr, ptr, ptr]
+    dll.flush.argtypes = []
+    return dll
+
+
+def baseline_source(rev: str) -> tuple[str, bool]:
+    """(the C of eq_gemm_q at git revision rev with its packed GEMM, whether it reads panels)"""
+    def module(path: str) -> dict:
+        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True,
+                              capture_output=True, text=True).stdout
+        ns: dict = {}
+        exec(compile(text, path, "exec"), ns)  # noqa: S102 (this repository's own source)
+        return ns
+    q = module("codegen/c/quant_gemm.py")
+    packed = module("codegen/c/packed_gemm.py")["PACKED_GEMM_C"]
+    panels = "QuantPanels" in q
+    return PRELUDE + packed + q["QUANT_GEMM_C"] + FLUSH + (QGEMM if panels else QGEMM_ROWS), panels
+
+
+def operands(fmt: str, k: int, n: int, gen: torch.Generator, panels: bool):
+    """(q, s) of a random weight in fmt, as the kernel reads them, and w dequantized."""
+    from eqsat_llm.quant_formats import dequantize
+
+    q, s = quantize(torch.randn(k, n, generator=gen), fmt)
+    w = dequantize(q, s, fmt)
+    if panels:
+        group = format_group(fmt)
+        q = QuantPanels("q", 0, q.shape[0], n, n).prepare({"q": q})
+        s = QuantPanels("s", 0, 1 if group == 0 else k // group, n, n).prepare({"s": s})
+    return q, s, w
+
+
+def time_round(dll, fn, calls: int, cold: bool) -> float:
+    ts = []
+    for _ in range(calls):
+        if cold:
+            dll.flush()
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--calls", type=int, default=21)
+    p.add_argument("--shapes", nargs="*", help="MxKxN, e.g. 1x2048x5632")
+    p.add_argument("--formats", nargs="*", default=["int8", "int4_g32"])
+    p.add_argument("--baseline", help="a git revision whose eq_gemm_q runs alongside")
+    p.add_argument("--warm", action="store_true", help="warm rounds too at M <= 8")
+    p.add_argument("--flags", nargs="*", default=[], help="extra compiler flags (this tree's)")
+    args = p.parse_args(argv)
+    shapes = ([tuple(int(x) for x in s.split("x")) for s in args.shapes] if args.shapes
+              else SHAPES)
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    load0 = os.getloadavg()[0]
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        libs = {"": (build(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + FLUSH + QGEMM, args.flags,
+                           Path(tmp) / "new.so"), True)}
+        if args.baseline:
+            src, panels = baseline_source(args.baseline)
+            libs[f"{args.baseline} "] = (build(src, [], Path(tmp) / "old.so"), panels)
+        dll = libs[""][0]
+        for m, k, n in shapes:
+            a = torch.randn(m, k, generator=gen)
+            c = torch.empty(m, n)
+            w = torch.randn(k, n, generator=gen)
+            bp = torch.nn.functional.pad(w, (0, -n % NR)).reshape(k, -1, NR).permute(1, 0, 2)
+            bp = bp.contiguous()
+            fns = {"fp32 packed": lambda bp=bp: dll.dense(m, n, k, a.data_ptr(), bp.data_ptr(),
+                                                         c.data_ptr())}
+            nbytes, refs = {"fp32 packed": k * n * 4}, {"fp32 packed": w}
+            for fmt in args.formats:
+                group = format_group(fmt)
+                for tag, (lib, panels) in libs.items():
+                    q, s, wd = operands(fmt, k, n, torch.Generator().manual_seed(k + n), panels)
+                    name = f"{tag}{fmt}"
+                    fns[name] = (lambda lib=lib, q=q, s=s, group=group: lib.qgemm(
+                        m, n, k, a.data_ptr(), 8 if group == 0 else 4, group, q.data_ptr(),
+                        s.data_ptr(), c.data_ptr()))
+                    nbytes[name] = (k * n // (1 if group == 0 else 2) +
+                                    (n if group == 0 else k // group * n) * 4)
+                    refs[name] = wd
+            for name, fn in fns.items():
+                fn()
+                err = (c - a @ refs[name]).abs().max().item()
+                if err > 1e-3 * k ** 0.5:
+                    raise AssertionError(f"{name} wrong on {m}x{k}x{n}: max error {err}")
+            modes = ((True, False) if args.warm else (True,)) if m <= 8 else (False,)
+            for cold in modes:
+                samples = {name: [] for name in fns}
+                names = list(fns)
+                for r in range(args.rounds):
+                    for name in names[r % len(names):] + names[:r % len(names)]:
+                        samples[name].append(time_round(dll, fns[name], args.calls, cold))
+                for name, s in samples.items():
+                    t = statistics.median(s)
+                    rows.append((f"{m}x{k}x{n}", "cold" if cold else "warm", name, t * 1e3,
+                                 nbytes[name] / t / 1e9, max(s) / min(s)))
+                    print(f"{rows[-1][0]:>15} {rows[-1][1]} {name:>22} {t * 1e3:8.3f} ms "
+                          f"{rows[-1][4]:6.1f} GB/s", flush=True)
+    print(f"\n1-minute load {load0:.2f} before, {os.getloadavg()[0]:.2f} after; "
+          f"{args.rounds} rounds x {args.calls} calls, median of rounds' medians")
+    print("| M x K x N | weights | kernel | ms | vs fp32 | GB/s | spread |")
+    print("|---|---|---|---|---|---|---|")
+    dense = {(r[0], r[1]): r[3] for r in rows if r[2] == "fp32 packed"}
+    for shape, mode, name, ms, gbs, spread in rows:
+        print(f"| {shape} | {mode} | {name} | {ms:.3f} | {ms / dense[shape, mode]:.2f} | "
+              f"{gbs:.1f} | {spread:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
