@@ -6,8 +6,11 @@ of the library's registry: importing it as a module would register these rules u
 
 from egglog import String, Vec, eq, f64, i64, rewrite, rule, union
 
-from eqsat_llm.egraph.language import E, Tensor
+from eqsat_llm.egraph.analysis import is_const, two_four
+from eqsat_llm.egraph.language import E, Tensor, shape
 from eqsat_llm.rulebook import exact, family
+from eqsat_llm.rules.fusion import NONE
+from eqsat_llm.rules.sparsity import pruned
 
 
 @family("wrong")
@@ -25,3 +28,11 @@ def wrong(x: Tensor, y: Tensor, a: Tensor, b: Tensor, al: f64, s: Vec[i64], k: S
     yield exact("uninstantiable", rewrite(E.permute(x, Vec[i64](0, 0))).to(x))
     # instances type-check but the condition never holds: no dim is 7
     yield exact("never-fires", rule(eq(y).to(E.view(x, s)), eq(s).to(Vec[i64](7, 7))).then(union(y).with_(x)))
+
+
+@family("wrong-sparsity")
+def wrong_sparsity(x: Tensor, y: Tensor, w: Tensor, al: f64, sw: Vec[i64]):
+    # 2:4 read along the wrong dim (N instead of K): the packing meets groups of K with more
+    # than two non-zeros
+    sparse = E.gemm(x, E.sparse_values(w, "sparse24", i64(0)), E.sparse_index(w, "sparse24", i64(0)), NONE, NONE, sw[1], al, 1.0, 0.0, String("none"), String("sparse24"), String("none"), String("none"))
+    yield exact("bad-sparse-dim", rule(eq(y).to(E.matmul(x, w, al)), is_const(w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)), two_four(w, i64(1))).then(union(y).with_(sparse)), check_dims=(16, 32), check_weights=pruned)

@@ -60,3 +60,20 @@ def test_optimize_with_quantized_weights(capsys):
     out = capsys.readouterr().out
     assert "weights quantized to int8: 3 GEMMs; kept float: o_proj" in out, out
     assert "gemm[rms_norm+int8]" in out and "gemm[add]" in out
+
+
+def pruned_block():
+    """The LLaMA-style block at decode, every Linear weight with half its 16 x 16 blocks zero
+    (for --sparsity: a `module:function` model spec)."""
+    from eqsat_llm.workloads import llama_block_case
+
+    from .test_sparsity import prune, prune_blocks
+
+    model, inputs = llama_block_case("decode")
+    return prune(model, prune_blocks), inputs
+
+
+def test_optimize_with_sparsity(capsys):
+    assert main(["optimize", "tests.test_cli:pruned_block", "--sparsity", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert "sparse GEMMs: 4 bsr16" in out and "gemm[rms_norm+bsr16]" in out, out

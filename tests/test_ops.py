@@ -91,7 +91,9 @@ def test_every_op_declares_known_rules():
         assert op.shape_rule in {"given", "scalar", "attr", "same", "broadcast", "permute",
                                  "transpose", "unsqueeze", "reduce", "slice", "select", "cat",
                                  "mm", "bmm", "addmm", "linear", "embedding", "sdpa",
-                                 "matmul", "gemm", "quant_weight", "quant_scales"}, op.name
+                                 "matmul", "gemm", "quant_weight", "quant_scales",
+                                 "sparse_values", "sparse_index"}, op.name
         assert op.dtype_rule in {"same", "same_float", "promote", "promote12", "bool", "attr",
-                                 "scalar", "given", "quant_weight", "quant_scales"}, op.name
+                                 "scalar", "given", "quant_weight", "quant_scales",
+                                 "sparse_index"}, op.name
         assert op.reference is not None or op.name in {"input", "param", "const", "fallback"}

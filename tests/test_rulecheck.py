@@ -73,6 +73,12 @@ def test_wrong_union_fails(wrong):
     assert res.status == "fail" and "which the rule merged with it" in res.message
 
 
+def test_sparse_rule_reading_the_wrong_dim_fails(wrong):
+    # rules check draws weights 2:4 along one dim or the other (rules/sparsity.py: pruned)
+    res = check_rule(wrong["bad-sparse-dim"], instances=5)
+    assert res.status == "ill-typed" and "not 2:4 sparse along K" in res.message
+
+
 def test_uninstantiable_pattern_is_not_exercised(wrong):
     res = check_rule(wrong["uninstantiable"], instances=5, max_attempts=200)
     assert res.status == "not-exercised" and res.instances_checked == 0
