@@ -94,6 +94,19 @@ def measure(name: str, model: torch.nn.Module, inputs: tuple, rounds: int, tmp: 
         weights[label] = weight_bytes(c)
         notes[label] = f"backend {c.report.backend}" + (
             f", ran in torch: {c.report.torch_ops}" if c.report.torch_ops else "")
+    errors, medians = errors_and_medians(runs, want, rounds)
+    rows = []
+    for k in runs:
+        ms = medians[k] * 1e3
+        wb = weights.get(k)
+        bw = f"{wb / medians[k] / 1e9:.1f}" if wb else "-"
+        rows.append((name, k, ms, errors[k], wb, bw, notes.get(k, "")))
+    return rows
+
+
+def errors_and_medians(runs: dict, want: torch.Tensor, rounds: int) -> tuple[dict, dict]:
+    """Each system's max error relative to the largest eager output (its first output), then
+    the median seconds per call over interleaved rounds."""
     errors = {}
     with torch.no_grad():
         for k, fn in runs.items():
@@ -102,13 +115,7 @@ def measure(name: str, model: torch.nn.Module, inputs: tuple, rounds: int, tmp: 
             errors[k] = float((got - want).abs().max() / want.abs().max())
         medians = interleaved_medians({k: (lambda f=f: torch.no_grad()(f)()) for k, f in runs.items()},
                                       rounds, ROUND_S)
-    rows = []
-    for k in runs:
-        ms = medians[k] * 1e3
-        wb = weights.get(k)
-        bw = f"{wb / medians[k] / 1e9:.1f}" if wb else "-"
-        rows.append((name, k, ms, errors[k], wb, bw, notes.get(k, "")))
-    return rows
+    return errors, medians
 
 
 def table(rows: list) -> str:

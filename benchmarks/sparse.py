@@ -26,40 +26,18 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_cpu import add_write_options, interleaved_medians, wait_for_load
+from compare_cpu import add_write_options, wait_for_load
 from optimize_time import write_section
-from quantized import weight_bytes
+from quantized import errors_and_medians, weight_bytes
 
 from eqsat_llm import optimize
+from eqsat_llm.pruning import prune_2_4, prune_blocks, prune_linears
 from eqsat_llm.workloads import WORKLOADS
 
 SECTION = "## Sparse weights: 2:4 and 16x16 blocks against the same model dense"
-ROUND_S = 0.3
-
-
-def prune_2_4(w: torch.Tensor) -> torch.Tensor:
-    """nn.Linear's [out, in] weight with the 2 smallest of every 4 inputs zeroed."""
-    groups = w.reshape(w.shape[0], -1, 4)
-    return (groups * (groups.abs().argsort(2).argsort(2) >= 2)).reshape(w.shape)
-
-
-def prune_blocks(w: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    """w with half of its 16 x 16 blocks zeroed (at random)."""
-    k, n = w.shape
-    gen = torch.Generator().manual_seed(seed)
-    keep = torch.rand(k // 16, 1, n // 16, 1, generator=gen) >= 0.5
-    return w * keep.expand(-1, 16, -1, 16).reshape(k, n)
 
 
 PRUNINGS = {"2:4": prune_2_4, "50% zero blocks": prune_blocks}
-
-
-def pruned(model: nn.Module, how) -> nn.Module:
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.Linear):
-                m.weight.copy_(how(m.weight))
-    return model
 
 
 def measure(name: str, model: nn.Module, inputs: tuple, rounds: int) -> list:
@@ -75,21 +53,15 @@ def measure(name: str, model: nn.Module, inputs: tuple, rounds: int) -> list:
         weights[label] = weight_bytes(c)
         notes[label] = ", ".join(f"{n} {fmt}" for fmt, n in c.report.sparse_gemms.items()) + (
             f"; ran in torch: {c.report.torch_ops}" if c.report.torch_ops else "")
-    errors = {}
-    with torch.no_grad():
-        for k, fn in runs.items():
-            got = fn()
-            got = got[0] if isinstance(got, (tuple, list)) else got
-            errors[k] = float((got - want).abs().max() / want.abs().max())
-        medians = interleaved_medians({k: (lambda f=f: torch.no_grad()(f)()) for k, f in runs.items()},
-                                      rounds, ROUND_S)
+    errors, medians = errors_and_medians(runs, want, rounds)
     return [(name, k, medians[k] * 1e3, errors[k], weights.get(k), notes.get(k, ""))
             for k in runs]
 
 
 def table(rows: list) -> str:
-    lines = ["| workload | pruning | system | ms per call | vs eqsat dense | max error / max output "
-             "| GEMM weight MiB | GB/s of weights | sparse GEMMs |", "|" + "---|" * 9]
+    head = ("| workload | pruning | system | ms per call | vs eqsat dense | max error / max output "
+            "| GEMM weight MiB | GB/s of weights | sparse GEMMs |")
+    lines = [head, "|" + "---|" * 9]
     by = {(r[0], r[1]): r[2] for r in rows}
     for name, k, ms, err, wb, note in rows:
         workload, pruning = name.rsplit(", ", 1)  # (the pruning is named last)
@@ -122,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         for pruning, how in PRUNINGS.items():
             print(f"{name}, {pruning} ...", flush=True)
             model, inputs = make()
-            rows += measure(f"{name}, {pruning}", pruned(model, how), inputs, args.rounds)
+            rows += measure(f"{name}, {pruning}", prune_linears(model, how), inputs, args.rounds)
     text = table(rows)
     print(text)
     if args.write:

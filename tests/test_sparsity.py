@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from eqsat_llm import optimize
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.errors import EqsatError, GraphError
+from eqsat_llm.pruning import prune_2_4, prune_blocks, prune_linears
 from eqsat_llm.rulebook import resolve
 from eqsat_llm.sparse_formats import pack, structure, unpack
 from eqsat_llm.workloads import llama_block_case
@@ -19,31 +19,6 @@ from eqsat_llm.workloads import llama_block_case
 from .conftest import max_error
 
 needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
-
-
-def prune_2_4(w: torch.Tensor, dim: int) -> torch.Tensor:
-    """w with the 2 smallest of every 4 consecutive entries along `dim` set to zero."""
-    m = w.detach().movedim(dim, 0)
-    k = m.shape[0]
-    groups = m.reshape(k // 4, 4, -1)
-    keep = groups.abs().argsort(1).argsort(1) >= 2
-    return (groups * keep).reshape(m.shape).movedim(0, dim)
-
-
-def prune_blocks(w: torch.Tensor, fraction: float = 0.5, seed: int = 0) -> torch.Tensor:
-    """w with about `fraction` of its 16 x 16 blocks set to zero."""
-    k, n = w.shape
-    gen = torch.Generator().manual_seed(seed)
-    keep = torch.rand(k // 16, 1, n // 16, 1, generator=gen) >= fraction
-    return w.detach() * keep.expand(-1, 16, -1, 16).reshape(k, n)
-
-
-def prune(model: nn.Module, how) -> nn.Module:
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.Linear):
-                m.weight.copy_(how(m.weight))
-    return model
 
 
 def sparse_gemms(compiled) -> dict[str, int]:
@@ -96,7 +71,7 @@ def test_llama_block_2_4_pruned_runs_sparse_gemms_in_c(case):
     # nn.Linear's weight is [out, in]: 2:4 along its dim 1 is 2:4 along K of x @ W^T, which
     # the analysis finds through the transpose and the QKV and gate/up concatenations
     model, inputs = llama_block_case(case)
-    prune(model, lambda w: prune_2_4(w, 1))
+    prune_linears(model, lambda w: prune_2_4(w, 1))
     compiled = optimize(model, inputs, sparsity="auto", measure_eager=False)
     assert not compiled.report.torch_ops, compiled.report.torch_ops
     if case == "decode":  # the GEMV reads 0.56x the bytes: all four GEMMs go sparse
@@ -112,7 +87,7 @@ def test_llama_block_2_4_pruned_runs_sparse_gemms_in_c(case):
 @pytest.mark.parametrize("case", ["decode", "prefill"])
 def test_llama_block_with_zero_blocks_runs_block_sparse_gemms_in_c(case):
     model, inputs = llama_block_case(case)
-    prune(model, prune_blocks)
+    prune_linears(model, prune_blocks)
     compiled = optimize(model, inputs, sparsity="auto", measure_eager=False)
     assert not compiled.report.torch_ops, compiled.report.torch_ops
     assert sparse_gemms(compiled) == {"bsr16": 4}
@@ -132,7 +107,7 @@ def test_a_dense_model_stays_dense():
 def test_2_4_along_the_wrong_dim_is_not_taken_for_2_4_along_k():
     # pruned along the output dim: groups of K hold up to 4 non-zeros, not sparse24
     model, inputs = llama_block_case("decode")
-    prune(model, lambda w: prune_2_4(w, 0))
+    prune_linears(model, lambda w: prune_2_4(w, 0))
     compiled = optimize(model, inputs, sparsity="auto", measure_eager=False)
     assert sparse_gemms(compiled) == {}
     with torch.no_grad():

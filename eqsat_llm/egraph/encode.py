@@ -19,8 +19,7 @@ from ..errors import EncodeError
 from ..ir import Graph, TensorType
 from ..ops import get_op
 from ..sparse_formats import structure
-from .analysis import (dtype_facts, hi_id, lo_id, quantizable, shape_literal, stored_blocks,
-                       two_four)
+from .analysis import dtype_facts, hi_id, lo_id, quantizable, shape_literal, stored_blocks, two_four
 from .language import E, Tensor, dtype, shape
 
 
