@@ -138,16 +138,13 @@ class Generator:
         if limit is not None and max_seq_len > limit:
             raise EqsatError(f"max_seq_len {max_seq_len} exceeds the model's "
                              f"max_position_embeddings ({limit})")
-        dtype = next((p.dtype for p in model.parameters()), torch.float32)
-        if dtype != torch.float32:
-            raise EqsatError(f"the model's weights are {dtype}; generation compiles float32 "
-                             "models (cast with model.float())")
         self.model = model.eval()
         self.max_seq_len, self.batch_size = max_seq_len, batch_size
         self.chunk = min(prefill_chunk or DEFAULT_CHUNK, max_seq_len)
         if self.chunk < 1:
             raise EqsatError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
-        self.step = CachedStep(model, batch_size, max_seq_len).eval()
+        dtype = next((p.dtype for p in model.parameters()), torch.float32)
+        self.step = CachedStep(model, batch_size, max_seq_len, dtype).eval()
         options = {"measure_eager": False, **optimize_options}
         t0 = time.perf_counter()
         with torch.no_grad(), warnings.catch_warnings():
