@@ -6,12 +6,16 @@ called with the operands its signature takes: the row-major integers when it pre
 panels), all called from Python through ctypes with the backend's CFLAGS (2 OpenMP threads).
 
     .venv/bin/python benchmarks/quant_kernels.py [--rounds 5] [--calls 21] [--shapes ...]
-        [--formats int8 int4_g32] [--baseline HEAD~1] [--flags -DEQ_QGPF=0]
+        [--formats int8 int4_g32] [--baseline HEAD~1] [--flags=-DEQ_QGPF=0]
+        [--variants=-DEQ_QGPF=0,-DEQ_QPFL=2]
 
 Per shape (M x K x N): each kernel checked against torch on the dequantized weight first.
 Timing: rounds interleaved across the kernels; per round `calls` calls, each either cold (64
-MiB written first, so the weight comes from memory: decode's case in a model) or warm (back
-to back), the median per round, then the median over rounds. GB/s = the weight's stored
+MiB read first, so the weight comes from memory and the lines it evicts are clean: decode's
+case in a model, whose other GEMMs read their weights; benchmarks/sparse_kernels.py writes
+its 64 MiB instead, and the dirty lines written back then cost a small weight
+proportionally more: int8 measured ~0.30x fp32's time that way, where the bytes say 0.25)
+or warm (back to back), the median per round, then the median over rounds. GB/s = the weight's stored
 bytes (integers and scales) per second. The spread (max / min of the rounds' medians) says
 the noise; the ratios between kernels of one round survive it better than the times."""
 
@@ -40,9 +44,13 @@ from eqsat_llm.quant_formats import format_group, quantize
 
 FLUSH = r"""
 static char eq_flush_buf[64 << 20];
-void flush(void) {  /* evict the weights: write 64 MiB (twice the L3) */
-    static int gen = 0;
-    memset(eq_flush_buf, ++gen, sizeof eq_flush_buf);
+volatile long eq_flush_sum;
+void flush(void) {  /* evict the weights: read 64 MiB (twice the L3), its lines left clean */
+    static int init = 0;
+    if (!init) { memset(eq_flush_buf, 1, sizeof eq_flush_buf); init = 1; }
+    long s = 0;
+    for (size_t i = 0; i < sizeof eq_flush_buf; i += 64) s += eq_flush_buf[i];
+    eq_flush_sum = s;
 }
 void dense(int64_t M, int64_t N, int64_t K, const float* a, const float* bp, float* c) {
     eq_gemm_packed(M, N, K, a, K, bp, c, N, 1.0f, 0, 0, 0, 0, 1);
@@ -124,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--baseline", help="a git revision whose eq_gemm_q runs alongside")
     p.add_argument("--warm", action="store_true", help="warm rounds too at M <= 8")
     p.add_argument("--flags", nargs="*", default=[], help="extra compiler flags (this tree's)")
+    p.add_argument("--variants", default="",
+                   help="this tree's kernel again with each of these flags, comma-separated "
+                        "(--variants=-DEQ_QGPF=0,-DEQ_QPFL=2)")
     args = p.parse_args(argv)
     shapes = ([tuple(int(x) for x in s.split("x")) for s in args.shapes] if args.shapes
               else SHAPES)
@@ -134,6 +145,9 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         libs = {"": (build(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + FLUSH + QGEMM, args.flags,
                            Path(tmp) / "new.so"), True)}
+        for i, v in enumerate(x for x in args.variants.split(",") if x):
+            libs[f"[{v}] "] = (build(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + FLUSH + QGEMM,
+                                     args.flags + v.split(), Path(tmp) / f"v{i}.so"), True)
         if args.baseline:
             src, panels = baseline_source(args.baseline)
             libs[f"{args.baseline} "] = (build(src, [], Path(tmp) / "old.so"), panels)

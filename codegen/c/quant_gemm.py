@@ -126,10 +126,17 @@ QUANT_GEMM_C = r"""
 #endif
 #endif
 #ifndef EQ_QKB
-#define EQ_QKB 256     /* int8 GEMV: weight rows per chunk (16 KiB of a panel, in L1) */
+#define EQ_QKB 256     /* int8 GEMV, one row: weight rows per chunk (16 KiB of a panel) */
+#endif
+#ifndef EQ_QKBM
+#define EQ_QKBM 16     /* int8 GEMV, more rows: weight rows per chunk (1 KiB, in L1) */
 #endif
 #ifndef EQ_QGPF
-#define EQ_QGPF 2048   /* GEMV: bytes ahead in the thread's stream that it prefetches (0: none) */
+#define EQ_QGPF 4096   /* GEMV: bytes ahead in the thread's stream that it prefetches (0: none;
+                          the hardware prefetchers stop at each 4 KiB page) */
+#endif
+#ifndef EQ_QPFL
+#define EQ_QPFL 3      /* its locality hint (3: into L1) */
 #endif
 typedef float eq_qf __attribute__((vector_size(EQ_QV * 4)));
 typedef int32_t eq_qi __attribute__((vector_size(EQ_QV * 4)));
@@ -166,13 +173,14 @@ static inline __attribute__((always_inline)) eq_qi eq_qwiden(const uint8_t* p, c
 static inline __attribute__((always_inline)) void eq_qtile(
         const int rows, const int nv, const int fmt, int64_t kc, const float* a, int64_t lda,
         const uint8_t* w, int64_t ldw, const float* sg, const float* o, int64_t ldo, float* t,
-        int64_t ldt) {
+        int64_t ldt, const int64_t pf) {
     eq_qf x[EQ_QR][8];
 #pragma GCC unroll 8
     for (int r = 0; r < rows; r++)
         for (int v = 0; v < nv; v++) x[r][v] = (eq_qf){0};
     if (fmt == 8) {
         for (int64_t k = 0; k < kc; k++) {
+            if (pf) __builtin_prefetch(w + k * ldw + pf, 0, EQ_QPFL);
 #pragma GCC unroll 8
             for (int v = 0; v < nv; v++) {
                 const eq_qi q = eq_qwiden(w + k * ldw + v * EQ_QV, 1);
@@ -183,6 +191,7 @@ static inline __attribute__((always_inline)) void eq_qtile(
         }
     } else {
         for (int64_t k = 0; k < kc; k += 2) {
+            if (pf) __builtin_prefetch(w + k / 2 * ldw + pf, 0, EQ_QPFL);
 #pragma GCC unroll 8
             for (int v = 0; v < nv; v++) {
                 const eq_qi q = eq_qwiden(w + k / 2 * ldw + v * EQ_QV, 0);
@@ -212,25 +221,26 @@ static inline __attribute__((always_inline)) void eq_qtile(
 /* the tiles of a chunk's 64-column block: rows <= EQ_QR, the constants propagated */
 static inline __attribute__((always_inline)) void eq_qblock(
         int rows, const int fmt, int64_t kc, const float* a, int64_t lda, const uint8_t* w,
-        int64_t ldw, const float* sg, const float* o, int64_t ldo, float* t, int64_t ldt) {
+        int64_t ldw, const float* sg, const float* o, int64_t ldo, float* t, int64_t ldt,
+        const int64_t pf) {
     switch (rows) {
     case 1:
         for (int c = 0; c < 64; c += EQ_QNV1 * EQ_QV)
-            eq_qtile(1, EQ_QNV1, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt);
+            eq_qtile(1, EQ_QNV1, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt, pf);
         break;
 #if EQ_QR == 4
     case 2:
         for (int c = 0; c < 64; c += 4 * EQ_QV)
-            eq_qtile(2, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt);
+            eq_qtile(2, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt, pf);
         break;
     case 3:
         for (int c = 0; c < 64; c += 4 * EQ_QV)
-            eq_qtile(3, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt);
+            eq_qtile(3, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt, pf);
         break;
 #endif
     default:
         for (int c = 0; c < 64; c += 4 * EQ_QV)
-            eq_qtile(EQ_QR, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt);
+            eq_qtile(EQ_QR, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt, pf);
         break;
     }
 }
@@ -262,8 +272,14 @@ static __attribute__((noinline)) void eq_qgemv(
         int64_t M, int64_t K, const float* a, int64_t lda, const float* o, int fmt,
         int64_t group, const uint8_t* wq, const float* s, int64_t p0, int64_t p1, float* t,
         int64_t ldt) {
-    const int64_t kc = fmt == 8 ? EQ_QKB : group, nch = (K + kc - 1) / kc;
+    /* one row whose tile spans the panel (one pass over a chunk): long chunks, the tile
+       prefetching a line per row; else short chunks that the passes re-read from L1, the
+       next ones prefetched as each starts (a pass prefetching ahead would leave the memory
+       idle while the others run: measured, 4 rows 1.5x slower) */
+    const int onepass = M == 1 && EQ_QNV1 * EQ_QV == 64;
+    const int64_t kc = fmt == 4 ? group : onepass ? EQ_QKB : EQ_QKBM, nch = (K + kc - 1) / kc;
     const int64_t kb = fmt == 8 ? K : K / 2, ng = fmt == 8 ? 1 : K / group;
+    const int64_t pf = onepass ? EQ_QGPF : 0;
     for (int64_t m = 0; m < M; m++) memset(t + m * ldt, 0, (size_t)(p1 - p0) * 64 * sizeof(float));
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t* wp = wq + p * kb * 64;
@@ -272,8 +288,8 @@ static __attribute__((noinline)) void eq_qgemv(
         for (int64_t j = 0; j < nch; j++) {
             const int64_t k0 = j * kc, kn = K - k0 < kc ? K - k0 : kc;
             const uint8_t* w = wp + (fmt == 8 ? k0 : k0 / 2) * 64;
-            /* the stream EQ_QGPF bytes ahead (to the next panel's start: contiguous) */
-            if (EQ_QGPF)
+            /* (past the panel: the next one's start, contiguous) */
+            if (!onepass && EQ_QGPF)
                 for (int64_t b = 0; b < (fmt == 8 ? kn : kn / 2) * 64; b += 64)
                     __builtin_prefetch(w + EQ_QGPF + b);
             for (int64_t m = 0; m < M; m += EQ_QR) {
@@ -281,10 +297,10 @@ static __attribute__((noinline)) void eq_qgemv(
                 const float* ar = a + m * lda + k0;
                 float* tm = tp + m * ldt;
                 if (fmt == 8)
-                    eq_qblock(rows, 8, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt);
+                    eq_qblock(rows, 8, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
                 else
                     eq_qblock(rows, 4, kn, ar, lda, w, 64, sp + j * 64, o + m * nch + j, nch,
-                              tm, ldt);
+                              tm, ldt, pf);
             }
         }
     }
