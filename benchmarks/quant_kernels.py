@@ -13,10 +13,9 @@ Per shape (M x K x N): each kernel checked against torch on the dequantized weig
 Timing: rounds interleaved across the kernels; per round `calls` calls, each either cold (64
 MiB read first, so the weight comes from memory and the lines it evicts are clean: decode's
 case in a model, whose other GEMMs read their weights; benchmarks/sparse_kernels.py writes
-its 64 MiB instead, and the dirty lines written back then cost a small weight
-proportionally more: int8 measured ~0.30x fp32's time that way, where the bytes say 0.25)
-or warm (back to back), the median per round, then the median over rounds. GB/s = the weight's stored
-bytes (integers and scales) per second. The spread (max / min of the rounds' medians) says
+its 64 MiB instead, whose dirty lines' write-back weighs more on a small weight: int8 took
+0.30-0.35x fp32's time that way, 0.27-0.32x this way) or warm (back to back), the median per round, then the median over rounds. GB/s = the weight's
+stored bytes (integers and scales) per second. The spread (max / min of the rounds' medians) says
 the noise; the ratios between kernels of one round survive it better than the times."""
 
 from __future__ import annotations
@@ -112,6 +111,15 @@ def operands(fmt: str, k: int, n: int, gen: torch.Generator, panels: bool):
     return q, s, w
 
 
+def dense_call(dll, m: int, k: int, n: int, a, bp, c):
+    return lambda: dll.dense(m, n, k, a.data_ptr(), bp.data_ptr(), c.data_ptr())
+
+
+def quant_call(lib, m: int, k: int, n: int, a, group: int, q, s, c):
+    return lambda: lib.qgemm(m, n, k, a.data_ptr(), 8 if group == 0 else 4, group, q.data_ptr(),
+                             s.data_ptr(), c.data_ptr())
+
+
 def time_round(dll, fn, calls: int, cold: bool) -> float:
     ts = []
     for _ in range(calls):
@@ -158,17 +166,14 @@ def main(argv: list[str] | None = None) -> None:
             w = torch.randn(k, n, generator=gen)
             bp = torch.nn.functional.pad(w, (0, -n % NR)).reshape(k, -1, NR).permute(1, 0, 2)
             bp = bp.contiguous()
-            fns = {"fp32 packed": lambda bp=bp: dll.dense(m, n, k, a.data_ptr(), bp.data_ptr(),
-                                                         c.data_ptr())}
+            fns = {"fp32 packed": dense_call(dll, m, k, n, a, bp, c)}
             nbytes, refs = {"fp32 packed": k * n * 4}, {"fp32 packed": w}
             for fmt in args.formats:
                 group = format_group(fmt)
                 for tag, (lib, panels) in libs.items():
                     q, s, wd = operands(fmt, k, n, torch.Generator().manual_seed(k + n), panels)
                     name = f"{tag}{fmt}"
-                    fns[name] = (lambda lib=lib, q=q, s=s, group=group: lib.qgemm(
-                        m, n, k, a.data_ptr(), 8 if group == 0 else 4, group, q.data_ptr(),
-                        s.data_ptr(), c.data_ptr()))
+                    fns[name] = quant_call(lib, m, k, n, a, group, q, s, c)
                     nbytes[name] = (k * n // (1 if group == 0 else 2) +
                                     (n if group == 0 else k // group * n) * 4)
                     refs[name] = wd

@@ -32,15 +32,15 @@ def emit_format_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, aux: Ref, norm: Ref,
     fmt, epilogue = attrs["weight"], attrs["epilogue"]
     if out.dtype != "float32" or x.dtype != "float32":
         return None
+    xr, orow = gemm_rows(x), gemm_rows(out)
+    if xr is None or orow is None:  # (before a quantized weight's panels take a W slot)
+        return None
     stored = _sparse_operands(fmt, w, aux) if fmt in SPARSE_FORMATS else \
         _quantized_operands(fmt, w, aux, int(attrs["n"]), attrs["epilogue"] == "swiglu",
                             layout)
     if stored is None:
         return None
     kernel, operands = stored
-    xr, orow = gemm_rows(x), gemm_rows(out)
-    if xr is None or orow is None:
-        return None
     m, lda = xr
     k, n = x.shape[-1], int(attrs["n"])
     addends = []

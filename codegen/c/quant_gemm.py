@@ -12,28 +12,43 @@ q the stored integers):
   W = q[k, n] * scale[k / group, n].
 An all-zero column (group) gets scale 1, so that it dequantizes to exactly 0.
 
+The C backend's copy of the integers is laid out for the kernel when the program is built
+(QuantPanels below, a prepared W slot as PackedWeight is for fp32 weights; the e-graph, the
+rules and the folding see the formats above, unchanged): panels of 64 columns (a cache line
+of int8 per weight row, of int4 per two rows), each all down K contiguous, the last one
+zero-padded: int8 [ceil(N / 64)][K][64], int4 [ceil(N / 64)][K / 2][64] (the same nibbles),
+the scales likewise, int8 [panels][64], int4 [panels][K / group][64]. A SwiGLU weight's gate
+and up halves are panelled apart (the gate's panels, then the up's), so that a panel never
+straddles them.
+
 The kernel `eq_gemm_q` (QUANT_GEMM_C) has two paths.
 - M <= EQ_QGEMV_M rows (decode): a GEMV that reads each weight byte from memory once per call,
-  whatever M. Threads split the columns in blocks of 64 (a cache line of int8 per weight row, of
-  int4 per two). A thread walks K in chunks of 16 byte rows across all its columns: the chunk's
-  rows are 16 sequential streams (prefetched a few blocks ahead), each page visited once per
-  chunk (a block all down K visits a new page at every row: measured half the bandwidth). Per
-  block, the bytes are widened to float in registers and multiplied into a tile of
-  accumulators (one row: all 64 columns, 8 vectors with AVX2, enough chains to hide the FMA
-  latency; more rows: up to EQ_QR rows of 4 vectors, the weights widened once for them), and
-  the tile's sums are scaled (int8 by the column's scale, int4 by the group's) and added to the
-  thread's sums; other row tiles re-read the chunk from L1. int4 widens a byte x = 16 hi + lo
+  whatever M. Threads split the panels; a thread's panels lie one after the other, so it
+  reads one sequential stream, each panel whole down K. (The row-major [K, N] integers this
+  replaced were walked in chunks of 16 rows across a thread's columns: 16 short strided
+  streams, which the hardware prefetchers followed poorly: int8 at 12-16 GB/s from memory.)
+  A panel is taken in chunks of K. Per chunk, the bytes are widened to float in registers and
+  multiplied into a tile of accumulators (one row: all 64 columns, 8 vectors with AVX2,
+  enough chains to hide the FMA latency; more rows: up to EQ_QR rows of 4 vectors, the
+  weights widened once for them), and the tile's sums are scaled (int8 by the column's scale,
+  int4 by the group's) and added to the thread's sums. One row: int8 chunks of EQ_QKB (256)
+  rows, int4 a group, the tile prefetching a line per row EQ_QGPF (4 KiB) ahead, across the
+  page boundaries where the hardware prefetchers stop (distances of 1-16 KiB and the locality
+  hints measured alike, none a fifth slower). More rows: the row tiles and the panel's two
+  32-column halves re-read the chunk from L1, so chunks are short (int8 16 rows, int4 a group)
+  and the next ones are prefetched as each starts (one pass prefetching the stream while the
+  others left the memory idle: 1.5x slower at 4 rows). int4 widens a byte x = 16 hi + lo
   (rows k, k + 1) once: A is rewritten per call as b = A[k] - A[k + 1] / 16, c = A[k + 1] / 16,
   so that b lo + c x = A[k] lo + A[k + 1] hi (no shift), the nibbles' -8 folded into a term
-  -8 * sum(A) per chunk. The code is GNU C vectors whose width follows the ISA (16 floats with
+  -8 * sum(A) per group. The code is GNU C vectors whose width follows the ISA (16 floats with
   AVX-512, 8 with AVX2, 4 otherwise; the widening by the ISA's instruction, as GCC widens
-  generic byte vectors lane by lane): one source, every target. Column tails (N mod 64) go
-  through the panels.
-- More rows (prefill): per EQ_QSP (2) panels of 32 columns the weight is dequantized into a
-  thread-local buffer of K x 32 panels laid out as PackedWeight's (row by row across them, the
-  rows ahead prefetched; 8 panels at once outgrew L2: 1.4-1.6x slower at M = 128), and `eq_panel`
-  (packed_gemm.py) runs its tiles and the epilogue on each: the dequantization, a float per
-  weight, is amortized over the M rows.
+  generic byte vectors lane by lane): one source, every target. The tail panel's padding is
+  computed and not stored.
+- More rows (prefill): per panel the weight is dequantized into a thread-local buffer of two
+  K x 32 float panels laid out as PackedWeight's (read as one sequential stream; 8 float
+  panels at once outgrew L2: 1.4-1.6x slower at M = 128), and `eq_panel` (packed_gemm.py) runs
+  its tiles and the epilogue on each: the dequantization, a float per weight, is amortized
+  over the M rows.
 The threshold: with AVX-512, 8 rows (not measured: this machine has no AVX-512, where
 eq_panel runs 14-row tiles at 250-360 GFLOP/s); with AVX2, 24: measured (K = 2048, N = 5632,
 a one-gemm program) the GEMV at 0.5x the panels' time at 4 rows, 0.7-0.9x at 16, 1.07-1.12x at
@@ -43,22 +58,44 @@ The epilogue is the packed GEMM's: times alpha, a per-row scale, addends, an act
 swiglu, silu(G) * U with G and U the gate and up products (weight columns [0, N) and [N, 2N)),
 each times alpha and the row scale.
 
-Measured on this machine (2 cores of an AMD EPYC, AVX2 without AVX-512, 32 MiB L3; the native
-build, so 8-float vectors; 2 OpenMP threads; a C driver: median of 21 calls, best of 5 rounds,
-median of 5 runs, which differed by up to 25%), M = 1, eq_gemm_q against eq_gemm_packed (fp32)
-on the same shape; GB/s = the weight's bytes (scales included) per second; cold: after reading
-64 MiB, warm: the quantized weights still in L3 (fp32's 46 MB never are):
+Measured on this machine (2 cores of an AMD EPYC (Zen 3), AVX2 without AVX-512, 32 MiB L3;
+the native build, so 8-float vectors; 2 OpenMP threads; benchmarks/quant_kernels.py
+--baseline 59d60fe: this kernel, the row-major one before it and eq_gemm_packed (fp32) in one
+process, rounds interleaved, median of 21 calls per round, median of 7 rounds (warm: 5), whose
+spread was 1.1-1.5x; 1-minute load 1.2-1.6 with the benchmark's own 2 threads), M = 1; GB/s =
+the weight's bytes (scales included) per second; cold: after reading 64 MiB (the weight comes
+from memory, the lines it evicts clean), warm: back to back (the quantized weights in L3;
+fp32's 46 MB are not):
 
-    ms, GB/s          K = 2048, N = 5632          K = 5632, N = 2048
-                      cold          warm          cold          warm
-    fp32 (packed)     1.75 ms 26    1.53 ms 30    1.88 ms 25    1.62 ms 29
-    int8              0.45 ms 26    0.44 ms 27    0.54 ms 21    0.50 ms 23
-    int4_g32          0.39 ms 19    0.37 ms 19    0.42 ms 17    0.42 ms 17
-    int4_g64          0.38 ms 17    0.38 ms 17    0.42 ms 16    0.42 ms 15
-    int4_g128         0.37 ms 17    0.37 ms 17    0.41 ms 15    0.41 ms 15
+    ms, GB/s      fp32 packed    int8 panels   int8 before   int4_g32      int4_g32 before
+    cold
+    2048 x 5632   2.33 ms 19.8   0.73 ms 15.9  1.03 ms 11.3  0.59 ms 12.3  0.76 ms  9.5
+    5632 x 2048   2.52 ms 18.3   0.78 ms 14.9  1.20 ms  9.6  0.64 ms 11.3  0.89 ms  8.1
+    2048 x 2560   1.14 ms 18.4   0.37 ms 14.4  0.47 ms 11.2  0.32 ms 10.3  0.38 ms  8.6
+    2048 x 32000  12.1 ms 21.7   3.26 ms 20.1  3.98 ms 16.5  2.47 ms 16.6  2.62 ms 15.6
+    warm
+    2048 x 5632   1.65 ms 27.9   0.33 ms 34.7  0.44 ms 26.1  0.33 ms 22.0  0.39 ms 18.4
+    5632 x 2048   2.03 ms 22.8   0.36 ms 32.1  0.58 ms 19.7  0.38 ms 19.1  0.45 ms 15.9
+    2048 x 2560   0.44 ms 47.7   0.14 ms 37.8  0.17 ms 30.7  0.13 ms 26.1  0.15 ms 21.3
+    2048 x 32000  10.7 ms 24.5   2.70 ms 24.3  4.32 ms 15.2  2.04 ms 20.1  2.67 ms 15.3
 
-int8 streams at about the fp32 kernel's bandwidth, so it takes 0.26-0.29 of its time; int4
-takes 0.21-0.22, bound by the widening (about 20 G weights/s per core) more than by memory.
+Cold, int8 takes 0.27-0.32x the fp32 kernel's time (before: 0.33-0.48x), int4_g32 0.20-0.28x
+(before 0.22-0.35x); int4_g64 and g128 run 0-15% faster than g32 (fewer scales). Cold after
+writing 64 MiB instead (the evicted lines dirty, their write-back a larger share of a small
+weight's traffic): int8 15.0-17.7 GB/s (before 11.5-13.3), int4_g32 11.5-17.5 (before
+8.1-12.6), fp32 20-21. Warm, int8 reaches 32-38 GB/s on two cores: the widening leaves room
+above the memory's ~20 GB/s, int4 (two conversions per byte) 19-26: it is bound by them
+about as much as by memory. A cold call has ~45 us of fixed cost (a 64 x 128 GEMM's time).
+More rows, against the row-major kernel in the same run (5 rounds of 11 calls): M = 2 and 8
+cold, int8 1.05 and 3.28 ms (before 0.98 and 3.14), int4_g32 0.79 and 2.96 (0.76 and 3.08);
+M = 24 (K = 5632, N = 2048) int8 6.96 ms (7.65), int4_g32 8.20 (7.31); within the rounds'
+spread (1.1-1.5x). Prefill, M = 128 through the panels: int8 22.8 and 26.3 ms (before 25.8 and
+28.7) for K x N = 2048 x 5632 and 5632 x 2048, int4_g32 24.5 and 25.3 (24.5 and 27.4), fp32
+25.1 and 30.0.
+Whole model (benchmarks/quantized.py --rounds 5, TinyLlama's shape with 4 layers, one token;
+the commit before and after the panels, each its own process, one after the other): int8
+0.37 -> 0.29 of the fp32 program's time (its weights at 13.7 -> 17.4 GB/s), int4_g32 0.26 ->
+0.19 (12.0 -> 16.7 GB/s); prefill 1x128 int8 1.02 -> 0.94.
 """
 
 from __future__ import annotations
