@@ -89,7 +89,8 @@ about as much as by memory. A cold call has ~45 us of fixed cost (a 64 x 128 GEM
 More rows, against the row-major kernel in the same run (5 rounds of 11 calls): M = 2 and 8
 cold, int8 1.05 and 3.28 ms (before 0.98 and 3.14), int4_g32 0.79 and 2.96 (0.76 and 3.08);
 M = 24 (K = 5632, N = 2048) int8 6.96 ms (7.65), int4_g32 8.20 (7.31); within the rounds'
-spread (1.1-1.5x). Prefill, M = 128 through the panels: int8 22.8 and 26.3 ms (before 25.8 and
+spread (1.1-1.5x). One thread (7 rounds, K = 2048 or 5632): M = 2, 4, 8, 16 took 0.73-0.96x
+the row-major kernel's time, M = 24 1.02x (int8) and 1.00-1.08x (int4_g32, two runs). Prefill, M = 128 through the panels: int8 22.8 and 26.3 ms (before 25.8 and
 28.7) for K x N = 2048 x 5632 and 5632 x 2048, int4_g32 24.5 and 25.3 (24.5 and 27.4), fp32
 25.1 and 30.0.
 Whole model (benchmarks/quantized.py --rounds 5, TinyLlama's shape with 4 layers, one token;
