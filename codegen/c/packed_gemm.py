@@ -281,9 +281,47 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
         }
     }
 }
-/* C[M, N] = swiglu(A @ Bg, A @ Bu) = g * sigmoid(g) * u, Bg and Bu packed alike: per panel
-   and block of 14 rows, the gate and up tiles land in local buffers (L1) and are joined as
-   they are stored; neither product is written out. */
+/* C[0:M, n0:n0 + ncols] = silu(G) * U for one pair of K x 32 panels, gate bg and up bu, G and
+   U times alpha and the row scale: per block of 14 rows the two tiles land in local buffers
+   (L1) and are joined as they are stored; neither product is written out. */
+static void eq_panel_swiglu(int64_t M, int64_t K, const float* a, int64_t lda, const float* bg,
+                            const float* bu, float* c, int64_t ldc, int64_t n0, int ncols,
+                            float alpha, const float* rowscale) {
+    float tg[14 * 32] __attribute__((aligned(64)));
+    float tu[14 * 32] __attribute__((aligned(64)));
+    for (int64_t m = 0; m < M; m += 14) {
+        const int rows = M - m < 14 ? (int)(M - m) : 14;
+        const float* rs = rowscale ? rowscale + m : 0;
+        eq_panel(rows, K, a + m * lda, lda, bg, tg, 32, 0, 32, alpha, rs, 0, 0, 0);
+        eq_panel(rows, K, a + m * lda, lda, bu, tu, 32, 0, 32, alpha, rs, 0, 0, 0);
+        for (int r = 0; r < rows; r++) {
+            float* cr = c + (m + r) * ldc + n0;
+            const float* gr = tg + r * 32;
+            const float* ur = tu + r * 32;
+#pragma omp simd
+            for (int j = 0; j < ncols; j++) cr[j] = gr[j] * eq_sigmoidf(gr[j]) * ur[j];
+        }
+    }
+}
+/* C's columns [n0, n0 + ncols) from ceil(ncols / 32) consecutive K x 32 panels bp prepared
+   per call (dequantized or expanded: quant_gemm.py, sparse_gemm.py) through eq_panel, which
+   applies the epilogue; swiglu: bu holds the up half's panels, joined by eq_panel_swiglu */
+static void eq_expanded_panels(int64_t M, int64_t K, const float* a, int64_t lda,
+                               const float* bp, const float* bu, int64_t n0, int ncols,
+                               float* c, int64_t ldc, float alpha, const float* rowscale,
+                               const eq_addend* e, int ne, int act, int swiglu) {
+    for (int q = 0; 32 * q < ncols; q++) {
+        const int nq = ncols - 32 * q < 32 ? ncols - 32 * q : 32;
+        if (swiglu)
+            eq_panel_swiglu(M, K, a, lda, bp + q * K * 32, bu + q * K * 32, c, ldc, n0 + 32 * q,
+                            nq, alpha, rowscale);
+        else
+            eq_panel(M, K, a, lda, bp + q * K * 32, c, ldc, n0 + 32 * q, nq, alpha, rowscale,
+                     e, ne, act);
+    }
+}
+/* C[M, N] = swiglu(A @ Bg, A @ Bu) = g * sigmoid(g) * u, Bg and Bu packed alike: per panel,
+   eq_panel_swiglu. */
 static __attribute__((noinline)) void eq_gemm_packed_swiglu(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* bg,
         const float* bu, float* c, int64_t ldc, int parallel) {
@@ -295,24 +333,12 @@ static __attribute__((noinline)) void eq_gemm_packed_swiglu(
 #ifdef _OPENMP
         nt = omp_get_num_threads(); t = omp_get_thread_num();
 #endif
-        float tg[14 * 32] __attribute__((aligned(64)));
-        float tu[14 * 32] __attribute__((aligned(64)));
         const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
         for (int64_t p = p0; p < p1; p++) {
             const int64_t n0 = p * 32;
             const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
-            for (int64_t m = 0; m < M; m += 14) {
-                const int rows = M - m < 14 ? (int)(M - m) : 14;
-                eq_panel(rows, K, a + m * lda, lda, bg + p * K * 32, tg, 32, 0, 32, 1.0f, 0, 0, 0, 0);
-                eq_panel(rows, K, a + m * lda, lda, bu + p * K * 32, tu, 32, 0, 32, 1.0f, 0, 0, 0, 0);
-                for (int r = 0; r < rows; r++) {
-                    float* cr = c + (m + r) * ldc + n0;
-                    const float* gr = tg + r * 32;
-                    const float* ur = tu + r * 32;
-#pragma omp simd
-                    for (int j = 0; j < ncols; j++) cr[j] = gr[j] * eq_sigmoidf(gr[j]) * ur[j];
-                }
-            }
+            eq_panel_swiglu(M, K, a, lda, bg + p * K * 32, bu + p * K * 32, c, ldc, n0, ncols,
+                            1.0f, 0);
         }
     }
 }

@@ -396,45 +396,21 @@ static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, co
         }
     }
 }
-/* the columns [64 p, 64 p + 64) (those below N) of C through dequantized panels and eq_panel,
-   which applies the epilogue; swiglu: the up half's panel pu dequantized too, the gate and up
-   panels' tiles joined per block of 14 rows, in L1, as eq_gemm_packed_swiglu does */
+/* the columns [64 p, 64 p + 64) (those below N) of C through dequantized panels
+   (eq_expanded_panels); swiglu: the up half's panel pu dequantized too */
 static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
                        int64_t group, const uint8_t* wq, const float* s, int64_t p, int64_t pu,
                        float* c, int64_t ldc, float alpha, const float* rowscale,
                        const eq_addend* e, int ne, int act, int swiglu) {
     const int64_t n0 = 64 * p;
-    const int ncols = (int)(N - n0 < 64 ? N - n0 : 64), np = (ncols + 31) / 32;
+    const int ncols = (int)(N - n0 < 64 ? N - n0 : 64);
     float* bp = eq_qbuf(&eq_qpan, &eq_qpan_n, (swiglu ? 2 : 1) * 2 * K * 32);
     if (!bp) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
     float* bu = bp + 2 * K * 32;
     eq_qdequant(K, fmt, group, wq, s, p, bp);
     if (swiglu) eq_qdequant(K, fmt, group, wq, s, pu, bu);
-    for (int q = 0; q < np; q++) {
-        const int64_t nq0 = n0 + 32 * q;
-        const int nq = ncols - 32 * q < 32 ? ncols - 32 * q : 32;
-        const float* bg = bp + q * K * 32;
-        if (!swiglu) {
-            eq_panel(M, K, a, lda, bg, c, ldc, nq0, nq, alpha, rowscale, e, ne, act);
-            continue;
-        }
-        float tg[14 * 32] __attribute__((aligned(64)));
-        float tu[14 * 32] __attribute__((aligned(64)));
-        for (int64_t m = 0; m < M; m += 14) {
-            const int rows = M - m < 14 ? (int)(M - m) : 14;
-            const float* rs = rowscale ? rowscale + m : 0;
-            eq_panel(rows, K, a + m * lda, lda, bg, tg, 32, 0, 32, alpha, rs, 0, 0, 0);
-            eq_panel(rows, K, a + m * lda, lda, bu + q * K * 32, tu, 32, 0, 32, alpha, rs, 0, 0,
-                     0);
-            for (int r = 0; r < rows; r++) {
-                float* cr = c + (m + r) * ldc + nq0;
-                const float* gr = tg + r * 32;
-                const float* ur = tu + r * 32;
-#pragma omp simd
-                for (int j = 0; j < nq; j++) cr[j] = gr[j] * eq_sigmoidf(gr[j]) * ur[j];
-            }
-        }
-    }
+    eq_expanded_panels(M, K, a, lda, bp, bu, n0, ncols, c, ldc, alpha, rowscale, e, ne, act,
+                       swiglu);
 }
 /* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ W) + sum_i e_i.scale * e_i), or when swiglu:
    C[M, N] = silu(G) * U with G = alpha*rowscale*(A @ W[:, 0:N]), U = alpha*rowscale*(A @ W[:, N:2N]) (addends and act not used then).

@@ -400,8 +400,8 @@ static void eq_s24expand(int64_t K, const float* values, const uint8_t* index, i
         }
     }
 }
-/* columns [n0, n0 + ncols) (ncols <= 32 * EQ_SSP) of C through expanded panels and
-   eq_panel, which applies the epilogue; swiglu: the gate and up tiles joined per 14 rows */
+/* columns [n0, n0 + ncols) (ncols <= 32 * EQ_SSP) of C through expanded panels
+   (eq_expanded_panels) */
 static void eq_s24panels(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
                          const float* values, const uint8_t* index, int64_t ldw, int64_t n0,
                          int ncols, float* c, int64_t ldc, float alpha, const float* rowscale,
@@ -412,31 +412,8 @@ static void eq_s24panels(int64_t M, int64_t N, int64_t K, const float* a, int64_
     float* bu = bp + np * K * 32;
     eq_s24expand(K, values, index, ldw, n0, ncols, bp);
     if (swiglu) eq_s24expand(K, values, index, ldw, N + n0, ncols, bu);
-    for (int q = 0; q < np; q++) {
-        const int64_t nq0 = n0 + 32 * q;
-        const int nq = ncols - 32 * q < 32 ? ncols - 32 * q : 32;
-        const float* bg = bp + q * K * 32;
-        if (!swiglu) {
-            eq_panel(M, K, a, lda, bg, c, ldc, nq0, nq, alpha, rowscale, e, ne, act);
-            continue;
-        }
-        float tg[14 * 32] __attribute__((aligned(64)));
-        float tu[14 * 32] __attribute__((aligned(64)));
-        for (int64_t m = 0; m < M; m += 14) {
-            const int rows = M - m < 14 ? (int)(M - m) : 14;
-            const float* rs = rowscale ? rowscale + m : 0;
-            eq_panel(rows, K, a + m * lda, lda, bg, tg, 32, 0, 32, alpha, rs, 0, 0, 0);
-            eq_panel(rows, K, a + m * lda, lda, bu + q * K * 32, tu, 32, 0, 32, alpha, rs, 0, 0,
-                     0);
-            for (int r = 0; r < rows; r++) {
-                float* cr = c + (m + r) * ldc + nq0;
-                const float* gr = tg + r * 32;
-                const float* ur = tu + r * 32;
-#pragma omp simd
-                for (int j = 0; j < nq; j++) cr[j] = gr[j] * eq_sigmoidf(gr[j]) * ur[j];
-            }
-        }
-    }
+    eq_expanded_panels(M, K, a, lda, bp, bu, n0, ncols, c, ldc, alpha, rowscale, e, ne, act,
+                       swiglu);
 }
 
 /* ---- bsr16 ---- */
