@@ -1,8 +1,12 @@
+import ctypes
 import importlib.util
 import os
+import subprocess
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -49,3 +53,87 @@ def as_tuple(x):
 
 def max_error(expected, got) -> float:
     return max((a - b).abs().max().item() for a, b in zip(as_tuple(expected), as_tuple(got)))
+
+
+# --- C GEMM kernels called through ctypes (test_quant_gemm, test_sparse_gemm) ---------------
+class Addend(ctypes.Structure):
+    """eq_addend (packed_gemm.py): an addend of the tile epilogue."""
+    _fields_ = [("p", ctypes.c_void_p), ("rs", ctypes.c_int64), ("cs", ctypes.c_int64),
+                ("scale", ctypes.c_float)]
+
+
+def build_c(source: str, flags: list[str], d: Path, name: str) -> ctypes.CDLL:
+    """`source` as a shared object in the folder d, compiled with the backend's CFLAGS + flags."""
+    from eqsat_llm.codegen.c.build import CFLAGS, compiler
+
+    src, so = d / f"{name}.c", d / f"{name}.so"
+    src.write_text(source)
+    subprocess.run([compiler(), *CFLAGS, *flags, str(src), "-o", str(so), "-lm"],
+                   check=True, capture_output=True)
+    return ctypes.CDLL(str(so))
+
+
+@dataclass
+class GemmOperands:
+    """Random operands of one epilogue GEMM call: A (row stride lda) and its float64 view a,
+    the row scale, C filled with NaN (row stride ldc, wider than N), and the addends: their
+    float64 values as they broadcast, and the eq_addend array (with the tensors kept alive)."""
+    a_full: torch.Tensor
+    a: torch.Tensor
+    lda: int
+    rowscale: torch.Tensor | None
+    c: torch.Tensor
+    ldc: int
+    tensors: list
+    addends: Any
+    count: int
+    keep: list
+
+
+def gemm_operands(m: int, n: int, k: int, gen: torch.Generator, *, lda_pad: int = 0,
+                  rowscale: bool = False, addends: tuple[str, ...] = ()) -> GemmOperands:
+    lda, ldc = k + lda_pad, n + 3
+    a_full = torch.randn(m, lda, generator=gen)
+    rs = torch.rand(m, generator=gen) + 0.5 if rowscale else None
+    # (stored shape, as it broadcasts, row stride, column stride)
+    kinds = {"residual": ((m, n), (m, n), n, 1), "bias": ((n,), (1, n), 0, 1),
+             "rowvec": ((m,), (m, 1), 1, 0)}
+    stored, tensors, structs = [], [], []
+    for i, kind in enumerate(addends):
+        shape, ref_shape, r_s, c_s = kinds[kind]
+        stored.append(torch.randn(shape, generator=gen))
+        tensors.append(stored[-1].reshape(ref_shape).double() * (0.5 + i))
+        structs.append(Addend(stored[-1].data_ptr(), r_s, c_s, 0.5 + i))
+    e = (Addend * len(structs))(*structs) if structs else None
+    return GemmOperands(a_full, a_full[:, :k].double(), lda, rs,
+                        torch.full((m, ldc), float("nan")), ldc, tensors, e, len(structs), stored)
+
+
+def _act(y: torch.Tensor, act: int) -> torch.Tensor:
+    f = torch.nn.functional
+    return [y, f.relu(y), f.silu(y), f.gelu(y, approximate="tanh"), f.gelu(y)][act]
+
+
+def check_gemm_result(lib: ctypes.CDLL, ops: GemmOperands, w: torch.Tensor, n: int,
+                      alpha: float, act: int, swiglu: bool, what: tuple) -> None:
+    """C's first n columns against torch in float64 on the weight w (float64, [K, N or 2N]),
+    to fp32 accumulation's error (1e-4 of the sum of the products' magnitudes, per element);
+    nothing written past n, no kernel error flagged."""
+    assert ctypes.c_int.in_dll(lib, "eq_index_error").value == 0
+    assert ops.c[:, n:].isnan().all(), "wrote past N"
+    got = ops.c[:, :n].double()
+    assert not got.isnan().any(), what
+    m = ops.c.shape[0]
+    f = alpha * (ops.rowscale.double()[:, None] if ops.rowscale is not None
+                 else torch.ones(m, 1, dtype=torch.float64))
+    y, mag = f * (ops.a @ w), f.abs() * (ops.a.abs() @ w.abs())
+    if swiglu:
+        g, u, mg, mu = y[:, :n], y[:, n:], mag[:, :n], mag[:, n:]
+        want = torch.nn.functional.silu(g) * u
+        scale = (g.abs() + mg + 1) * (u.abs() + mu + 1)
+    else:
+        zero = torch.zeros(1, dtype=torch.float64)
+        want = _act(y + sum(ops.tensors, zero), act)
+        scale = mag + sum((t.abs() for t in ops.tensors), zero) + 1
+    err = ((got - want).abs() / scale).max().item() if got.numel() else 0.0
+    assert err <= 1e-4, (*what, err)

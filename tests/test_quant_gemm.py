@@ -8,17 +8,18 @@ the dequantized panels for every row count."""
 from __future__ import annotations
 
 import ctypes
-import subprocess
 
 import pytest
 import torch
 
-from eqsat_llm.codegen.c.build import CFLAGS, compiler
+from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.quant_gemm import PANEL, QUANT_GEMM_C, QuantPanels
 from eqsat_llm.errors import GraphError
 from eqsat_llm.quant_formats import FORMATS, dequantize, format_group, quantize
+
+from .conftest import build_c, check_gemm_result, gemm_operands
 
 WRAPPER = r"""
 void qgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
@@ -39,18 +40,9 @@ BUILDS = {
 }
 
 
-class Addend(ctypes.Structure):
-    _fields_ = [("p", ctypes.c_void_p), ("rs", ctypes.c_int64), ("cs", ctypes.c_int64),
-                ("scale", ctypes.c_float)]
-
-
 def build(flags: list[str], d) -> ctypes.CDLL:
     """The kernel and WRAPPER as a shared object in the folder d, compiled with CFLAGS + flags."""
-    src, so = d / "q.c", d / "q.so"
-    src.write_text(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + WRAPPER)
-    subprocess.run([compiler(), *CFLAGS, *flags, str(src), "-o", str(so), "-lm"],
-                   check=True, capture_output=True)
-    dll = ctypes.CDLL(str(so))
+    dll = build_c(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + WRAPPER, flags, d, "q")
     i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
     dll.qgemm.argtypes = [i64, i64, i64, ptr, i64, i32, i64, ptr, ptr, ptr, i64,
                           ctypes.c_float, ptr, ptr, i32, i32, i32, i32]
@@ -77,11 +69,6 @@ def _random_weight(k: int, n: int, fmt: str, gen: torch.Generator):
     return wq, s
 
 
-def _act(y: torch.Tensor, act: int) -> torch.Tensor:
-    f = torch.nn.functional
-    return [y, f.relu(y), f.silu(y), f.gelu(y, approximate="tanh"), f.gelu(y)][act]
-
-
 def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
              rowscale: bool = False, addends: tuple[str, ...] = (), act: int = 0,
              swiglu: bool = False, lda_pad: int = 0, ldw_pad: int = 0, parallel: int = 1,
@@ -94,45 +81,15 @@ def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
     ldw = width + ldw_pad
     wq, s = _random_weight(k, ldw, fmt, gen)
     w = dequantize(wq, s, fmt)[:, :width].double()
-    lda, ldc = k + lda_pad, n + 3
-    a_full = torch.randn(m, lda, generator=gen)
-    a = a_full[:, :k].double()
-    rs = torch.rand(m, generator=gen) + 0.5 if rowscale else None
-    c = torch.full((m, ldc), float("nan"))
-
-    # (stored shape, as it broadcasts, row stride, column stride)
-    kinds = {"residual": ((m, n), (m, n), n, 1), "bias": ((n,), (1, n), 0, 1),
-             "rowvec": ((m,), (m, 1), 1, 0)}
-    stored, tensors, structs = [], [], []  # (stored: alive through the call)
-    for i, kind in enumerate(addends):
-        shape, ref_shape, r_s, c_s = kinds[kind]
-        stored.append(torch.randn(shape, generator=gen))
-        tensors.append(stored[-1].reshape(ref_shape).double() * (0.5 + i))
-        structs.append(Addend(stored[-1].data_ptr(), r_s, c_s, 0.5 + i))
-    e = (Addend * len(structs))(*structs) if structs else None
-
+    ops = gemm_operands(m, n, k, gen, lda_pad=lda_pad, rowscale=rowscale, addends=addends)
     halves = 2 if swiglu else 1
     pq = QuantPanels("q", 0, wq.shape[0], n, ldw, halves).prepare({"q": wq})
     ps = QuantPanels("s", 0, 1 if group == 0 else k // group, n, ldw, halves).prepare({"s": s})
-    lib.qgemm(m, n, k, a_full.data_ptr(), lda, 8 if group == 0 else 4, group, pq.data_ptr(),
-              ps.data_ptr(), c.data_ptr(), ldc, alpha, rs.data_ptr() if rowscale else None,
-              e, len(structs), act, int(swiglu), parallel)
-    assert ctypes.c_int.in_dll(lib, "eq_index_error").value == 0
-    assert c[:, n:].isnan().all(), "wrote past N"
-    got = c[:, :n].double()
-
-    f = alpha * (rs.double()[:, None] if rowscale else torch.ones(m, 1, dtype=torch.float64))
-    y, mag = f * (a @ w), f.abs() * (a.abs() @ w.abs())
-    if swiglu:
-        g, u, mg, mu = y[:, :n], y[:, n:], mag[:, :n], mag[:, n:]
-        want = torch.nn.functional.silu(g) * u
-        scale = (g.abs() + mg + 1) * (u.abs() + mu + 1)
-    else:
-        y = y + sum(tensors, torch.zeros(1, dtype=torch.float64))
-        want = _act(y, act)
-        scale = mag + sum((t.abs() for t in tensors), torch.zeros(1, dtype=torch.float64)) + 1
-    err = ((got - want).abs() / scale).max().item() if got.numel() else 0.0
-    assert err <= 1e-4, (fmt, m, n, k, err)
+    lib.qgemm(m, n, k, ops.a_full.data_ptr(), ops.lda, 8 if group == 0 else 4, group,
+              pq.data_ptr(), ps.data_ptr(), ops.c.data_ptr(), ops.ldc, alpha,
+              ops.rowscale.data_ptr() if rowscale else None, ops.addends, ops.count, act,
+              int(swiglu), parallel)
+    check_gemm_result(lib, ops, w, n, alpha, act, swiglu, (fmt, m, n, k))
 
 
 ROWS = [1, 2, 3, 4, 5, 8, 13, 14, 15, 40, 130]

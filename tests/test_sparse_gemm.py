@@ -10,16 +10,17 @@ expanded panels for every row count."""
 from __future__ import annotations
 
 import ctypes
-import subprocess
 
 import pytest
 import torch
 
 from eqsat_llm import sparse_formats
-from eqsat_llm.codegen.c.build import CFLAGS, compiler
+from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.sparse_gemm import SPARSE_GEMM_C
+
+from .conftest import build_c, check_gemm_result, gemm_operands
 
 WRAPPER = r"""
 void sgemm_sparse(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
@@ -43,18 +44,9 @@ BUILDS = {
 }
 
 
-class Addend(ctypes.Structure):
-    _fields_ = [("p", ctypes.c_void_p), ("rs", ctypes.c_int64), ("cs", ctypes.c_int64),
-                ("scale", ctypes.c_float)]
-
-
 def build(flags: list[str], d) -> ctypes.CDLL:
     """The kernel and WRAPPER as a shared object in the folder d, compiled with CFLAGS + flags."""
-    src, so = d / "s.c", d / "s.so"
-    src.write_text(PRELUDE + PACKED_GEMM_C + SPARSE_GEMM_C + WRAPPER)
-    subprocess.run([compiler(), *CFLAGS, *flags, str(src), "-o", str(so), "-lm"],
-                   check=True, capture_output=True)
-    dll = ctypes.CDLL(str(so))
+    dll = build_c(PRELUDE + PACKED_GEMM_C + SPARSE_GEMM_C + WRAPPER, flags, d, "s")
     i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
     dll.sgemm_sparse.argtypes = [i64, i64, i64, ptr, i64, i32, ptr, ptr, i64, ptr, i64,
                                  ctypes.c_float, ptr, ptr, i32, i32, i32, i32]
@@ -87,11 +79,6 @@ def random_sparse(k: int, n: int, fmt: str, gen: torch.Generator, density: float
     return w * nzb.repeat_interleave(16, 0).repeat_interleave(16, 1)
 
 
-def _act(y: torch.Tensor, act: int) -> torch.Tensor:
-    f = torch.nn.functional
-    return [y, f.relu(y), f.silu(y), f.gelu(y, approximate="tanh"), f.gelu(y)][act]
-
-
 def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
              rowscale: bool = False, addends: tuple[str, ...] = (), act: int = 0,
              swiglu: bool = False, lda_pad: int = 0, ldw_pad: int = 0, parallel: int = 1,
@@ -113,44 +100,12 @@ def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
             w_full[0, 0] = 1.0  # pack needs a block (an all-empty weight is not a format case)
         values, index = sparse_formats.pack(w_full, fmt)
         w = sparse_formats.unpack(values, index, fmt, k, width).double()
-    lda, ldc = k + lda_pad, n + 3
-    a_full = torch.randn(m, lda, generator=gen)
-    a = a_full[:, :k].double()
-    rs = torch.rand(m, generator=gen) + 0.5 if rowscale else None
-    c = torch.full((m, ldc), float("nan"))
-
-    # (stored shape, as it broadcasts, row stride, column stride)
-    kinds = {"residual": ((m, n), (m, n), n, 1), "bias": ((n,), (1, n), 0, 1),
-             "rowvec": ((m,), (m, 1), 1, 0)}
-    stored, tensors, structs = [], [], []  # (stored: alive through the call)
-    for i, kind in enumerate(addends):
-        shape, ref_shape, r_s, c_s = kinds[kind]
-        stored.append(torch.randn(shape, generator=gen))
-        tensors.append(stored[-1].reshape(ref_shape).double() * (0.5 + i))
-        structs.append(Addend(stored[-1].data_ptr(), r_s, c_s, 0.5 + i))
-    e = (Addend * len(structs))(*structs) if structs else None
-
-    lib.sgemm_sparse(m, n, k, a_full.data_ptr(), lda, 24 if fmt == "sparse24" else 16,
-                     values.data_ptr(), index.data_ptr(), ldw, c.data_ptr(), ldc, alpha,
-                     rs.data_ptr() if rowscale else None, e, len(structs), act, int(swiglu),
-                     parallel)
-    assert ctypes.c_int.in_dll(lib, "eq_index_error").value == 0
-    assert c[:, n:].isnan().all(), "wrote past N"
-    got = c[:, :n].double()
-
-    f = alpha * (rs.double()[:, None] if rowscale else torch.ones(m, 1, dtype=torch.float64))
-    y, mag = f * (a @ w), f.abs() * (a.abs() @ w.abs())
-    if swiglu:
-        g, u, mg, mu = y[:, :n], y[:, n:], mag[:, :n], mag[:, n:]
-        want = torch.nn.functional.silu(g) * u
-        scale = (g.abs() + mg + 1) * (u.abs() + mu + 1)
-    else:
-        y = y + sum(tensors, torch.zeros(1, dtype=torch.float64))
-        want = _act(y, act)
-        scale = mag + sum((t.abs() for t in tensors), torch.zeros(1, dtype=torch.float64)) + 1
-    assert not got.isnan().any(), (fmt, m, n, k)
-    err = ((got - want).abs() / scale).max().item() if got.numel() else 0.0
-    assert err <= 1e-4, (fmt, m, n, k, err)
+    ops = gemm_operands(m, n, k, gen, lda_pad=lda_pad, rowscale=rowscale, addends=addends)
+    lib.sgemm_sparse(m, n, k, ops.a_full.data_ptr(), ops.lda, 24 if fmt == "sparse24" else 16,
+                     values.data_ptr(), index.data_ptr(), ldw, ops.c.data_ptr(), ops.ldc, alpha,
+                     ops.rowscale.data_ptr() if rowscale else None, ops.addends, ops.count, act,
+                     int(swiglu), parallel)
+    check_gemm_result(lib, ops, w, n, alpha, act, swiglu, (fmt, m, n, k))
 
 
 ROWS = [1, 2, 3, 5, 7, 8, 9, 14, 15, 24, 33, 128]
