@@ -303,6 +303,32 @@ static void eq_panel_swiglu(int64_t M, int64_t K, const float* a, int64_t lda, c
         }
     }
 }
+/* C's columns [n0, n0 + nc) from a GEMV's sums (the quantized and sparse kernels): t and, for
+   swiglu, tu hold M rows of nc sums (row stride ldt); times alpha and the row scale, then the
+   epilogue (addends, activation), or swiglu's silu(G) * U */
+static void eq_gemv_store(int64_t M, const float* t, const float* tu, int64_t ldt, float* c,
+                          int64_t ldc, int64_t n0, int64_t nc, float alpha,
+                          const float* rowscale, const eq_addend* e, int ne, int act,
+                          int swiglu) {
+    for (int64_t m = 0; m < M; m++) {
+        const float f = rowscale ? alpha * rowscale[m] : alpha;
+        float* cr = c + m * ldc + n0;
+        const float* g = t + m * ldt;
+        const float* u = swiglu ? tu + m * ldt : 0;
+        if (swiglu) {
+#pragma omp simd
+            for (int64_t j = 0; j < nc; j++) {
+                const float gv = f * g[j];
+                cr[j] = gv * eq_sigmoidf(gv) * (f * u[j]);
+            }
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < nc; j++) cr[j] = f * g[j];
+        }
+    }
+    if (!swiglu && (ne || act))
+        eq_tile_epilogue((int)M, c + n0, ldc, 0, n0, (int)nc, 0, e, ne, act);
+}
 /* C's columns [n0, n0 + ncols) from ceil(ncols / 32) consecutive K x 32 panels bp prepared
    per call (dequantized or expanded: quant_gemm.py, sparse_gemm.py) through eq_panel, which
    applies the epilogue; swiglu: bu holds the up half's panels, joined by eq_panel_swiglu */

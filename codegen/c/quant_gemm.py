@@ -453,24 +453,8 @@ static __attribute__((noinline)) void eq_gemm_q(
                 eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, p0, p1, tg, ldt);
                 if (swiglu)
                     eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, np + p0, np + p1, tu, ldt);
-                for (int64_t m = 0; m < M; m++) {
-                    const float f = rowscale ? alpha * rowscale[m] : alpha;
-                    float* cr = c + m * ldc + n0;
-                    const float* g = tg + m * ldt;
-                    const float* u = tu + m * ldt;
-                    if (swiglu) {
-#pragma omp simd
-                        for (int64_t j = 0; j < nc; j++) {
-                            const float gv = f * g[j];
-                            cr[j] = gv * eq_sigmoidf(gv) * (f * u[j]);
-                        }
-                    } else {
-#pragma omp simd
-                        for (int64_t j = 0; j < nc; j++) cr[j] = f * g[j];
-                    }
-                }
-                if (!swiglu && (ne || act))
-                    eq_tile_epilogue((int)M, c + n0, ldc, 0, n0, (int)nc, 0, e, ne, act);
+                eq_gemv_store(M, tg, tu, ldt, c, ldc, n0, nc, alpha, rowscale, e, ne, act,
+                              swiglu);
             }
         }
         if (!gemv)

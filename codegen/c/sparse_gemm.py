@@ -621,24 +621,7 @@ static __attribute__((noinline)) void eq_gemm_sparse(
                 float* tu = tg + M * nc;
                 eq_s24gemv(M, K, a, lda, values, ix, ldw, n0, n1, tg, nc);
                 if (swiglu) eq_s24gemv(M, K, a, lda, values, ix, ldw, N + n0, N + n1, tu, nc);
-                for (int64_t m = 0; m < M; m++) {
-                    const float f = rowscale ? alpha * rowscale[m] : alpha;
-                    float* cr = c + m * ldc + n0;
-                    const float* g = tg + m * nc;
-                    const float* u = tu + m * nc;
-                    if (swiglu) {
-#pragma omp simd
-                        for (int64_t j = 0; j < nc; j++) {
-                            const float gv = f * g[j];
-                            cr[j] = gv * eq_sigmoidf(gv) * (f * u[j]);
-                        }
-                    } else {
-#pragma omp simd
-                        for (int64_t j = 0; j < nc; j++) cr[j] = f * g[j];
-                    }
-                }
-                if (!swiglu && (ne || act))
-                    eq_tile_epilogue((int)M, c + n0, ldc, 0, n0, (int)nc, 0, e, ne, act);
+                eq_gemv_store(M, tg, tu, nc, c, ldc, n0, nc, alpha, rowscale, e, ne, act, swiglu);
             }
         } else {
             const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
