@@ -7,7 +7,7 @@ with the backend's CFLAGS (2 OpenMP threads).
 
 Per shape (M x K x N): dense fp32, sparse24 (2:4, random positions) and bsr16 (16 x 16
 blocks, each stored with probability 1/2), each checked against torch first. Timing: rounds
-interleaved across the kernels; per round `calls` calls, each either cold (64 MiB written
+interleaved across the kernels; per round `calls` calls, each either cold (64 MiB read
 first, so the weight comes from memory: decode's case in a model) or warm (back to back),
 the median per round, then the median over rounds. GB/s = the weight's stored bytes (values
 and index) per second; GFLOP/s = the dense product's 2 M K N per second (the sparse kernels
@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -36,15 +35,11 @@ from eqsat_llm.codegen.c.packed_gemm import NR, PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.sparse_gemm import SPARSE_GEMM_C
 
-WRAPPER = r"""
-static char eq_flush_buf[64 << 20];
-void flush(void) {  /* evict the weights: write 64 MiB (twice the L3) */
-    static int gen = 0;
-    memset(eq_flush_buf, ++gen, sizeof eq_flush_buf);
-}
-void dense(int64_t M, int64_t N, int64_t K, const float* a, const float* bp, float* c) {
-    eq_gemm_packed(M, N, K, a, K, bp, c, N, 1.0f, 0, 0, 0, 0, 1);
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from quant_kernels import FLUSH, time_round
+
+# (the flush and the dense kernel's call: quant_kernels.py's)
+WRAPPER = FLUSH + r"""
 void sparse(int64_t M, int64_t N, int64_t K, const float* a, int fmt, const float* v,
             const void* ix, float* c) {
     eq_gemm_sparse(M, N, K, a, K, fmt, v, ix, N, c, N, 1.0f, 0, 0, 0, 0, 0, 1);
@@ -87,17 +82,6 @@ def caller(dll, m: int, k: int, n: int, args: tuple, a: torch.Tensor, c: torch.T
     fmt, v, ix = args
     return lambda: dll.sparse(m, n, k, a.data_ptr(), fmt, v.data_ptr(), ix.data_ptr(),
                               c.data_ptr())
-
-
-def time_round(dll, fn, calls: int, cold: bool) -> float:
-    ts = []
-    for _ in range(calls):
-        if cold:
-            dll.flush()
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
 
 
 def main(argv: list[str] | None = None) -> None:
