@@ -63,10 +63,11 @@ machine at times (1-minute load 0.8-1.6): single runs differed by up to 30%, and
 prefill here, 108-115 GFLOP/s, is benchmarks/RESULTS.md's 97-111). Dense fp32 is
 eq_gemm_packed (what a constant weight runs at every M, PACKED_MIN_M = 1); sparse24 is 2:4 at
 random positions, bsr16 has each block stored with probability 1/2. GB/s = the weight's
-stored bytes (values + index) per second; cold: after writing 64 MiB (the harness
-now reads 64 MiB instead, as benchmarks/quant_kernels.py does: written lines cost their
-write-back too, which weighs more on a small weight; the table is from the writing flush), warm: back to back (the
-sparse weights, 23-26 MB, then fit the L3; fp32's 46 MB never does). At M = 128, GFLOP/s of
+stored bytes (values + index) per second; cold: after writing 64 MiB (the harness now
+reads 64 MiB instead, as benchmarks/quant_kernels.py does: written lines cost their
+write-back too, which weighs more on a small weight; this table is from the writing flush),
+warm: back to back (the sparse weights, 23-26 MB, then fit the L3; fp32's 46 MB never
+does). At M = 128, GFLOP/s of
 the dense product (2 M K N / t; the sparse kernels skip half of it):
 
     M = 1, ms (x dense) GB/s     K = 2048, N = 5632               K = 5632, N = 2048
