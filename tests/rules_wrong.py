@@ -30,7 +30,7 @@ def wrong(x: Tensor, y: Tensor, a: Tensor, b: Tensor, al: f64, s: Vec[i64], k: S
     yield exact("never-fires", rule(eq(y).to(E.view(x, s)), eq(s).to(Vec[i64](7, 7))).then(union(y).with_(x)))
 
 
-@family("wrong-sparsity")
+@family("wrong")
 def wrong_sparsity(x: Tensor, y: Tensor, w: Tensor, al: f64, sw: Vec[i64]):
     # 2:4 read along the wrong dim (N instead of K): the packing meets groups of K with more
     # than two non-zeros
