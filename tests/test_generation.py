@@ -234,7 +234,8 @@ def test_partial_rotary_prefill_logits_match_eager():
     torch.testing.assert_close(compiled(*args), want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16,
+                                   pytest.param(torch.float16, marks=pytest.mark.slow)])
 def test_half_precision_model_generates_with_its_cache_in_its_dtype(dtype):
     # computed in float32 on the C backend (half.py), the cache kept in the model's dtype
     lm = causal_lm("llama").to(dtype)
