@@ -19,9 +19,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import sparse_formats
 from .errors import GraphError
 from .ir import TensorType, dtype_name, dtype_of
-from . import sparse_formats
 from .quant_formats import FORMATS, dequantize, quantize, quantized_types
 
 aten = torch.ops.aten

@@ -14,10 +14,10 @@ step on the arena: correct, only slower."""
 from __future__ import annotations
 
 from ...ir import Node
+from .emit_format_gemm import emit_format_gemm
 from .emit_matmul import emit_product
 from .emit_matmul_swiglu import emit_matmul_swiglu
 from .emit_norm_matmul import emit_rms_norm_matmul
-from .emit_format_gemm import emit_format_gemm
 from .fuse_rope import RopeEpilogue
 from .values import Layout, Ref
 
