@@ -240,6 +240,7 @@ static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float
    its rows 64 bytes further apart, into a buffer of the calling thread, grown when needed and
    kept (so a call allocates nothing once the first has run; runtimes on other threads have
    their own). */
+static float* eq_grow(float** buf, int64_t* have, int64_t n);
 static __thread float* eq_apad = 0;
 static __thread int64_t eq_apad_n = 0;
 static const float* eq_unaliased(const float* a, int64_t* lda, int64_t M, int64_t K) {
@@ -248,15 +249,22 @@ static const float* eq_unaliased(const float* a, int64_t* lda, int64_t M, int64_
 #endif
     if (M < 8 || (*lda * 4) % 4096) return a;
     const int64_t ld = *lda + 16;
-    if (eq_apad_n < M * ld) {
-        free(eq_apad);
-        eq_apad = (float*)aligned_alloc(64, (size_t)((M * ld * 4 + 63) / 64 * 64));
-        eq_apad_n = eq_apad ? M * ld : 0;
-        if (!eq_apad) return a;
-    }
-    for (int64_t m = 0; m < M; m++) memcpy(eq_apad + m * ld, a + m * *lda, (size_t)K * 4);
+    float* pad = eq_grow(&eq_apad, &eq_apad_n, M * ld);
+    if (!pad) return a;
+    for (int64_t m = 0; m < M; m++) memcpy(pad + m * ld, a + m * *lda, (size_t)K * 4);
     *lda = ld;
-    return eq_apad;
+    return pad;
+}
+/* a buffer of the calling thread (*buf, *have floats), grown to n floats when needed and
+   kept: a kernel allocates nothing once its first call has run; NULL when out of memory */
+static float* eq_grow(float** buf, int64_t* have, int64_t n) {
+    n = n > 16 ? n : 16;  /* never 0: NULL means out of memory */
+    if (*have < n) {
+        free(*buf);
+        *buf = (float*)aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
+        *have = *buf ? n : 0;
+    }
+    return *buf;
 }
 /* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ B) + sum_i scale_i * e_i);
    A [M, K] with row stride lda and unit column stride; bp: B packed by PackedWeight. */

@@ -344,23 +344,13 @@ static __attribute__((noinline)) void eq_qgemv(
     }
 }
 
-/* the calling thread's buffers (GEMV sums, int4's A, dequantized panels), grown when needed
-   and kept, as eq_unaliased's: a call allocates nothing once the first has run */
+/* the calling thread's buffers (GEMV sums, int4's A, dequantized panels), grown by eq_grow */
 static __thread float* eq_qacc = 0;
 static __thread int64_t eq_qacc_n = 0;
 static __thread float* eq_qa = 0;
 static __thread int64_t eq_qa_n = 0;
 static __thread float* eq_qpan = 0;
 static __thread int64_t eq_qpan_n = 0;
-static float* eq_qbuf(float** buf, int64_t* have, int64_t n) {
-    n = n > 16 ? n : 16;  /* never 0: NULL means out of memory */
-    if (*have < n) {
-        free(*buf);
-        *buf = (float*)aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
-        *have = *buf ? n : 0;
-    }
-    return *buf;
-}
 /* bp[2][K][32]: quantized panel p (64 columns, QuantPanels' layout) dequantized into two
    float panels as PackedWeight lays them out, read as one sequential stream */
 static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, const float* s,
@@ -404,7 +394,7 @@ static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t 
                        const eq_addend* e, int ne, int act, int swiglu) {
     const int64_t n0 = 64 * p;
     const int ncols = (int)(N - n0 < 64 ? N - n0 : 64);
-    float* bp = eq_qbuf(&eq_qpan, &eq_qpan_n, (swiglu ? 2 : 1) * 2 * K * 32);
+    float* bp = eq_grow(&eq_qpan, &eq_qpan_n, (swiglu ? 2 : 1) * 2 * K * 32);
     if (!bp) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
     float* bu = bp + 2 * K * 32;
     eq_qdequant(K, fmt, group, wq, s, p, bp);
@@ -432,7 +422,7 @@ static __attribute__((noinline)) void eq_gemm_q(
     const float *ga = a, *go = 0;
     int64_t glda = lda;
     if (gemv && fmt == 4) {
-        float* ap = eq_qbuf(&eq_qa, &eq_qa_n, M * K + M * (K / group));
+        float* ap = eq_grow(&eq_qa, &eq_qa_n, M * K + M * (K / group));
         if (!ap) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
         eq_qprep4(M, K, a, lda, group, ap, ap + M * K);
         ga = ap; go = ap + M * K; glda = K;
@@ -446,7 +436,7 @@ static __attribute__((noinline)) void eq_gemm_q(
         const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
         const int64_t n0 = 64 * p0, nc = (64 * p1 < N ? 64 * p1 : N) - n0, ldt = 64 * (p1 - p0);
         if (gemv && p1 > p0) {
-            float* tg = eq_qbuf(&eq_qacc, &eq_qacc_n, (swiglu ? 2 : 1) * M * ldt);
+            float* tg = eq_grow(&eq_qacc, &eq_qacc_n, (swiglu ? 2 : 1) * M * ldt);
             if (!tg) EQ_INDEX_ERROR();  /* out of memory */
             else {
                 float* tu = tg + M * ldt;

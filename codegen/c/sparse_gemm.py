@@ -351,20 +351,11 @@ static __attribute__((noinline)) void eq_s24gemv(
                        t + (nfull - n0), ldt);
     }
 }
-/* the calling thread's buffers (GEMV sums, expanded panels), grown when needed and kept */
+/* the calling thread's buffers (GEMV sums, expanded panels), grown by eq_grow */
 static __thread float* eq_sacc = 0;
 static __thread int64_t eq_sacc_n = 0;
 static __thread float* eq_span = 0;
 static __thread int64_t eq_span_n = 0;
-static float* eq_sbuf(float** buf, int64_t* have, int64_t n) {
-    n = n > 16 ? n : 16;  /* never 0: NULL means out of memory */
-    if (*have < n) {
-        free(*buf);
-        *buf = (float*)aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
-        *have = *buf ? n : 0;
-    }
-    return *buf;
-}
 /* bp[q][K][32], q < ceil(ncols / 32): the panels of W[:, n0:n0 + ncols] expanded to dense
    (ncols <= 32 * EQ_SSP), zero past ncols; group by group across all the panels */
 static void eq_s24expand(int64_t K, const float* values, const uint8_t* index, int64_t ldw,
@@ -410,7 +401,7 @@ static void eq_s24panels(int64_t M, int64_t N, int64_t K, const float* a, int64_
                          int ncols, float* c, int64_t ldc, float alpha, const float* rowscale,
                          const eq_addend* e, int ne, int act, int swiglu) {
     const int np = (ncols + 31) / 32;
-    float* bp = eq_sbuf(&eq_span, &eq_span_n, (swiglu ? 2 : 1) * np * K * 32);
+    float* bp = eq_grow(&eq_span, &eq_span_n, (swiglu ? 2 : 1) * np * K * 32);
     if (!bp) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
     float* bu = bp + np * K * 32;
     eq_s24expand(K, values, index, ldw, n0, ncols, bp);
@@ -618,7 +609,7 @@ static __attribute__((noinline)) void eq_gemm_sparse(
         if (gemv) {
             const int64_t n0 = nblk * t / nt * 64;
             const int64_t n1 = t == nt - 1 ? N : nblk * (t + 1) / nt * 64, nc = n1 - n0;
-            float* tg = nc ? eq_sbuf(&eq_sacc, &eq_sacc_n, (swiglu ? 2 : 1) * M * nc) : 0;
+            float* tg = nc ? eq_grow(&eq_sacc, &eq_sacc_n, (swiglu ? 2 : 1) * M * nc) : 0;
             if (nc && !tg) EQ_INDEX_ERROR();  /* out of memory */
             else if (nc) {
                 float* tu = tg + M * nc;
