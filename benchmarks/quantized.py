@@ -133,8 +133,10 @@ def table(rows: list) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str] | None, doc: str) -> tuple[argparse.Namespace, bool]:
+    """--rounds, --quick and the write options; 2 threads; with --write, wait for a quiet
+    machine (the bool: whether it was quiet). Shared with benchmarks/sparse.py."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="scaled-down TinyLlama, 1 round")
     add_write_options(p)
@@ -142,7 +144,22 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.rounds = 1
     torch.set_num_threads(2)
-    load_ok = wait_for_load(args.max_load, args.wait_load) if args.write else True
+    return args, wait_for_load(args.max_load, args.wait_load) if args.write else True
+
+
+def write_results(script: str, argv: list[str] | None, text: str, load_ok: bool,
+                  section: str) -> None:
+    """The table `text` as RESULTS.md's `section`, with the date and the command."""
+    cmd = f"    .venv/bin/python benchmarks/{script} " + " ".join(argv or sys.argv[1:])
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    body = (f"{when}, {platform.machine()}, 2 threads, torch {torch.__version__}"
+            f"{'' if load_ok else ' (the machine was busy: load above --max-load)'}:\n\n"
+            f"{cmd}\n\n{text}\n")
+    write_section(body, section)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, load_ok = parse_args(argv, __doc__)
     cases = {"LLaMA-style block, decode with KV cache": WORKLOADS["llama_block_decode_kv"](),
              **tinyllama_cases(args.quick)}
     rows = []
@@ -153,12 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     text = table(rows)
     print(text)
     if args.write:
-        cmd = "    .venv/bin/python benchmarks/quantized.py " + " ".join(argv or sys.argv[1:])
-        when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        body = (f"{when}, {platform.machine()}, 2 threads, torch {torch.__version__}"
-                f"{'' if load_ok else ' (the machine was busy: load above --max-load)'}:\n\n"
-                f"{cmd}\n\n{text}\n")
-        write_section(body, SECTION)
+        write_results("quantized.py", argv, text, load_ok, SECTION)
 
 
 if __name__ == "__main__":

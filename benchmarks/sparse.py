@@ -15,9 +15,6 @@ sparse weight): the decode step reads each once."""
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import platform
 import sys
 import warnings
 from pathlib import Path
@@ -26,9 +23,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_cpu import add_write_options, wait_for_load
-from optimize_time import write_section
-from quantized import errors_and_medians, weight_bytes
+from quantized import errors_and_medians, parse_args, weight_bytes, write_results
 
 from eqsat_llm import optimize
 from eqsat_llm.pruning import prune_2_4, prune_blocks, prune_linears
@@ -73,15 +68,7 @@ def table(rows: list) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--quick", action="store_true", help="scaled-down TinyLlama, 1 round")
-    add_write_options(p)
-    args = p.parse_args(argv)
-    if args.quick:
-        args.rounds = 1
-    torch.set_num_threads(2)
-    load_ok = wait_for_load(args.max_load, args.wait_load) if args.write else True
+    args, load_ok = parse_args(argv, __doc__)
     from models import build_tinyllama
 
     tiny = f"TinyLlama 4 layers{' (quick)' if args.quick else ''}"
@@ -98,13 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     text = table(rows)
     print(text)
     if args.write:
-        cmd = "    .venv/bin/python benchmarks/sparse.py " + " ".join(argv or sys.argv[1:])
-        when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        body = (f"{when}, {platform.machine()}, 2 threads, torch {torch.__version__}"
-                f"{'' if load_ok else ' (the machine was busy: load above --max-load)'}:\n\n"
-                f"{cmd}\n\n{text}\n")
-        write_section(body, SECTION)
-
+        write_results("sparse.py", argv, text, load_ok, SECTION)
 
 if __name__ == "__main__":
     main()
