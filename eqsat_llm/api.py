@@ -25,12 +25,12 @@ from .half import compute_in_float32, has_half
 from .ilp import extract_ilp
 from .ir import Graph, TensorType, dtype_of
 from .plan import plan_memory
+from .quant_formats import FORMATS as QUANT_FORMATS
 from .quantization import QuantizationReport, keep_float_matcher, output_errors, resolve_format
 from .report import Report, RuleStat, memory_summary
 from .rule_usage import rule_used
 from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
-from .sparse_formats import FORMATS as SPARSE_FORMATS
 from .state import write_state_in_place
 
 BACKENDS = ("c", "reference")
@@ -254,9 +254,9 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
         with torch.no_grad():
             report.memory["eager_peak_bytes"] = peak_bytes(
                 lambda: model(*example_inputs, **(example_kwargs or {})))
-    report.sparse_gemms = dict(Counter(
+    report.weight_formats = dict(Counter(
         n.attrs["weight"] for n in compiled.graph.nodes
-        if n.op == "gemm" and n.attrs["weight"] in SPARSE_FORMATS))
+        if n.op == "gemm" and n.attrs["weight"] != "float"))
     if fmt is not None:
         report.quantization = _quantization_report(compiled, model, fmt, list(keep_float),
                                                    tuple(example_inputs), example_kwargs)
@@ -267,7 +267,8 @@ def _quantization_report(compiled: Compiled, model: Any, fmt: str, keep_float: l
                          inputs: tuple, kwargs: dict | None) -> QuantizationReport:
     """How many GEMMs read integer weights, and the error against the float model on the
     example inputs (not run for a model that writes its state in place)."""
-    count = sum(n.op == "gemm" and n.attrs["weight"] != "float" for n in compiled.graph.nodes)
+    count = sum(n.op == "gemm" and n.attrs["weight"] in QUANT_FORMATS
+                for n in compiled.graph.nodes)
     errors = []
     if callable(model) and not compiled.captured.mutations:
         with torch.no_grad():

@@ -21,6 +21,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from .errors import EqsatError
+from .half import WEIGHT_FORMATS as HALF_FORMATS
 from .ir import TensorType, dtype_of
 from .ops import REGISTRY, WEAK_DTYPES
 from .sparse_formats import FORMATS as SPARSE_FORMATS
@@ -381,8 +382,9 @@ def _weight_format_factor(fmt: str, w: TensorType, aux: TensorType, rows: int,
     """The gemm's time against the float GEMM's for a weight in format `fmt`, stored as w and
     aux (scales or positions), standing for `weights` (K x N) float32 weights. At few rows
     (QUANT_GEMV_ROWS) the kernel streams the stored bytes (quantized: the integers, the
-    scales a rounding error; sparse: the values and their positions); at more, quantized
-    weights run the float tiles (less a tie-break) and sparse ones skip what is not stored."""
+    scales a rounding error; half: two bytes a value; sparse: the values and their
+    positions); at more, quantized and half weights run the float tiles (less a tie-break)
+    and sparse ones skip what is not stored."""
     if fmt == "float":
         return 1.0
     sparse = fmt in SPARSE_FORMATS
@@ -496,7 +498,9 @@ def _gemm_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> li
     parts: list[Part] = []
     if a["prologue"] == "rms_norm":
         parts += _rms_norm_parts({"eps": a["eps"]}, [x, norm], x)
-    if a["weight"] != "float":
+    if a["weight"] in HALF_FORMATS:
+        parts.append(("to_dtype", {"dtype": x.dtype}, [w], weight))
+    elif a["weight"] != "float":
         parts.append(("mul", {}, [w, w_scale], weight))
     mm = {"alpha": a.get("alpha", 1.0)}
     if a["epilogue"] == "bias":

@@ -13,14 +13,36 @@ int8/int4 instead).
 
 from __future__ import annotations
 
+import torch
+
 from .ir import Graph, TensorType, ValueType
 
 HALF = frozenset({"bfloat16", "float16"})
+# gemm weight formats that store a weight's values in half precision, unchanged (ops.py's
+# gemm; rules/half_weights.py), by the dtype that holds them
+WEIGHT_FORMATS = {"fp16": "float16", "bf16": "bfloat16"}
+FORMAT_OF = {dt: fmt for fmt, dt in WEIGHT_FORMATS.items()}
 DTYPE_ATTR_OPS = frozenset({"to_dtype", "full", "arange"})
 
 
 def has_half(graph: Graph) -> bool:
     return any(_is_half(n.type) for n in graph.nodes)
+
+
+def exact_half_dtypes(value: torch.Tensor) -> list[str]:
+    """The half dtypes that hold every value of `value` exactly: its own if it is half; for a
+    float32 or float64 matrix those it happens to fit (a half checkpoint loaded as float32), read off its
+    values (its first row first: most float32 weights fail there); else none."""
+    dt = str(value.dtype).removeprefix("torch.")
+    if dt in HALF:
+        return [dt]
+    if value.dtype not in (torch.float32, torch.float64) or value.dim() != 2:
+        return []
+    value = value.detach()
+
+    def fits(dt: str, v: torch.Tensor) -> bool:
+        return torch.equal(v.to(getattr(torch, dt)).to(v.dtype), v)
+    return [dt for dt in sorted(HALF) if fits(dt, value[:1]) and fits(dt, value)]
 
 
 def _is_half(t: ValueType) -> bool:

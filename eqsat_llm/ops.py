@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from . import sparse_formats
 from .errors import GraphError
+from .half import WEIGHT_FORMATS as HALF_FORMATS
 from .ir import TensorType, dtype_name, dtype_of
 from .quant_formats import FORMATS, dequantize, quantize, quantized_types
 
@@ -377,7 +378,8 @@ register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype=
 #   weight    "float": W = w, [K, N] | a quantized format (quant_formats.FORMATS): W is
 #             dequantize(w, w_scale), w holding the integers and w_scale the scales | a sparse
 #             format (sparse_formats.FORMATS): W is unpack(w, w_scale), w holding the stored
-#             values and w_scale (here not scales) their positions
+#             values and w_scale (here not scales) their positions | a half format
+#             (half.WEIGHT_FORMATS: "fp16", "bf16"): W is w, held in that dtype (w_scale unused)
 #   epilogue  "none" | "add": + addend (it broadcasts into the product) | "bias":
 #             torch.addmm(addend, x, W, beta, alpha) (x 2-D) | "swiglu": W = [Wg | Wu] with n
 #             columns each, silu(x @ Wg) * (x @ Wu)
@@ -390,7 +392,7 @@ GEMM_DEFAULTS = {"alpha": 1.0, "beta": 1.0, "eps": 0.0, "prologue": "none", "wei
 GEMM_PROLOGUES = ("none", "rms_norm")
 GEMM_EPILOGUES = ("none", "add", "bias", "swiglu")
 GEMM_ACTS = ("none", *ACTIVATIONS)
-GEMM_WEIGHTS = ("float", *FORMATS, *sparse_formats.FORMATS)
+GEMM_WEIGHTS = ("float", *FORMATS, *sparse_formats.FORMATS, *HALF_FORMATS)
 
 
 def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:
@@ -401,6 +403,8 @@ def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:
     if fmt in sparse_formats.FORMATS:
         n = a["n"] * (2 if epilogue == "swiglu" else 1)
         weight = sparse_formats.unpack(w, w_scale, fmt, x.shape[-1], n).to(x.dtype)
+    elif fmt in HALF_FORMATS:
+        weight = w.to(x.dtype)
     else:
         weight = w if fmt == "float" else dequantize(w, w_scale, fmt).to(x.dtype)
     if epilogue == "bias":

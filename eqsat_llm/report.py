@@ -66,8 +66,9 @@ class Report:
     quantization: Any = None
     # a bf16/fp16 model computed in float32 on the C backend (half.py)
     computed_in_float32: bool = False
-    # optimize(sparsity="auto"): the GEMMs that run on sparse weights, by format
-    sparse_gemms: dict[str, int] = field(default_factory=dict)
+    # the GEMMs whose weight is stored in another format than float32, by format: quantized
+    # (optimize(quantize=...)), sparse (sparsity="auto"), half precision (fp16, bf16)
+    weight_formats: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -101,12 +102,13 @@ class Report:
                          f"{self.state_in_place}")
         if self.quantization is not None:
             lines.append(self.quantization.summary())
-        if self.sparse_gemms:
-            lines.append("sparse GEMMs: " + ", ".join(
-                f"{n} {fmt}" for fmt, n in sorted(self.sparse_gemms.items())))
+        if self.weight_formats:
+            lines.append("GEMM weights stored as: " + ", ".join(
+                f"{n} {fmt}" for fmt, n in sorted(self.weight_formats.items())))
         if self.computed_in_float32:
-            lines.append("half-precision model computed in float32 (weights widened at compile "
-                         "time; inputs and outputs in the model's dtype)")
+            lines.append("half-precision model computed in float32 (GEMM weights held in half "
+                         "precision where listed above, others widened at compile time; inputs "
+                         "and outputs in the model's dtype)")
         lines.append("")
         width = max([16, *(len(o) + 2 for o in self.op_counts_after)])
         lines.append(f"{'op':<{width}}{'before':>8}{'after':>8}")

@@ -2,6 +2,6 @@
 
 Importing this package registers every family with `eqsat_llm.rulebook`."""
 
-from . import algebra, fusion, layout, quantize, sparsity
+from . import algebra, fusion, half_weights, layout, quantize, sparsity
 
-__all__ = ["algebra", "fusion", "layout", "quantize", "sparsity"]
+__all__ = ["algebra", "fusion", "half_weights", "layout", "quantize", "sparsity"]

@@ -36,3 +36,10 @@ def wrong_sparsity(x: Tensor, y: Tensor, w: Tensor, al: f64, sw: Vec[i64]):
     # than two non-zeros
     sparse = E.gemm(x, E.sparse_values(w, "sparse24", i64(0)), E.sparse_index(w, "sparse24", i64(0)), NONE, NONE, sw[1], al, 1.0, 0.0, String("none"), String("sparse24"), String("none"), String("none"))
     yield exact("bad-sparse-dim", rule(eq(y).to(E.matmul(x, w, al)), is_const(w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)), two_four(w, i64(1))).then(union(y).with_(sparse)), check_dims=(16, 32), check_weights=pruned)
+
+
+@family("wrong")
+def wrong_half(x: Tensor, y: Tensor, w: Tensor, al: f64, sw: Vec[i64]):
+    # a float32 weight stored as float16 without knowing its values fit: rounded, not exact
+    half = E.gemm(x, E.to_dtype(w, "float16"), NONE, NONE, NONE, sw[1], al, 1.0, 0.0, String("none"), String("fp16"), String("none"), String("none"))
+    yield exact("bad-half", rule(eq(y).to(E.matmul(x, w, al)), is_const(w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(2))).then(union(y).with_(half)))

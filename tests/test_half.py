@@ -1,6 +1,7 @@
-"""bf16 / fp16 models on the C backend (issue 13): computed in float32 (eqsat_llm/half.py),
-inputs and outputs in the model's dtype, within the dtype's tolerance of eager; combined with
-quantize=; and the pass alone, as a graph-to-graph function."""
+"""bf16 / fp16 models on the C backend: computed in float32 (eqsat_llm/half.py), GEMM weights
+held in the model's dtype, inputs and outputs in it, within the dtype's tolerance of eager;
+combined with quantize=; a float32 model whose weights are half values; and the pass alone, as
+a graph-to-graph function."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from eqsat_llm import optimize
 from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.c.build import compiler
-from eqsat_llm.half import compute_in_float32, has_half
+from eqsat_llm.half import FORMAT_OF, compute_in_float32, has_half
 from eqsat_llm.ir import Graph, TensorType
 from eqsat_llm.model_matrix import build
 
@@ -53,6 +54,9 @@ def test_half_models_compile_to_c_within_tolerance(family, dtype):
     assert report.backend == "c" and report.computed_in_float32
     # the program is C but for the conversions at its edges (no C type for half values)
     assert set(report.torch_ops) <= {"to_dtype"}, report.torch_ops
+    # every GEMM reads its weight in the model's dtype (rules/half_weights.py)
+    gemms = sum(n for op, n in report.op_counts_after.items() if op.startswith("gemm"))
+    assert report.weight_formats == {FORMAT_OF[str(dtype)[6:]]: gemms}, report.weight_formats
     assert "attention" in report.op_counts_after
     with torch.no_grad():
         want, got = model(*inputs), compiled(*inputs)
@@ -68,3 +72,17 @@ def test_bf16_model_with_int8_weights():
     q = compiled.report.quantization
     assert compiled.report.backend == "c" and q.quantized_weights > 0
     assert q.outputs[0].max_rel <= 0.1 and q.outputs[0].top1_agreement >= 0.7, q.summary()
+
+
+@needs_cc
+def test_float32_model_with_half_values_keeps_them_half():
+    # a bf16 checkpoint loaded as float32: the same values in half the bytes, exactly
+    model, inputs = build("llama", seq=1, size="small")
+    exact = optimize(model.to(torch.bfloat16).float(), inputs, measure_eager=False)
+    plain = optimize(build("llama", seq=1, size="small")[0], inputs, measure_eager=False)
+    gemms = sum(n for op, n in exact.report.op_counts_after.items() if op.startswith("gemm"))
+    assert exact.report.weight_formats == {"bf16": gemms} and not exact.report.torch_ops
+    assert "bf16" not in plain.report.weight_formats  # ordinary float32 weights stay float32
+    with torch.no_grad():
+        want, got = model(*inputs), exact(*inputs)
+    assert (got - want).abs().max() <= 1e-4 * want.abs().max()

@@ -1,5 +1,6 @@
 """Weight-only quantized GEMMs (codegen/c/quant_gemm.py): the quantizers' formats, and the C
-kernel eq_gemm_q against torch on the dequantized weight: row counts around the GEMV threshold
+kernel eq_gemm_q (int8, int4 and half-precision weights) against torch on the dequantized
+weight: row counts around the GEMV threshold
 and the 14-row tile, column counts around the 32-column panel and the 64-column block, every
 epilogue, swiglu, strided operands; built native, portable (no AVX-512), with the other
 targets' vector widths (16 floats: AVX-512's tiling through generic vectors; SSE's 4), and with
@@ -22,6 +23,12 @@ from eqsat_llm.quant_formats import FORMATS, dequantize, format_group, quantize
 from .conftest import build_c, check_gemm_result, gemm_operands
 
 WRAPPER = r"""
+void widen(const uint16_t* h, float* f, int64_t n, int fmt) {
+    for (int64_t i = 0; i < n; i += EQ_QV) {
+        const eq_qf v = eq_qwidenh(h + i, fmt);
+        memcpy(f + i, &v, sizeof v);
+    }
+}
 void qgemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
            const void* wq, const float* s, float* c, int64_t ldc, float alpha,
            const float* rowscale, const eq_addend* e, int ne, int act, int swiglu, int parallel) {
@@ -47,6 +54,8 @@ def build(flags: list[str], d) -> ctypes.CDLL:
     dll.qgemm.argtypes = [i64, i64, i64, ptr, i64, i32, i64, ptr, ptr, ptr, i64,
                           ctypes.c_float, ptr, ptr, i32, i32, i32, i32]
     dll.qgemm.restype = None
+    dll.widen.argtypes = [ptr, ptr, i64, i32]
+    dll.widen.restype = None
     return dll
 
 
@@ -57,8 +66,17 @@ def lib(request, tmp_path_factory):
     return build(BUILDS[request.param], tmp_path_factory.mktemp(f"quant_gemm_{request.param}"))
 
 
+HALF = {"fp16": (torch.float16, 16), "bf16": (torch.bfloat16, 17)}  # dtype, eq_gemm_q's fmt
+KERNEL_FORMATS = [*FORMATS, *HALF]
+
+
 def _random_weight(k: int, n: int, fmt: str, gen: torch.Generator):
-    """Raw stored integers over their whole range (-8 and -128 included) and scales."""
+    """Raw stored integers over their whole range (-8 and -128 included) and scales; half
+    formats: the values (some tiny: float16's subnormals) and no scales."""
+    if fmt in HALF:
+        w = torch.randn(k, n, generator=gen) * 0.05
+        w[::7] *= 1e-4
+        return w.to(HALF[fmt][0]), None
     group = format_group(fmt)
     if group == 0:
         wq = torch.randint(-128, 128, (k, n), generator=gen, dtype=torch.int8)
@@ -76,17 +94,19 @@ def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
     """eq_gemm_q on random operands against torch in float64, to fp32 accumulation's error
     (1e-4 of the sum of the products' magnitudes, per element)."""
     gen = torch.Generator().manual_seed(seed)
-    group = format_group(fmt)
+    group = 0 if fmt in HALF else format_group(fmt)
     width = (2 if swiglu else 1) * n
     ldw = width + ldw_pad
     wq, s = _random_weight(k, ldw, fmt, gen)
-    w = dequantize(wq, s, fmt)[:, :width].double()
+    w = (wq if s is None else dequantize(wq, s, fmt))[:, :width].double()
     ops = gemm_operands(m, n, k, gen, lda_pad=lda_pad, rowscale=rowscale, addends=addends)
     halves = 2 if swiglu else 1
     pq = QuantPanels("q", 0, wq.shape[0], n, ldw, halves).prepare({"q": wq})
-    ps = QuantPanels("s", 0, 1 if group == 0 else k // group, n, ldw, halves).prepare({"s": s})
-    lib.qgemm(m, n, k, ops.a_full.data_ptr(), ops.lda, 8 if group == 0 else 4, group,
-              pq.data_ptr(), ps.data_ptr(), ops.c.data_ptr(), ops.ldc, alpha,
+    ps = None if s is None else QuantPanels(
+        "s", 0, 1 if group == 0 else k // group, n, ldw, halves).prepare({"s": s})
+    code = HALF[fmt][1] if fmt in HALF else 8 if group == 0 else 4
+    lib.qgemm(m, n, k, ops.a_full.data_ptr(), ops.lda, code, group, pq.data_ptr(),
+              None if ps is None else ps.data_ptr(), ops.c.data_ptr(), ops.ldc, alpha,
               ops.rowscale.data_ptr() if rowscale else None, ops.addends, ops.count, act,
               int(swiglu), parallel)
     check_gemm_result(lib, ops, w, n, alpha, act, swiglu, (fmt, m, n, k))
@@ -96,7 +116,7 @@ ROWS = [1, 2, 3, 4, 5, 8, 13, 14, 15, 40, 130]
 COLS = [1, 17, 32, 33, 100]
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", KERNEL_FORMATS)
 def test_shapes(lib, fmt):
     ks = [128, 256] + ([64] if fmt == "int4_g32" else [])
     for i, m in enumerate(ROWS):
@@ -105,7 +125,7 @@ def test_shapes(lib, fmt):
             run_case(lib, fmt, m, n, k, alpha=0.5, rowscale=(i + j) % 2 == 1, seed=i * 10 + j)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", KERNEL_FORMATS)
 def test_epilogues(lib, fmt):
     k = 128
     for m in [1, 3, 8, 9, 15]:
@@ -118,7 +138,7 @@ def test_epilogues(lib, fmt):
             run_case(lib, fmt, m, n, k, swiglu=True, ldw_pad=64)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", KERNEL_FORMATS)
 def test_large_and_serial(lib, fmt):
     for m in [1, 4, 8, 9, 20]:
         run_case(lib, fmt, m, 2048, 512, rowscale=True, addends=("residual",), act=2)
@@ -196,3 +216,24 @@ def test_quant_panels_layout():
     assert two.shape == (2, 7, PANEL) and QuantPanels("q", 3, 7, 50, 150, 2).panels() == 2
     assert torch.equal(two[0, :, :50], view[:, :50]) and torch.equal(two[1, :, :50], view[:, 50:])
     assert (two[:, :, 50:] == 0).all()
+
+
+@pytest.mark.parametrize("fmt", list(HALF))
+def test_every_half_value_widens_exactly(lib, fmt):
+    # all 65536 bit patterns (zeros, subnormals, infinities, NaNs) against torch's conversion,
+    # by the build's path: F16C / a shift (native), the portable eq_h2f (sse)
+    dtype, code = HALF[fmt]
+    h = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    got = torch.empty(65536)
+    lib.widen(h.data_ptr(), got.data_ptr(), 65536, code)
+    want = h.view(dtype).float()
+    assert torch.equal(got.isnan(), want.isnan())
+    ok = ~want.isnan()
+    assert torch.equal(got[ok].view(torch.int32), want[ok].view(torch.int32))
+
+
+def test_half_panels_carry_the_bits():
+    w = torch.randn(5, 70).to(torch.bfloat16)
+    p = QuantPanels("w", 0, 5, 70, 70).prepare({"w": w})
+    assert p.dtype == torch.int16 and p.shape == (2, 5, PANEL)
+    assert torch.equal(p[0].view(torch.bfloat16), w[:, :64])

@@ -79,6 +79,12 @@ def test_sparse_rule_reading_the_wrong_dim_fails(wrong):
     assert res.status == "ill-typed" and "not 2:4 sparse along K" in res.message
 
 
+def test_half_weight_rule_without_exact_values_fails(wrong):
+    # rules/half_weights.py asks that W's values fit the half dtype; without it they round
+    res = check_rule(wrong["bad-half"], instances=5)
+    assert res.status == "fail" and res.counterexample is not None, res
+
+
 def test_uninstantiable_pattern_is_not_exercised(wrong):
     res = check_rule(wrong["uninstantiable"], instances=5, max_attempts=200)
     assert res.status == "not-exercised" and res.instances_checked == 0

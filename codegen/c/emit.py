@@ -38,6 +38,7 @@ from .emit_elementwise import (
     emit_reshape_copy,
     emit_rope,
 )
+from .emit_format_gemm import prepared_operands
 from .emit_gather import GATHER_OPS, emit_gather
 from .emit_gemm import emit_gemm
 from .emit_matmul import MATMUL_OPS, emit_matmul
@@ -267,9 +268,11 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
 
 def _in_c(node: Node, refs: dict[int, Ref]) -> bool:
     """Whether a kernel may be generated for the node: a supported op whose value and inputs
-    all have C places (not torch temporaries, not dtypes without a C type)."""
+    all have C places (not torch temporaries, not dtypes without a C type; but for the
+    constants its kernel reads as prepared copies, such as half-precision weights)."""
+    prepared = prepared_operands(node)
     return node.op in SUPPORTED_OPS and node.id in refs and refs[node.id].in_c and all(
-        i in refs and refs[i].in_c for i in node.inputs)
+        i in refs and (refs[i].in_c or k in prepared) for k, i in enumerate(node.inputs))
 
 
 def _segments(n_kernels: int, torch_at: list[tuple[int, int]]

@@ -1,6 +1,7 @@
 """A gemm on a weight stored in a format, quantized (int8 per channel, int4 group-wise:
-quant_formats.py) or sparse (2:4, 16 x 16 blocks: sparse_formats.py), as one call of its
-kernel: `eq_gemm_q` (quant_gemm.py), which dequantizes in registers, or `eq_gemm_sparse`
+quant_formats.py), half precision (fp16, bf16: half.py) or sparse (2:4, 16 x 16 blocks:
+sparse_formats.py), as one call of its kernel: `eq_gemm_q` (quant_gemm.py), which dequantizes
+(widens) in registers, or `eq_gemm_sparse`
 (sparse_gemm.py), which skips what is not stored. Both stream the weight once for all rows at
 few rows (the GEMV of decode, bound by the weight's bytes) and run float tiles at more.
 
@@ -12,6 +13,7 @@ as the reference rounds it, and runs the call on them (a panel is dequantized on
 
 from __future__ import annotations
 
+from ...half import WEIGHT_FORMATS as HALF_FORMATS
 from ...quant_formats import format_group
 from ...sparse_formats import FORMATS as SPARSE_FORMATS
 from .emit_norm import inv_rms
@@ -21,7 +23,16 @@ from .quant_gemm import QuantPanels
 from .values import Layout, Ref
 
 ROW_BLOCK = 32
+HALF_CODES = {"fp16": 16, "bf16": 17}  # eq_gemm_q's fmt
 MAX_K = 16384  # the normalised block lives on the stack: ROW_BLOCK x K floats at most 2 MiB
+
+
+def prepared_operands(node) -> frozenset[int]:
+    """The inputs of `node` its kernel reads only through a prepared copy (so they need no C
+    type): a half-precision gemm weight, whose bits the panels carry."""
+    if node.op == "gemm" and node.attrs["weight"] in HALF_FORMATS:
+        return frozenset({1})
+    return frozenset()
 
 
 def emit_format_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, aux: Ref, norm: Ref,
@@ -94,21 +105,29 @@ for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
 
 def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
                         layout: Layout | None) -> tuple[str, str] | None:
-    """eq_gemm_q's weight arguments: format code, group, the integers and the scales as
-    QuantPanels prepares them (panels of 64 columns; a SwiGLU weight's two halves apart)."""
-    group = format_group(fmt)
-    if len(w.shape) != 2 or w.strides[1] != 1 or scales.dtype != "float32" or layout is None:
+    """eq_gemm_q's weight arguments: format code, group, the integers (half formats: the
+    values) and the scales (half formats: none) as QuantPanels prepares them (panels of 64
+    columns; a SwiGLU weight's two halves apart)."""
+    half = HALF_FORMATS.get(fmt)
+    group = 0 if half else format_group(fmt)
+    if len(w.shape) != 2 or w.strides[1] != 1 or layout is None:
         return None
     halves = 2 if swiglu else 1
-    if scales.strides[-1] != 1 or w.shape[1] != halves * n or scales.shape[-1] != halves * n:
+    qname = layout.constant_name(w)
+    if w.shape[1] != halves * n or qname is None or (half and w.dtype != half):
+        return None
+    pq = QuantPanels(qname, w.offset, w.shape[0], n, w.strides[0], halves)
+    if half:
+        wq = layout.prepared(pq, (pq.panels(), pq.rows, 64), "int16")  # (the values' bits)
+        return "eq_gemm_q", f"{HALF_CODES[fmt]}, 0, {wq.ptr()}, NULL"
+    if scales.dtype != "float32" or scales.strides[-1] != 1 or scales.shape[-1] != halves * n:
         return None
     if group and (len(scales.shape) != 2 or w.shape[0] * 2 != scales.shape[0] * group):
         return None
-    qname, sname = layout.constant_name(w), layout.constant_name(scales)
-    if qname is None or sname is None:
+    sname = layout.constant_name(scales)
+    if sname is None:
         return None
     srows, srs = (scales.shape[0], scales.strides[0]) if group else (1, 0)
-    pq = QuantPanels(qname, w.offset, w.shape[0], n, w.strides[0], halves)
     ps = QuantPanels(sname, scales.offset, srows, n, srs, halves)
     wq = layout.prepared(pq, (pq.panels(), pq.rows, 64), w.dtype)
     ws = layout.prepared(ps, (ps.panels(), ps.rows, 64), "float32")

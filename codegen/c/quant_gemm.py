@@ -1,5 +1,5 @@
-"""Weight-only quantized GEMMs: float activations times int8 or int4 weights, dequantized on
-the fly, accumulated in float32.
+"""Weight-only quantized GEMMs: float activations times int8, int4 or half-precision weights,
+dequantized (widened) on the fly, accumulated in float32.
 
 Formats (eqsat_llm/quant_formats.py, their reference; W [K, N], the weight as `x @ W` reads it;
 q the stored integers):
@@ -11,6 +11,9 @@ q the stored integers):
   and row 2 k2 + 1 in its high one (group is even: a byte never straddles two groups);
   W = q[k, n] * scale[k / group, n].
 An all-zero column (group) gets scale 1, so that it dequantizes to exactly 0.
+- "fp16", "bf16" (half.WEIGHT_FORMATS): W's values held as float16 / bfloat16 [K, N], no
+  scales (what a half-precision model's weights are). They take the int8 path below with two
+  bytes a value, widened by F16C's vcvtph2ps (float16) or a 16-bit shift (bfloat16).
 
 The C backend's copy of the integers is laid out for the kernel when the program is built
 (QuantPanels below, a prepared W slot as PackedWeight is for fp32 weights; the e-graph, the
@@ -134,7 +137,9 @@ class QuantPanels:
         for h in range(self.halves):
             part = torch.nn.functional.pad(v[:, h * self.n:(h + 1) * self.n], (0, -self.n % PANEL))
             parts.append(part.reshape(self.rows, -1, PANEL).permute(1, 0, 2))
-        return torch.cat(parts, 0).contiguous()
+        out = torch.cat(parts, 0).contiguous()
+        # half-precision values travel as their bits (the C side has no half type)
+        return out.view(torch.int16) if out.dtype in (torch.float16, torch.bfloat16) else out
 
 
 QUANT_GEMM_C = r"""
@@ -202,12 +207,48 @@ static inline __attribute__((always_inline)) eq_qi eq_qwiden(const uint8_t* p, c
 #endif
 }
 
+/* a float16 (fmt 16) or bfloat16 (17) value's float (the portable path; bfloat16 is the upper
+   half of a float32) */
+static inline float eq_h2f(const uint16_t h, const int fmt) {
+    uint32_t bits = (uint32_t)h << 16;
+    if (fmt == 16) {
+        const uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023;
+        if (e == 31) bits = sign | 0x7f800000u | (m << 13);  /* inf, nan */
+        else if (e) bits = sign | ((e + 112) << 23) | (m << 13);
+        else {  /* zero, subnormal: m 2^-24 */
+            const float f = (float)m * 0x1p-24f;
+            memcpy(&bits, &f, 4);
+            bits |= sign;
+        }
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+/* EQ_QV half-precision values widened to float: F16C's conversion, bfloat16 by a shift */
+static inline __attribute__((always_inline)) eq_qf eq_qwidenh(const uint16_t* p, const int fmt) {
+#if EQ_QV == 16 && defined(__AVX512F__)
+    const __m256i h = _mm256_loadu_si256((const __m256i*)p);
+    return fmt == 16 ? (eq_qf)_mm512_cvtph_ps(h)
+                     : (eq_qf)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+#elif EQ_QV == 8 && defined(__AVX2__) && defined(__F16C__)
+    const __m128i h = _mm_loadu_si128((const __m128i*)p);
+    return fmt == 16 ? (eq_qf)_mm256_cvtph_ps(h)
+                     : (eq_qf)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+#else
+    eq_qf f;
+    for (int i = 0; i < EQ_QV; i++) f[i] = eq_h2f(p[i], fmt);
+    return f;
+#endif
+}
+
 /* t[rows, nv * EQ_QV] (row stride ldt) += (A[rows, kc] @ W[kc, nv * EQ_QV] + o[rows]) * sg[..],
    the partial sums in registers for the chunk.
    fmt 8: w int8 rows, a the rows of A, o none.
    fmt 4: w nibble rows, a byte x = 16 hi + lo for rows k, k + 1 of A. a holds, per pair,
    b = A[k] - A[k + 1] / 16 and c = A[k + 1] / 16, so that b lo + c x = A[k] lo + A[k + 1] hi:
-   two conversions and FMAs, no shift; o = -8 * (the chunk's sum of A), the nibbles' offset. */
+   two conversions and FMAs, no shift; o = -8 * (the chunk's sum of A), the nibbles' offset.
+   fmt 16, 17: w float16 / bfloat16 rows (ldw in values), a the rows of A; no scale, no o. */
 static inline __attribute__((always_inline)) void eq_qtile(
         const int rows, const int nv, const int fmt, int64_t kc, const float* a, int64_t lda,
         const uint8_t* w, int64_t ldw, const float* sg, const float* o, int64_t ldo, float* t,
@@ -223,6 +264,20 @@ static inline __attribute__((always_inline)) void eq_qtile(
             for (int v = 0; v < nv; v++) {
                 const eq_qi q = eq_qwiden(w + k * ldw + v * EQ_QV, 1);
                 const eq_qf f = __builtin_convertvector(q, eq_qf);
+#pragma GCC unroll 4
+                for (int r = 0; r < rows; r++) x[r][v] += a[r * lda + k] * f;
+            }
+        }
+    } else if (fmt >= 16) {
+        const uint16_t* wh = (const uint16_t*)w;
+        for (int64_t k = 0; k < kc; k++) {
+            if (pf) {  /* a row of a panel: two lines */
+                __builtin_prefetch((const uint8_t*)(wh + k * ldw) + pf, 0, EQ_QPFL);
+                __builtin_prefetch((const uint8_t*)(wh + k * ldw) + pf + 64, 0, EQ_QPFL);
+            }
+#pragma GCC unroll 8
+            for (int v = 0; v < nv; v++) {
+                const eq_qf f = eq_qwidenh(wh + k * ldw + v * EQ_QV, fmt);
 #pragma GCC unroll 4
                 for (int r = 0; r < rows; r++) x[r][v] += a[r * lda + k] * f;
             }
@@ -248,14 +303,21 @@ static inline __attribute__((always_inline)) void eq_qtile(
         for (int v = 0; v < nv; v++) {
             eq_qf y, sv;
             memcpy(&y, t + r * ldt + v * EQ_QV, sizeof y);
-            memcpy(&sv, sg + v * EQ_QV, sizeof sv);
-            y += (fmt == 8 ? x[r][v] : x[r][v] + o[r * ldo]) * sv;
+            if (fmt >= 16) {
+                y += x[r][v];
+            } else {
+                memcpy(&sv, sg + v * EQ_QV, sizeof sv);
+                y += (fmt == 8 ? x[r][v] : x[r][v] + o[r * ldo]) * sv;
+            }
             memcpy(t + r * ldt + v * EQ_QV, &y, sizeof y);
         }
 }
 /* vectors per tile row: one row takes a whole 64-column block (up to 8 accumulators, chains
    enough to hide the FMA latency), more rows 4 vectors each */
 #define EQ_QNV1 (64 / EQ_QV < 8 ? 64 / EQ_QV : 8)
+/* column c of a panel row w: half formats hold 2 bytes a value; no scales */
+#define EQ_QCOL(w, c) ((w) + (fmt >= 16 ? 2 : 1) * (c))
+#define EQ_QSCALE(sg, c) (fmt >= 16 ? (sg) : (sg) + (c))
 /* the tiles of a chunk's 64-column block: rows <= EQ_QR, the constants propagated */
 static inline __attribute__((always_inline)) void eq_qblock(
         int rows, const int fmt, int64_t kc, const float* a, int64_t lda, const uint8_t* w,
@@ -264,21 +326,25 @@ static inline __attribute__((always_inline)) void eq_qblock(
     switch (rows) {
     case 1:
         for (int c = 0; c < 64; c += EQ_QNV1 * EQ_QV)
-            eq_qtile(1, EQ_QNV1, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt, pf);
+            eq_qtile(1, EQ_QNV1, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
+                     t + c, ldt, pf);
         break;
 #if EQ_QR == 4
     case 2:
         for (int c = 0; c < 64; c += 4 * EQ_QV)
-            eq_qtile(2, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt, pf);
+            eq_qtile(2, 4, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
+                     t + c, ldt, pf);
         break;
     case 3:
         for (int c = 0; c < 64; c += 4 * EQ_QV)
-            eq_qtile(3, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt, pf);
+            eq_qtile(3, 4, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
+                     t + c, ldt, pf);
         break;
 #endif
     default:
         for (int c = 0; c < 64; c += 4 * EQ_QV)
-            eq_qtile(EQ_QR, 4, fmt, kc, a, lda, w + c, ldw, sg + c, o, ldo, t + c, ldt, pf);
+            eq_qtile(EQ_QR, 4, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
+                     t + c, ldt, pf);
         break;
     }
 }
@@ -316,19 +382,20 @@ static __attribute__((noinline)) void eq_qgemv(
        idle while the others run: measured, 4 rows 1.5x slower) */
     const int onepass = M == 1 && EQ_QNV1 * EQ_QV == 64;
     const int64_t kc = fmt == 4 ? group : onepass ? EQ_QKB : EQ_QKBM, nch = (K + kc - 1) / kc;
-    const int64_t kb = fmt == 8 ? K : K / 2, ng = fmt == 8 ? 1 : K / group;
+    /* bytes per weight row of a panel; scale rows per panel */
+    const int64_t rb = fmt == 8 ? 64 : fmt == 4 ? 32 : 128, ng = fmt == 8 ? 1 : fmt == 4 ? K / group : 0;
     const int64_t pf = onepass ? EQ_QGPF : 0;
     for (int64_t m = 0; m < M; m++) memset(t + m * ldt, 0, (size_t)(p1 - p0) * 64 * sizeof(float));
     for (int64_t p = p0; p < p1; p++) {
-        const uint8_t* wp = wq + p * kb * 64;
-        const float* sp = s + p * ng * 64;
+        const uint8_t* wp = wq + p * K * rb;
+        const float* sp = ng ? s + p * ng * 64 : s;
         float* tp = t + (p - p0) * 64;
         for (int64_t j = 0; j < nch; j++) {
             const int64_t k0 = j * kc, kn = K - k0 < kc ? K - k0 : kc;
-            const uint8_t* w = wp + (fmt == 8 ? k0 : k0 / 2) * 64;
+            const uint8_t* w = wp + k0 * rb;
             /* (past the panel: the next one's start, contiguous) */
             if (!onepass && EQ_QGPF)
-                for (int64_t b = 0; b < (fmt == 8 ? kn : kn / 2) * 64; b += 64)
+                for (int64_t b = 0; b < kn * rb; b += 64)
                     __builtin_prefetch(w + EQ_QGPF + b);
             for (int64_t m = 0; m < M; m += EQ_QR) {
                 const int rows = M - m < EQ_QR ? (int)(M - m) : EQ_QR;
@@ -336,6 +403,10 @@ static __attribute__((noinline)) void eq_qgemv(
                 float* tm = tp + m * ldt;
                 if (fmt == 8)
                     eq_qblock(rows, 8, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
+                else if (fmt == 16)
+                    eq_qblock(rows, 16, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
+                else if (fmt == 17)
+                    eq_qblock(rows, 17, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
                 else
                     eq_qblock(rows, 4, kn, ar, lda, w, 64, sp + j * 64, o + m * nch + j, nch,
                               tm, ldt, pf);
@@ -357,6 +428,17 @@ static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, co
                         int64_t p, float* bp) {
     float* b0 = bp;
     float* b1 = bp + K * 32;
+    if (fmt >= 16) {
+        const uint16_t* w = (const uint16_t*)wq + p * K * 64;
+        for (int64_t k = 0; k < K; k++)
+            for (int j = 0; j < 32; j += EQ_QV) {
+                const eq_qf f0 = eq_qwidenh(w + k * 64 + j, fmt);
+                const eq_qf f1 = eq_qwidenh(w + k * 64 + 32 + j, fmt);
+                memcpy(b0 + k * 32 + j, &f0, sizeof f0);
+                memcpy(b1 + k * 32 + j, &f1, sizeof f1);
+            }
+        return;
+    }
     if (fmt == 8) {
         const uint8_t* w = wq + p * K * 64;
         const float* sp = s + p * 64;
@@ -408,7 +490,8 @@ static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t 
    W as QuantPanels (codegen/c/quant_gemm.py) prepares it: P = ceil(N / 64) panels of 64
    columns (with swiglu 2 P: the gate's, then the up half's), the last of each half zero-padded.
    fmt 8: wq int8 [P][K][64], s float [P][64] (per column).
-   fmt 4: wq uint8 [P][K / 2][64] (two rows per byte), s float [P][K / group][64]. */
+   fmt 4: wq uint8 [P][K / 2][64] (two rows per byte), s float [P][K / group][64].
+   fmt 16, 17: wq float16 / bfloat16 [P][K][64], s unused (NULL). */
 static __attribute__((noinline)) void eq_gemm_q(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
         const void* wq, const float* s, float* c, int64_t ldc, float alpha,

@@ -389,27 +389,44 @@ def _cat_weight_id_rules() -> Iterator[RewriteOrRule]:
                    eq(hi).to(hi_id(xs[k]))).then(set_(lo_id(y)).to(lo), set_(hi_id(y)).to(hi))
 
 
-# --- quantizable weights: the constant weights optimize(quantize=...) may store as integers.
-# The encoder marks the weight leaves (all of them, or those optimize(keep_float=...) leaves
-# out); layout ops and concatenations of marked weights are marked too.
-quantizable = relation("quantizable", Tensor)
-quantizable_from = relation("quantizable_from", Vec[Tensor], i64)  # xs[i:] all quantizable
+# --- weight marks: facts about a constant weight's values that hold for its views, its
+# widening conversions and its concatenations (the merged QKV, the SwiGLU's [wg | wu]). The
+# encoder sets them on leaves; a layout op or a concatenation of marked parts is marked too.
+# - quantizable: a weight optimize(quantize=...) may store as integers (every weight leaf, or
+#   those optimize(keep_float=...) leaves out); any dtype conversion keeps it.
+# - fp16_exact / bf16_exact: every value is exactly a float16 / bfloat16 one (a half-precision
+#   leaf, or a float32 one whose values happen to be: a half checkpoint loaded as float32), so
+#   storing the weight in that dtype loses nothing; only a conversion that keeps every value
+#   (to float32 or float64, or to the same dtype) keeps it.
+WIDENING = ("float32", "float64")
 
 
-def _quantizable_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
-    y, p = op_pattern(opdef)
-    if _follows_weight(opdef):
-        yield rule(y, quantizable(p["x0"])).then(quantizable(y))
-    elif opdef.name == "cat":
-        xs = p["xs"]
-        yield rule(y).then(quantizable_from(xs, xs.length()))
-        yield rule(y, quantizable_from(xs, i64(0))).then(quantizable(y))
+def _weight_mark(name: str, conversions: tuple[str, ...] | None):
+    """The relation `name` (Tensor) and the rules that spread it; `conversions`: the to_dtype
+    targets that keep it (None: all)."""
+    mark = relation(name, Tensor)
+    mark_from = relation(f"{name}_from", Vec[Tensor], i64)  # xs[i:] all marked
+    rules: list[RewriteOrRule] = []
+    for opdef in REGISTRY.values():
+        y, p = op_pattern(opdef, prefix=f"{name}_")
+        if opdef.name == "to_dtype" and conversions is not None:
+            rules += [rule(y, mark(p["x0"]), eq(p["dtype"]).to(String(d))).then(mark(y))
+                      for d in conversions]
+        elif _follows_weight(opdef):
+            rules.append(rule(y, mark(p["x0"])).then(mark(y)))
+        elif opdef.name == "cat":
+            xs = p["xs"]
+            rules += [rule(y).then(mark_from(xs, xs.length())),
+                      rule(y, mark_from(xs, i64(0))).then(mark(y))]
+    xs, i = var(f"{name}_list", Vec[Tensor]), var(f"{name}_i", i64)
+    rules.append(rule(mark_from(xs, i), i > 0, mark(xs[i - 1])).then(mark_from(xs, i - 1)))
+    return mark, ruleset(*rules, name=f"{name}_marks")
 
 
-@ruleset
-def quantizable_lists(xs: Vec[Tensor], i: i64) -> Iterator[RewriteOrRule]:
-    yield rule(quantizable_from(xs, i), i > 0, quantizable(xs[i - 1])).then(
-        quantizable_from(xs, i - 1))
+quantizable, quantizable_marks = _weight_mark("quantizable", None)
+fp16_exact, fp16_marks = _weight_mark("fp16_exact", ("float16", *WIDENING))
+bf16_exact, bf16_marks = _weight_mark("bf16_exact", ("bfloat16", *WIDENING))
+HALF_EXACT = {"float16": fp16_exact, "bfloat16": bf16_exact}
 
 
 # --- sparse weights: the structure optimize(sparsity="auto") found in a constant's values.
@@ -456,14 +473,13 @@ def _build_analysis():
         rules.extend(_dtype_rules(opdef))
         rules.extend(_const_rules(opdef))
         rules.extend(_weight_id_rules(opdef))
-        rules.extend(_quantizable_rules(opdef))
     rules.extend(_cat_weight_id_rules())
     return ruleset(*rules, name="analysis")
 
 
 # The analysis: run it to saturation before each round of rewrites (see saturate.py).
 analysis = (_build_analysis() | vector_functions | layout_demands | const_lists
-            | quantizable_lists | sparse_structure)
+            | quantizable_marks | fp16_marks | bf16_marks | sparse_structure)
 
 
 def shape_literal(shape_: tuple[int, ...]) -> Vec[i64]:

@@ -16,10 +16,20 @@ import torch
 from egglog import EGraph, String, Vec, f64, i64, set_
 
 from ..errors import EncodeError
+from ..half import exact_half_dtypes
 from ..ir import Graph, TensorType
 from ..ops import get_op
 from ..sparse_formats import structure
-from .analysis import dtype_facts, hi_id, lo_id, quantizable, shape_literal, stored_blocks, two_four
+from .analysis import (
+    HALF_EXACT,
+    dtype_facts,
+    hi_id,
+    lo_id,
+    quantizable,
+    shape_literal,
+    stored_blocks,
+    two_four,
+)
 from .language import E, Tensor, dtype, shape
 
 
@@ -66,7 +76,8 @@ def encode(graph: Graph, *, assert_shapes: bool = False, egraph: EGraph | None =
     with push()/pop() per instance). `keep_float(name)`: the weights that the quantize rules
     leave alone (analysis.quantizable: every other weight leaf). `sparsity`: read the 2:4 and
     16 x 16 block structure off the values of the constant matrices (analysis.two_four,
-    stored_blocks), for the sparsity rules."""
+    stored_blocks), for the sparsity rules. Every constant whose values fit a half dtype
+    exactly is marked so (analysis.fp16_exact, bf16_exact: rules/half_weights.py)."""
     egraph = EGraph() if egraph is None else egraph
     enc = Encoded(egraph, graph)
     facts: list[Any] = list(dtype_facts())
@@ -90,7 +101,10 @@ def encode(graph: Graph, *, assert_shapes: bool = False, egraph: EGraph | None =
             facts += [set_(lo_id(expr)).to(i64(node.id)), set_(hi_id(expr)).to(i64(node.id))]
             if keep_float is None or not keep_float(node.attrs["name"]):
                 facts.append(quantizable(expr))
+            value = graph.constants.get(node.attrs["name"])
+            if isinstance(value, torch.Tensor):
+                facts += [HALF_EXACT[dt](expr) for dt in exact_half_dtypes(value)]
             if sparsity:
-                facts += _structure_facts(expr, graph.constants.get(node.attrs["name"]))
+                facts += _structure_facts(expr, value)
     egraph.register(*facts)
     return enc

@@ -1,0 +1,39 @@
+"""Half-precision weights, as rewrites: a GEMM on a constant weight W whose values are all
+exactly float16 (or bfloat16) ones is the same GEMM on W stored in that dtype, which constant
+folding converts once at compile time. Such weights are what half-precision models hold (their
+weights are read through a conversion to float32: half.py) and what a half checkpoint loaded
+as float32 holds. The C kernel widens them in registers (codegen/c/quant_gemm.py); the cost
+model prices their 2 bytes a weight, so at decode, where reading the weight is what costs,
+extraction takes the half weight. Exact: the values are unchanged."""
+
+import torch
+from egglog import String, Vec, eq, f64, i64, rule, union
+
+from eqsat_llm.egraph.analysis import HALF_EXACT, is_const, is_float_dtype
+from eqsat_llm.egraph.language import E, Tensor, dtype, shape
+from eqsat_llm.half import WEIGHT_FORMATS
+from eqsat_llm.rulebook import exact, family
+
+from .fusion import NONE
+
+
+def _rounded_to(dt: str):
+    """`rules check`'s weights for a format: drawn, then rounded to its dtype."""
+    def weights(w: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        return w.to(getattr(torch, dt)).to(w.dtype) if w.dim() == 2 else w
+    return weights
+
+
+@family("half-weights")
+def half_weights(y: Tensor, x: Tensor, w: Tensor, ws: Tensor, norm: Tensor, addend: Tensor,
+                 n: i64, al: f64, be: f64, eps: f64, pro: String, epi: String, act: String,
+                 sw: Vec[i64]):
+    for fmt, dt in WEIGHT_FORMATS.items():
+        # W: a constant float matrix [K, N] (x @ W) whose values all fit dt
+        weight = [is_const(w), HALF_EXACT[dt](w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)), is_float_dtype(dtype(w))]
+        h = E.to_dtype(w, String(dt))
+        note, check = f"W stored as {dt}: its values unchanged", {"check_weights": _rounded_to(dt)}
+        plain = E.gemm(x, h, NONE, NONE, NONE, sw[1], al, 1.0, 0.0, String("none"), String(fmt), String("none"), String("none"))
+        yield exact(f"{fmt}-matmul", rule(eq(y).to(E.matmul(x, w, al)), *weight).then(union(y).with_(plain)), note, **check)
+        fused = E.gemm(x, w, ws, norm, addend, n, al, be, eps, pro, String("float"), epi, act)
+        yield exact(f"{fmt}-gemm", rule(eq(y).to(fused), *weight).then(union(y).with_(E.gemm(x, h, ws, norm, addend, n, al, be, eps, pro, String(fmt), epi, act))), note, **check)
