@@ -311,7 +311,18 @@ def describe(cfg: dict, steps: int, record: dict, data: dict, ev: dict, rows: li
         f"Evaluated on {ev['batches']} held-out batches of {ev['batch']} x {ev['seq']} bytes "
         f"({ev['batches'] * ev['batch'] * ev['seq']} positions); each program compiled on the "
         "first. Errors are relative to the largest |logit| of eager fp32 on the same weights; "
-        "\"untrained\" is the same config and seed before training.\n\n" + table(rows))
+        "\"untrained\" is the same config and seed before training." + partial_groups(cfg)
+        + "\n\n" + table(rows))
+
+
+def partial_groups(cfg: dict) -> str:
+    """Which int4 group sizes leave a weight float here: K must fill whole groups."""
+    ks = {"hidden": cfg["hidden"], "FFN": cfg["ffn"]}
+    out = [f"int4_g{g} leaves the GEMMs whose K ({', '.join(f'{k} {v}' for k, v in ks.items() if v % g)}"
+           f") is not a multiple of {g} float" for g in (32, 64, 128)
+           if any(v % g for v in ks.values())]
+    return (" " + "; ".join(out) + " (the FFN's K is the down projection's: one GEMM a layer)."
+            if out else "")
 
 
 def main(argv: list[str] | None = None) -> list[Row]:
