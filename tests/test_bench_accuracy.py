@@ -1,6 +1,6 @@
 """Smoke test of benchmarks/accuracy.py in --quick mode: a small byte-level LLaMA trained a few
 steps on the stdlib's source (cached in a tmp dir), every system compiled and compared with
-eager fp32, trained and untrained. Not a measurement (~45-70 s: 12 compiles)."""
+eager fp32, trained and untrained. Not a measurement (30-50 s: 12 compiles; the slow set)."""
 
 import pytest
 
