@@ -66,12 +66,12 @@ def ort_systems(model: torch.nn.Module, inputs: tuple, tmp: Path, name: str) -> 
 
 
 def weight_bytes(compiled) -> int:
+    """The bytes of the constant GEMM weights (and their scales or positions) of a program."""
     g = compiled.graph
-    return sum(g.constants[g.node(n.inputs[1]).attrs["name"]].nbytes
-               + (g.constants[g.node(n.inputs[2]).attrs["name"]].nbytes
-                  if n.attrs.get("weight", "float") != "float" else 0)
+    return sum(g.constants[g.node(i).attrs["name"]].nbytes
                for n in g.nodes if n.op in ("gemm", "matmul")
-               and g.node(n.inputs[1]).op == "const")
+               and g.node(n.inputs[1]).op == "const" for i in n.inputs[1:3]
+               if g.node(i).op == "const")
 
 
 def measure(name: str, model: torch.nn.Module, inputs: tuple, rounds: int, tmp: Path) -> list:

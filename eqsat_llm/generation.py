@@ -144,6 +144,9 @@ class Generator:
         if self.chunk < 1:
             raise EqsatError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         dtype = next((p.dtype for p in model.parameters()), torch.float32)
+        if optimize_options.get("backend", "c") == "c" and dtype in (torch.bfloat16,
+                                                                    torch.float16):
+            dtype = torch.float32  # the C backend computes half models in float32 (half.py)
         self.step = CachedStep(model, batch_size, max_seq_len, dtype).eval()
         options = {"measure_eager": False, **optimize_options}
         t0 = time.perf_counter()

@@ -14,7 +14,9 @@ position; keys past the valid prefix are -inf for every row, which the attention
 at run time. `last` [1] picks the position whose logits are returned (transformers'
 `logits_to_keep` as an index), so the LM head runs for one row per sequence, not T.
 
-The cache holds the model's KV heads (grouped-query attention keeps its smaller cache)."""
+The cache holds the model's KV heads (grouped-query attention keeps its smaller cache), in
+`dtype`: the model's, or float32 for a half-precision model compiled to C (which computes in
+float32: a half cache would be widened on every call)."""
 
 from __future__ import annotations
 
@@ -47,9 +49,13 @@ def _static_layer_class() -> type:
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                    **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
             pos = torch.arange(key_states.shape[-2], device=self.device) + self.cumulative_length
-            self.keys.index_copy_(2, pos, key_states)
-            self.values.index_copy_(2, pos, value_states)
-            return self.keys, self.values
+            self.keys.index_copy_(2, pos, key_states.to(self.keys.dtype))
+            self.values.index_copy_(2, pos, value_states.to(self.values.dtype))
+            if key_states.dtype == self.keys.dtype:
+                return self.keys, self.values
+            # a cache wider than the model (half.py: the C backend computes a half model in
+            # float32, where these conversions vanish) is read in the model's dtype
+            return self.keys.to(key_states.dtype), self.values.to(value_states.dtype)
 
     return BufferLayer
 

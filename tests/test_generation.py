@@ -13,6 +13,7 @@ import torch
 import eqsat_llm
 from eqsat_llm import EqsatError, Generator
 from eqsat_llm.generation import _GENERATORS
+from eqsat_llm.half import FORMAT_OF
 from eqsat_llm.kv_cache import CachedStep
 from eqsat_llm.model_matrix import ENCODERS, FAMILIES, build
 
@@ -236,11 +237,17 @@ def test_partial_rotary_prefill_logits_match_eager():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16,
                                    pytest.param(torch.float16, marks=pytest.mark.slow)])
-def test_half_precision_model_generates_with_its_cache_in_its_dtype(dtype):
-    # computed in float32 on the C backend (half.py), the cache kept in the model's dtype
+def test_half_precision_model_generates_with_a_float32_cache_and_half_weights(dtype):
+    # computed in float32 on the C backend (half.py): the cache float32 too (not widened on
+    # every call), the GEMM weights in the model's dtype
     lm = causal_lm("llama").to(dtype)
     gen = quiet_generator(lm, 32, prefill_chunk=8)
-    assert gen.step.caches()[0].dtype == dtype
+    assert gen.step.caches()[0].dtype == torch.float32
+    fmt = FORMAT_OF[str(dtype).removeprefix("torch.")]
+    for program in (gen.decode_program, gen.prefill_program):
+        assert set(program.report.weight_formats) == {fmt}, program.report.weight_formats
+        ops = program.report.torch_ops  # the cache writes, and the logits' conversion
+        assert set(ops) <= {"aten.index_put_.default", "to_dtype"} and ops["to_dtype"] == 1, ops
     ids = prompt(1, 11)
     out = gen.generate(ids, max_new_tokens=4, eos_token_id=[])
     assert out.shape == (1, 15) and torch.equal(out[:, :11], ids)
