@@ -353,28 +353,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     text = describe(cfg, steps, record, data, ev, rows)
     print(text)
     if args.write:
-        write_with_heading(argv, text, load_ok)
+        write_results("accuracy.py", argv, text, load_ok, SECTION)
     return rows
-
-
-def write_with_heading(argv: list[str] | None, text: str, load_ok: bool) -> None:
-    """quantized.write_results, then SECTION's heading above what it appended if it wrote
-    none: as of commit 30899c9 its body is the date, the command and the table without the
-    heading, so write_section can neither find the section again nor replace it (RESULTS.md
-    holds three headless quantized.py tables). Does nothing once the helper writes it."""
-    path = Path(__file__).with_name("RESULTS.md")
-    before = path.read_text() if path.exists() else ""
-    write_results("accuracy.py", argv, text, load_ok, SECTION)
-    after = path.read_text()
-    if SECTION in after:
-        return
-    if SECTION in before:  # write_section took the old section out (to the next heading)
-        start = before.index(SECTION)
-        nxt = before.find("\n## ", start + len(SECTION))
-        before = before[:start] + before[nxt + 1:] if nxt != -1 else before[:start]
-    kept = before.rstrip()
-    assert after.startswith(kept), "RESULTS.md changed under us"
-    path.write_text(kept + "\n\n" + SECTION + "\n\n" + after[len(kept):].lstrip())
 
 
 if __name__ == "__main__":

@@ -51,7 +51,10 @@ def table(rows: list[dict]) -> str:
 
 
 def write_section(text: str, section: str = SECTION) -> None:
-    """Replace (or append) the section titled `section` in benchmarks/RESULTS.md."""
+    """Replace (or append) the section titled `section` in benchmarks/RESULTS.md; `text` is
+    its body, the heading line included or not."""
+    if not text.startswith(section):
+        text = f"{section}\n\n{text}"
     path = Path(__file__).with_name("RESULTS.md")
     old = path.read_text() if path.exists() else "# Benchmark results\n"
     if section in old:

@@ -26,7 +26,13 @@ from .ilp import extract_ilp
 from .ir import Graph, TensorType, dtype_of
 from .plan import plan_memory
 from .quant_formats import FORMATS as QUANT_FORMATS
-from .quantization import QuantizationReport, keep_float_matcher, output_errors, resolve_format
+from .quantization import (
+    QuantizationReport,
+    check_keep_float,
+    keep_float_matcher,
+    output_errors,
+    resolve_format,
+)
 from .report import Report, RuleStat, memory_summary
 from .rule_usage import rule_used
 from .rulebook import Rule, resolve
@@ -228,6 +234,10 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     fmt = resolve_format(quantize) if quantize is not None else None
     if fmt is not None:
         rule_list += resolve([f"quantize-{fmt}"])
+        check_keep_float(keep_float, [n.attrs["name"] for n in captured.graph.nodes
+                                      if n.op == "param"])
+    elif list(keep_float):
+        raise EqsatError("keep_float applies to quantize=: without it every weight stays float")
     if sparsity not in (None, "auto"):
         raise EqsatError(f"sparsity must be None or 'auto', not {sparsity!r}")
     if sparsity:

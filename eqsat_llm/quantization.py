@@ -38,6 +38,18 @@ def keep_float_matcher(patterns: Iterable[str]) -> Callable[[str], bool] | None:
     return lambda name: any(fnmatchcase(name, p) or name.startswith(p + ".") for p in pats)
 
 
+def check_keep_float(patterns: Iterable[str], weight_names: list[str]) -> None:
+    """Refuse a keep_float pattern that names no weight of the model: it would leave the
+    weights it meant quantized, silently. The message shows the names that end like it."""
+    for pat in patterns:
+        matches = keep_float_matcher([pat])
+        if matches is not None and not any(matches(n) for n in weight_names):
+            like = [n for n in weight_names if f".{pat}." in f".{n}"][:3] or weight_names[:3]
+            raise EqsatError(f"keep_float pattern {pat!r} names no weight of the model; its "
+                             f"weights are named like {like} (a module path or a glob over "
+                             "these names)")
+
+
 @dataclass
 class OutputError:
     max_abs: float  # largest |compiled - float eager|

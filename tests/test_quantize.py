@@ -92,6 +92,15 @@ def test_keep_float_leaves_the_named_weights_alone():
     assert compiled.report.quantization.kept_float == ["o_proj", "down_proj*"]
 
 
+def test_keep_float_naming_no_weight_is_refused():
+    # a wrapped model's head is "model.lm_head": "lm_head" would keep nothing float, silently
+    model, inputs = build("llama", seq=4, size="small")
+    with pytest.raises(EqsatError, match=r"'lm_head' names no weight.*model\.lm_head\.weight"):
+        optimize(model, inputs, quantize="int8", keep_float=["lm_head"], measure_eager=False)
+    with pytest.raises(EqsatError, match="keep_float applies to quantize="):
+        optimize(model, inputs, keep_float=["model.lm_head"], measure_eager=False)
+
+
 def test_unknown_format_is_refused():
     model, inputs = llama_block_case("decode")
     with pytest.raises(EqsatError, match="unknown quantize format 'int3'"):
