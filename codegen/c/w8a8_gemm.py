@@ -248,36 +248,52 @@ EQ_W8_TILE_FN(7)
 EQ_W8_TILE_FN(8)
 #endif
 #undef EQ_W8_TILE_FN
+/* the tile of `rows` rows (a switch: each a constant) */
+static inline void eq_w8_tiles(int rows, int64_t k4n, const uint8_t* qa, int64_t ldq,
+                               const int8_t* wp, int32_t* t) {
+    switch (rows) {
+#if EQ_W8MR > 7
+    case 8: eq_w8_tile8(k4n, qa, ldq, wp, t); break;
+#endif
+#if EQ_W8MR > 6
+    case 7: eq_w8_tile7(k4n, qa, ldq, wp, t); break;
+#endif
+#if EQ_W8MR > 5
+    case 6: eq_w8_tile6(k4n, qa, ldq, wp, t); break;
+#endif
+#if EQ_W8MR > 4
+    case 5: eq_w8_tile5(k4n, qa, ldq, wp, t); break;
+#endif
+    case 4: eq_w8_tile4(k4n, qa, ldq, wp, t); break;
+    case 3: eq_w8_tile3(k4n, qa, ldq, wp, t); break;
+    case 2: eq_w8_tile2(k4n, qa, ldq, wp, t); break;
+    default: eq_w8_tile1(k4n, qa, ldq, wp, t); break;
+    }
+}
 /* y[16 r + j] = sa[r] s[j] sum_k (qa[r][k] - zp[r]) w[k][j] (r < rows) for one tile of panel
-   wp (its scales s, column sums cs): the int32 sums of each K chunk, added in int64, less the
-   zero point's zp[r] cs[j], converted once */
+   wp (its scales s, column sums cs). One K chunk: in int32 (the sum less zp[r] cs[j] wraps
+   to the exact result, which fits), converted 8 at a time; more: the chunks' int32 sums
+   added in int64 (no vector conversion: scalar, but the chunks are long). */
 static void eq_w8_scaled(int rows, int64_t K4, const uint8_t* qa, int64_t ldq, const float* sa,
                          const int32_t* zp, const int8_t* wp, const float* s,
                          const int32_t* cs, float* y) {
     int32_t t[EQ_W8MR * 16];
+    if (K4 <= EQ_W8KMAX / 4) {
+        eq_w8_tiles(rows, K4, qa, ldq, wp, t);
+        for (int r = 0; r < rows; r++) {
+            const uint32_t z = (uint32_t)zp[r];
+            const float f = sa[r];
+#pragma omp simd
+            for (int j = 0; j < 16; j++)
+                y[16 * r + j] = (f * s[j]) *
+                    (float)(int32_t)((uint32_t)t[16 * r + j] - z * (uint32_t)cs[j]);
+        }
+        return;
+    }
     int64_t x[EQ_W8MR * 16] = {0};
     for (int64_t g0 = 0; g0 < K4; g0 += EQ_W8KMAX / 4) {
         const int64_t gn = K4 - g0 < EQ_W8KMAX / 4 ? K4 - g0 : EQ_W8KMAX / 4;
-        const uint8_t* q = qa + 4 * g0;
-        const int8_t* w = wp + 64 * g0;
-        switch (rows) {
-#if EQ_W8MR > 7
-        case 8: eq_w8_tile8(gn, q, ldq, w, t); break;
-#endif
-#if EQ_W8MR > 6
-        case 7: eq_w8_tile7(gn, q, ldq, w, t); break;
-#endif
-#if EQ_W8MR > 5
-        case 6: eq_w8_tile6(gn, q, ldq, w, t); break;
-#endif
-#if EQ_W8MR > 4
-        case 5: eq_w8_tile5(gn, q, ldq, w, t); break;
-#endif
-        case 4: eq_w8_tile4(gn, q, ldq, w, t); break;
-        case 3: eq_w8_tile3(gn, q, ldq, w, t); break;
-        case 2: eq_w8_tile2(gn, q, ldq, w, t); break;
-        default: eq_w8_tile1(gn, q, ldq, w, t); break;
-        }
+        eq_w8_tiles(rows, gn, qa + 4 * g0, ldq, wp + 64 * g0, t);
         for (int i = 0; i < rows * 16; i++) x[i] += t[i];
     }
     for (int r = 0; r < rows; r++)
