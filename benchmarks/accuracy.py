@@ -1,4 +1,4 @@
-"""Accuracy of quantized programs on a model with trained weights (issue 13): a small byte-level
+"""Accuracy of quantized programs on a model with trained weights: a small byte-level
 LLaMA (transformers.LlamaForCausalLM) trained here, offline, on the Python standard library's
 own source, then compiled by eqsat-llm in fp32, int8 and int4 and compared with eager fp32.
 

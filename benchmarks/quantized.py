@@ -1,4 +1,4 @@
-"""Weight-only quantization (issue 13) side by side with ONNX Runtime's quantize_dynamic int8,
+"""Weight-only quantization side by side with ONNX Runtime's quantize_dynamic int8,
 on the LLaMA-style block's decode step with a KV cache (WORKLOADS["llama_block_decode_kv"])
 and on the TinyLlama-shaped model (benchmarks/models.py: 4 of its 22 layers, with its
 embedding and LM head): one token (a forward of one position: every weight read once) and a

@@ -649,7 +649,3 @@ def _sdpa(c: _Converter, node: FxNode, q: FxNode, k: FxNode, v: FxNode, *args: A
     return (out, None) if flash else out
 
 
-def supported_targets() -> list[str]:
-    """Names of the aten ops the frontend maps into the registry."""
-    return sorted(str(t) for t in ATEN)
-

@@ -362,7 +362,7 @@ register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
          category="elementwise", shape="broadcast", dtype="same")
 register("attention", 4, "scale:float", ref=_attention, category="attention", shape="sdpa")
 def _rope(xs: list[Any], a: dict[str, Any]) -> Any:
-    # rotary embedding (issue 3): x * cos + rotate_half(x) * sin, the decomposition that
+    # rotary embedding: x * cos + rotate_half(x) * sin, the decomposition that
     # rules/fusion.py recognises, spelled the same way (bit-identical)
     x, cos, sin = xs
     h = x.shape[-1] // 2
@@ -372,7 +372,7 @@ def _rope(xs: list[Any], a: dict[str, Any]) -> Any:
 
 register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype="same")
 
-# --- the one GEMM op: a matmul with its prologue, weight format and epilogue (issue 13) -----
+# --- the one GEMM op: a matmul with its prologue, weight format and epilogue -------------------
 # gemm(x, w, w_scale, norm, addend) = act(epilogue(alpha * prologue(x) @ W)), one kernel:
 #   prologue  "none" | "rms_norm": x is rms_norm(x, norm, eps) first
 #   weight    "float": W = w, [K, N] | a quantized format (quant_formats.FORMATS): W is

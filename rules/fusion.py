@@ -104,7 +104,7 @@ def matmul_epilogue(y: Tensor, m: Tensor, x: Tensor, w: Tensor, r: Tensor, al: f
 @family("fusion")
 def norm_matmul(y: Tensor, x: Tensor, g: Tensor, w: Tensor, eps: f64, al: f64, sw: Vec[i64]):
     # An RMSNorm feeding a matmul against a 2-D weight (the merged QKV and gate/up projections)
-    # is the GEMM's prologue (issue 3): the normalised rows are never written out and read
+    # is the GEMM's prologue: the normalised rows are never written out and read
     # back; with g and w constant the C backend folds g into w's rows and scales each row.
     two_d = (eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)))
     fused = gemm(x, w, sw[1], alpha=al, eps=eps, norm=g, prologue="rms_norm")
@@ -113,8 +113,8 @@ def norm_matmul(y: Tensor, x: Tensor, g: Tensor, w: Tensor, eps: f64, al: f64, s
 
 @family("fusion")
 def swiglu_epilogue(y: Tensor, x: Tensor, wg: Tensor, wu: Tensor, sw: Vec[i64]):
-    # The gate and up projections and the SwiGLU that joins them as one GEMM against [wg | wu]
-    # (issue 6): each output tile's two products are combined as they are stored. The merged
+    # The gate and up projections and the SwiGLU that joins them as one GEMM against [wg | wu]:
+    # each output tile's two products are combined as they are stored. The merged
     # gate/up matmul's slices are equal to the two products, so this matches after
     # merge-parallel-matmul too (and the concatenation is then the merged weight).
     same_2d = (eq(sw).to(shape(wg)), eq(sw).to(shape(wu)), eq(sw.length()).to(i64(2)))
@@ -134,7 +134,7 @@ def activations(x: Tensor, k: String):
 @family("fusion")
 def linear_activation(y: Tensor, b: Tensor, x: Tensor, w: Tensor, be: f64, al: f64,
                       s: Vec[i64], sw: Vec[i64]):
-    # linear + bias + activation as one GEMM (issue 3): act(addmm(b, x, w)), the bias and the
+    # linear + bias + activation as one GEMM: act(addmm(b, x, w)), the bias and the
     # activation applied in the epilogue. addmm is 2-D and the models 3-D, so the activation
     # usually reads the product through a view (GPT-2: addmm -> view -> gelu): an elementwise
     # op commutes with a reshape, so that form fuses too, under the view.
@@ -153,7 +153,7 @@ def linear_activation(y: Tensor, b: Tensor, x: Tensor, w: Tensor, be: f64, al: f
 def rotary(y: Tensor, x: Tensor, cos: Tensor, sin: Tensor, h: i64, h1: i64, h2: i64, dd: i64,
            sx: Vec[i64], dt: String):
     # The rotary embedding x * cos + rotate_half(x) * sin, rotate_half(x) = cat([-x2, x1])
-    # with x1, x2 the two halves of the last dim, is one elementwise kernel (issue 3). The
+    # with x1, x2 the two halves of the last dim, is one elementwise kernel. The
     # slices must split the last dim exactly in half (step 1). mul and add commute exactly: the
     # operand orders of the frontends (x * cos + rot * sin) and each single swap are one rule.
     # One dtype throughout (rope's is x's: no promotion is folded away).

@@ -1,4 +1,4 @@
-"""Weight-only quantization (issue 13), as rewrites: a GEMM on a constant float weight W is
+"""Weight-only quantization, as rewrites: a GEMM on a constant float weight W is
 equal, within the format's error, to the same GEMM on the integers and scales of W
 (quant_formats.py), which constant folding computes once at compile time. The C kernels
 dequantize in registers (codegen/c/quant_gemm.py); the cost model prices the weight's bytes in

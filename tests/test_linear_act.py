@@ -1,4 +1,4 @@
-"""Linear + bias + activation as one op (issue 3): the gemm with the bias epilogue and an
+"""Linear + bias + activation as one op: the gemm with the bias epilogue and an
 activation, act(addmm(bias, a, b, beta, alpha)), one kernel. Its reference against the pair, the C backend (packed,
 BLAS and generated GEMMs) and the planned runtime on odd shapes, its shape rule and cost, and
 the rules that recognise it on GPT-2 (addmm -> view -> gelu_new)."""

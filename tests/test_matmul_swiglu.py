@@ -1,4 +1,4 @@
-"""The gemm's SwiGLU epilogue, swiglu(x @ wg, x @ wu) with [wg | wu] its weight (issue 6): its
+"""The gemm's SwiGLU epilogue, swiglu(x @ wg, x @ wu) with [wg | wu] its weight: its
 reference is the three ops it replaces; the C kernel (packed, both products joined on the tile
 as it is stored; or row streaming when a weight is not a constant) against it on odd shapes;
 the rule and the planned runtime."""

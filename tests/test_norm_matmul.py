@@ -1,4 +1,4 @@
-"""The gemm's rms_norm prologue (issue 3): an RMSNorm feeding a matmul as one op and one C
+"""The gemm's rms_norm prologue: an RMSNorm feeding a matmul as one op and one C
 kernel."""
 
 from __future__ import annotations

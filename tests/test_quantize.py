@@ -1,4 +1,4 @@
-"""optimize(quantize=...) (issue 13): weight-only int8 / int4 as approximate rewrites. The
+"""optimize(quantize=...): weight-only int8 / int4 as approximate rewrites. The
 formats' reference semantics, the rules (checked within their tolerance), the quantized GEMMs
 in the C backend against the reference on the LLaMA-style block (decode and prefill, every
 GEMM descriptor it has), the measured error in the report, keep_float, and clear errors."""

@@ -1,4 +1,4 @@
-"""Rotary embedding as one op (issue 3): `rope(x, cos, sin)` = x * cos + rotate_half(x) * sin,
+"""Rotary embedding as one op: `rope(x, cos, sin)` = x * cos + rotate_half(x) * sin,
 one elementwise kernel. Its reference against the decomposition, the C kernel and the planned
 runtime on odd shapes (h odd, cos/sin broadcast, x a strided view, in place), its shape rule
 and cost, and the rules that recognise it on the LLaMA-style block and HF LLaMA."""

@@ -1,4 +1,4 @@
-"""Rotary embedding in the Q/K projection's epilogue (issue 3; codegen/c/fuse_rope.py): a rope
+"""Rotary embedding in the Q/K projection's epilogue (codegen/c/fuse_rope.py): a rope
 that reads a head split of a packed GEMM's output is computed by the GEMM's kernel and its own
 kernel is dropped. Checked against the reference runtime on the layouts the pattern allows
 (batch > 1, head dims 32/64/128, rows not a multiple of the 14-row tile, cos/sin [S, D] or

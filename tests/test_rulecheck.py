@@ -1,4 +1,4 @@
-"""The rule checker (issue 3): every library rule passes; planted wrong rules are caught."""
+"""The rule checker: every library rule passes; planted wrong rules are caught."""
 
 from pathlib import Path
 

@@ -42,12 +42,6 @@ def _t(r: Ref) -> Ref:
     return r.with_view(tuple(sh), tuple(st), r.offset)
 
 
-def _as_matrix(r: Ref) -> Ref:
-    if len(r.shape) == 1:  # matmul with a vector operand is not generated
-        raise ValueError("1-D matmul operand")
-    return r
-
-
 def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool,
                 layout: Layout | None = None, ropes: tuple[RopeEpilogue, ...] = ()) -> str | None:
     """The GEMM's kernel; with `ropes` (fuse_rope.py), one that also computes them in its

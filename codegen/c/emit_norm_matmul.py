@@ -1,4 +1,4 @@
-"""A gemm with the rms_norm prologue, alpha * rms_norm(x, g, eps) @ w, as one kernel (issue 3).
+"""A gemm with the rms_norm prologue, alpha * rms_norm(x, g, eps) @ w, as one kernel.
 
 Fused (g and w constants, x and the output with unit column stride and evenly spaced rows):
 w is packed once with its rows scaled by g (`PackedWeight(row_scale=g)`), so that

@@ -1,4 +1,4 @@
-"""Rotary embedding in the Q/K projection's epilogue (issue 3).
+"""Rotary embedding in the Q/K projection's epilogue.
 
 The pattern, on the planned program: a GEMM against a packed constant writes T [M, N] (rows
 of stride ldc); a rope reads a head split of T's columns (slice -> view -> permute: element

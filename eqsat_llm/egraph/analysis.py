@@ -20,7 +20,6 @@ from egglog import (
     Expr,
     RewriteOrRule,
     String,
-    StringLike,
     Vec,
     eq,
     f64,
@@ -485,6 +484,3 @@ analysis = (_build_analysis() | vector_functions | layout_demands | const_lists
 def shape_literal(shape_: tuple[int, ...]) -> Vec[i64]:
     return Vec[i64](*shape_) if shape_ else Vec[i64].empty()
 
-
-def dtype_literal(name: StringLike) -> String:
-    return String(name)
