@@ -33,6 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
+# (before torch loads libgomp, whose copy our kernels share: it reads the policy once)
+PASSIVE = "--passive" in sys.argv
+if PASSIVE:
+    os.environ["OMP_WAIT_POLICY"] = "passive"
+
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -142,6 +147,8 @@ def ort_int8(w: torch.Tensor, tmp: Path):
     so.intra_op_num_threads = THREADS
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if PASSIVE:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.optimized_model_filepath = str(tmp / f"mm{k}x{n}.opt.onnx")
     sess = ort.InferenceSession(str(qpath), so, providers=["CPUExecutionProvider"])
     ops = sorted({f"{nd.domain + '.' if nd.domain else ''}{nd.op_type}"
@@ -238,6 +245,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
     p.add_argument("--flags", nargs="*", default=[], help="extra compiler flags (ours)")
     p.add_argument("--threads", type=int, default=2, help="OpenMP threads and ORT intra-op")
+    p.add_argument("--passive", action="store_true",
+                   help="idle threads sleep (OMP_WAIT_POLICY=passive, ORT without spinning): "
+                        "on a machine whose cores other processes share, a spinning OpenMP "
+                        "thread that lost its core makes the next parallel region wait for "
+                        "the scheduler's tick (4 ms)")
     args = p.parse_args(argv)
     global THREADS
     THREADS = args.threads
@@ -279,7 +291,8 @@ def main(argv: list[str] | None = None) -> None:
                                  errs.get(name)))
                     print(f"{m:>4} {shape:>12} {name:>30} {t * 1e3:9.3f} ms "
                           f"{rows[-1][4]:6.1f} GOP/s  spread {rows[-1][5]:.2f}", flush=True)
-    print(f"\n1-minute load {load0:.2f} before, {os.getloadavg()[0]:.2f} after; "
+    print(f"\n1-minute load {load0:.2f} before, {os.getloadavg()[0]:.2f} after; {args.threads} "
+          f"threads{', passive' if PASSIVE else ''}; "
           f"{args.rounds} rounds x {args.calls} calls, median of the rounds' medians; "
           f"vpmaddubsw peak {pk:.0f} GOP/s ({threads} threads)")
     print("| M | K x N | system | ms | GOP/s | vs ORT | spread | max err / max |C| |")
