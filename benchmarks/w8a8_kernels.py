@@ -17,7 +17,10 @@ Shapes K x N (TinyLlama's: qkv, gate|up, down, lm_head); a trailing "s" is a Swi
 2 M K N / time. Per shape each system is checked against float64 first (max |error| /
 max |C|: weight and activation quantization included). Timing: rounds interleaved across the
 systems (rotated), per round `calls` calls back to back, the median per round, then the
-median over rounds; spread = max / min of the rounds' medians. Also printed: the
+median over rounds; spread = max / min of the rounds' medians. "GOP/s by CPU time": the
+operations over the process's CPU time per call (median likewise) times the threads: the
+rate on dedicated cores, robust to other processes taking a core (with --passive, where an
+idle thread sleeps instead of spinning, it counts the work only). Also printed: the
 quantization's share of eq_gemm_w8a8's time (the same quantization alone, 2 threads), and the
 machine's vpmaddubsw peak (8 independent vpmaddubsw + vpmaddwd + vpaddd chains per thread,
 2 threads: the kernel's inner loop without loads)."""
@@ -275,39 +278,46 @@ def main(argv: list[str] | None = None) -> None:
                     if out is not None:
                         errs[name] = error(out, want)
                 samples = {name: [] for name in fns}
+                cpu = {name: [] for name in fns}
                 names = list(fns)
                 for r in range(args.rounds):
                     for name in names[r % len(names):] + names[:r % len(names)]:
-                        ts = []
+                        ts, cs = [], []
                         for _ in range(args.calls):
-                            t = time.perf_counter()
+                            t, c = time.perf_counter(), time.process_time()
                             fns[name][0]()
                             ts.append(time.perf_counter() - t)
+                            cs.append(time.process_time() - c)
                         samples[name].append(statistics.median(ts))
+                        cpu[name].append(statistics.median(cs))
                 ops = 2 * m * k * n
                 for name, s in samples.items():
-                    t = statistics.median(s)
+                    t, c = statistics.median(s), statistics.median(cpu[name])
                     rows.append((m, shape, name, t * 1e3, ops / t / 1e9, max(s) / min(s),
-                                 errs.get(name)))
+                                 errs.get(name), ops / c / 1e9 * args.threads))
                     print(f"{m:>4} {shape:>12} {name:>30} {t * 1e3:9.3f} ms "
-                          f"{rows[-1][4]:6.1f} GOP/s  spread {rows[-1][5]:.2f}", flush=True)
+                          f"{rows[-1][4]:6.1f} GOP/s  spread {rows[-1][5]:.2f}  "
+                          f"{rows[-1][7]:6.1f} GOP/s by CPU time", flush=True)
     print(f"\n1-minute load {load0:.2f} before, {os.getloadavg()[0]:.2f} after; {args.threads} "
           f"threads{', passive' if PASSIVE else ''}; "
           f"{args.rounds} rounds x {args.calls} calls, median of the rounds' medians; "
           f"vpmaddubsw peak {pk:.0f} GOP/s ({threads} threads)")
-    print("| M | K x N | system | ms | GOP/s | vs ORT | spread | max err / max |C| |")
-    print("|---|---|---|---|---|---|---|---|")
-    ort = {(r[0], r[1]): r[3] for r in rows if r[2].startswith("ORT")}
+    print("| M | K x N | system | ms | GOP/s | vs ORT | GOP/s by CPU time | vs ORT | spread "
+          "| max err / max abs C |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    ort = {(r[0], r[1]): r for r in rows if r[2].startswith("ORT")}
     wq = {(r[0], r[1]): r[3] for r in rows if r[2] == "w8a8"}
-    for m, shape, name, ms, gops, spread, err in rows:
+    for m, shape, name, ms, gops, spread, err, cgops in rows:
         if name.endswith("only"):  # the quantization: its share of the kernel's time
             vs = f"{ms / wq[m, shape]:.1%} of w8a8" if (m, shape) in wq else ""
-            print(f"| {m} | {shape} | {name} | {ms:.3f} | | {vs} | {spread:.2f} | |")
+            print(f"| {m} | {shape} | {name} | {ms:.3f} | | {vs} | | | {spread:.2f} | |")
             continue
-        vs = f"{ort[m, shape] / ms:.2f}x" if (m, shape) in ort else ""
+        o = ort.get((m, shape))
+        vs = f"{o[3] / ms:.2f}x" if o else ""
+        vc = f"{cgops / o[7]:.2f}x" if o else ""
         e = f"{err:.1e}" if err is not None else ""
-        print(f"| {m} | {shape} | {name} | {ms:.3f} | {gops:.1f} | {vs} | {spread:.2f} | {e} |")
-
+        print(f"| {m} | {shape} | {name} | {ms:.3f} | {gops:.1f} | {vs} | {cgops:.1f} | {vc} | "
+              f"{spread:.2f} | {e} |")
 
 if __name__ == "__main__":
     main()
