@@ -130,6 +130,10 @@ W8A8_GEMM_C = r"""
 #define EQ_W8KMAX 65536  /* k per int32 chunk (a multiple of 4): |sum| <= 65536 * 127 * 128
                             < 2^31; the chunks are summed in int64 */
 #endif
+#ifndef EQ_W8PF
+#define EQ_W8PF 1         /* prefetch the next panel while a panel runs, with this locality
+                             hint (0: none) */
+#endif
 #define EQ_W8AMAX 127    /* activation codes 0..127 (7 bits): a vpmaddubsw pair sum is at
                             most 2 * 127 * 128 = 32512 < 32767, never saturated */
 #if defined(__AVX2__)
@@ -300,12 +304,21 @@ static void eq_w8_scaled(int rows, int64_t K4, const uint8_t* qa, int64_t ldq, c
         for (int j = 0; j < 16; j++)
             y[16 * r + j] = (sa[r] * s[j]) * (float)(x[16 * r + j] - (int64_t)zp[r] * cs[j]);
 }
-/* t[M][16] = the products of panel p (before alpha), EQ_W8MR rows at a time */
+/* t[M][16] = the products of panel p (before alpha), EQ_W8MR rows at a time; pn: the panel
+   the thread takes next, prefetched into L2 a share per tile (-1: none) */
 static void eq_w8_panel(int64_t M, int64_t K4, const uint8_t* qa, int64_t ldq,
                         const float* sa, const int32_t* zp, const int8_t* wq, const float* s,
-                        const int32_t* cs, int64_t p, float* t) {
-    for (int64_t m = 0; m < M; m += EQ_W8MR) {
+                        const int32_t* cs, int64_t p, int64_t pn, float* t) {
+    const int64_t bytes = K4 * 64, tiles = (M + EQ_W8MR - 1) / EQ_W8MR;
+    const int64_t share = (bytes / 64 + tiles - 1) / tiles * 64;
+    const char* next = (const char*)(wq + pn * K4 * 64);
+    for (int64_t m = 0, i = 0; m < M; m += EQ_W8MR, i++) {
         const int rows = M - m < EQ_W8MR ? (int)(M - m) : EQ_W8MR;
+#if EQ_W8PF
+        if (pn >= 0)
+            for (int64_t b = i * share; b < (i + 1) * share && b < bytes; b += 64)
+                __builtin_prefetch(next + b, 0, EQ_W8PF);
+#endif
         eq_w8_scaled(rows, K4, qa + m * ldq, ldq, sa + m, zp + m, wq + p * K4 * 64,
                      s + 16 * p, cs + 16 * p, t + 16 * m);
     }
@@ -358,8 +371,11 @@ static __attribute__((noinline)) void eq_gemm_w8a8(
             for (int64_t p = p0; p < p1; p++) {
                 const int64_t n0 = 16 * p, nc = N - n0 < 16 ? N - n0 : 16;
                 float* tu = tg + 16 * M;
-                eq_w8_panel(M, K4, qa, ldq, sa, zp, wq, s, colsum, p, tg);
-                if (swiglu) eq_w8_panel(M, K4, qa, ldq, sa, zp, wq, s, colsum, np + p, tu);
+                eq_w8_panel(M, K4, qa, ldq, sa, zp, wq, s, colsum, p,
+                            swiglu ? np + p : p + 1 < p1 ? p + 1 : -1, tg);
+                if (swiglu)
+                    eq_w8_panel(M, K4, qa, ldq, sa, zp, wq, s, colsum, np + p,
+                                p + 1 < p1 ? p + 1 : -1, tu);
                 eq_gemv_store(M, tg, tu, 16, c, ldc, n0, nc, alpha, rowscale, e, ne, act,
                               swiglu);
             }
