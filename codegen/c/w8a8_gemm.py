@@ -342,7 +342,7 @@ static void eq_w8_panel(int64_t M, int64_t K4, const uint8_t* qa, int64_t ldq,
                         const int32_t* cs, int64_t p, int64_t pn, float* t) {
     const int64_t bytes = K4 * 64, tiles = (M + EQ_W8MR - 1) / EQ_W8MR;
     const int64_t share = (bytes / 64 + tiles - 1) / tiles * 64;
-    const char* next = (const char*)(wq + pn * K4 * 64);
+    const char* next = pn >= 0 ? (const char*)(wq + pn * K4 * 64) : 0;
     for (int64_t m = 0, i = 0; m < M; m += EQ_W8MR, i++) {
         const int rows = M - m < EQ_W8MR ? (int)(M - m) : EQ_W8MR;
 #if EQ_W8PF
