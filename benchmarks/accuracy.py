@@ -20,7 +20,9 @@ Systems, each compiled once with `eqsat_llm.optimize(model, (input_ids,), quanti
 measure_eager=False)` on the first held-out batch (4 x 128 bytes) and run on every held-out
 batch (8 of them: 4096 positions); `model` is the torch.export capture that optimize makes
 itself (eqsat_llm.frontend.export, once per weights: it is most of a compile's time here): eager fp32, eqsat fp32, int8, int4 (= int4_g32),
-int4_g64, int4_g128, and int8 with keep_float=["lm_head"]. Per system: top-1 next-byte
+int4_g64, int4_g128, int8 with keep_float=["lm_head"], and int8_dynamic (activations coded
+per row in 7 bits too: the 4 x 128 batch is prefill-sized, so its GEMMs multiply integers).
+Per system: top-1 next-byte
 agreement with eager fp32 over all positions, the largest and the mean |logit error| over the
 largest |eager logit|, the held-out cross-entropy (nats and bits per byte), next-byte accuracy,
 and how many of the program's GEMMs read integer weights. The same rows for the untrained
@@ -69,7 +71,8 @@ HOLD_OUT_EVERY = 10  # every 10th file (sorted by path) is held out
 SYSTEMS = [("eager fp32", None, ()), ("eqsat fp32", None, ()), ("eqsat int8", "int8", ()),
            ("eqsat int4 (g32)", "int4", ()), ("eqsat int4_g64", "int4_g64", ()),
            ("eqsat int4_g128", "int4_g128", ()),
-           ("eqsat int8, lm_head float", "int8", ("model.lm_head",))]
+           ("eqsat int8, lm_head float", "int8", ("model.lm_head",)),
+           ("eqsat int8_dynamic", "int8_dynamic", ())]
 # (keep_float names parameters as the module given to optimize names them: the model is
 # wrapped in model_matrix.Logits, so its LM head is "model.lm_head", not "lm_head")
 

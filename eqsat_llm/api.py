@@ -25,6 +25,7 @@ from .half import compute_in_float32, has_half
 from .ilp import extract_ilp
 from .ir import Graph, TensorType, dtype_of
 from .plan import plan_memory
+from .quant_formats import DYNAMIC
 from .quant_formats import FORMATS as QUANT_FORMATS
 from .quantization import (
     QuantizationReport,
@@ -32,6 +33,7 @@ from .quantization import (
     keep_float_matcher,
     output_errors,
     resolve_format,
+    rule_families,
 )
 from .report import Report, RuleStat, memory_summary
 from .rule_usage import rule_used
@@ -214,7 +216,8 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     checked first (rulecheck.check_rule); one that fails is refused unless `force_rules`.
     `quantize` ("int8", "int4", "int4_g64", ...: quant_formats.FORMATS) stores constant
     weights as integers (weight-only, approximate: the report measures the error against the
-    float model), except those `keep_float` names (modules or parameter-name globs).
+    float model; "int8_dynamic" also codes the activations per row where an integer product
+    pays, at prefill), except those `keep_float` names (modules or parameter-name globs).
     `sparsity="auto"` reads the 2:4 and 16 x 16 block structure of constant weights and runs
     the GEMMs where skipping their zeros pays on sparse kernels (exact: docs/sparsity.md)."""
     if backend not in BACKENDS:
@@ -233,7 +236,7 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
         refuse_unchecked(rule_list)
     fmt = resolve_format(quantize) if quantize is not None else None
     if fmt is not None:
-        rule_list += resolve([f"quantize-{fmt}"])
+        rule_list += resolve(rule_families(fmt))
         check_keep_float(keep_float, [n.attrs["name"] for n in captured.graph.nodes
                                       if n.op == "param"])
     elif list(keep_float):
@@ -277,7 +280,7 @@ def _quantization_report(compiled: Compiled, model: Any, fmt: str, keep_float: l
                          inputs: tuple, kwargs: dict | None) -> QuantizationReport:
     """How many GEMMs read integer weights, and the error against the float model on the
     example inputs (not run for a model that writes its state in place)."""
-    count = sum(n.op == "gemm" and n.attrs["weight"] in QUANT_FORMATS
+    count = sum(n.op == "gemm" and n.attrs["weight"] in (*QUANT_FORMATS, DYNAMIC)
                 for n in compiled.graph.nodes)
     errors = []
     if callable(model) and not compiled.captured.mutations:

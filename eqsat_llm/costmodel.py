@@ -24,6 +24,7 @@ from .errors import EqsatError
 from .half import WEIGHT_FORMATS as HALF_FORMATS
 from .ir import TensorType, dtype_of
 from .ops import REGISTRY, WEAK_DTYPES
+from .quant_formats import DYNAMIC
 from .sparse_formats import FORMATS as SPARSE_FORMATS
 
 
@@ -377,14 +378,22 @@ QUANT_TIE_BREAK = 0.01
 SPARSE_GEMM_EFFICIENCY = {"sparse24": 0.45, "bsr16": 0.9}
 
 
+# int8_dynamic's integer product (codegen/c/w8a8_gemm.py) against the float GEMM at more rows
+# than the GEMV's: measured at M = 128 on the TinyLlama shapes 2.4-2.7x the packed fp32
+# kernel's rate (2 threads, AVX2: vpmaddubsw). At fewer rows it is not tuned (the int8 GEMV
+# is): priced at DYNAMIC_GEMV_PENALTY times the int8 GEMV, so that decode keeps the GEMV.
+DYNAMIC_GEMM_FACTOR = 0.42
+DYNAMIC_GEMV_PENALTY = 2.0
+
+
 def _weight_format_factor(fmt: str, w: TensorType, aux: TensorType, rows: int,
                           weights: int) -> float:
     """The gemm's time against the float GEMM's for a weight in format `fmt`, stored as w and
     aux (scales or positions), standing for `weights` (K x N) float32 weights. At few rows
     (QUANT_GEMV_ROWS) the kernel streams the stored bytes (quantized: the integers, the
     scales a rounding error; half: two bytes a value; sparse: the values and their
-    positions); at more, quantized and half weights run the float tiles (less a tie-break)
-    and sparse ones skip what is not stored."""
+    positions); at more, quantized and half weights run the float tiles (less a tie-break),
+    int8_dynamic multiplies integers and sparse weights skip what is not stored."""
     if fmt == "float":
         return 1.0
     sparse = fmt in SPARSE_FORMATS
@@ -392,7 +401,9 @@ def _weight_format_factor(fmt: str, w: TensorType, aux: TensorType, rows: int,
         stored = w.numel * element_bytes(w.dtype)
         if sparse:
             stored += aux.numel * element_bytes(aux.dtype)
-        return stored / (4.0 * weights)
+        return stored / (4.0 * weights) * (DYNAMIC_GEMV_PENALTY if fmt == DYNAMIC else 1.0)
+    if fmt == DYNAMIC:
+        return DYNAMIC_GEMM_FACTOR
     if sparse:
         return w.numel / weights / SPARSE_GEMM_EFFICIENCY[fmt]
     return 1.0 - QUANT_TIE_BREAK
@@ -498,6 +509,8 @@ def _gemm_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> li
     parts: list[Part] = []
     if a["prologue"] == "rms_norm":
         parts += _rms_norm_parts({"eps": a["eps"]}, [x, norm], x)
+    if a["weight"] == DYNAMIC:  # x's rows coded and decoded: a pass over x (and the range's)
+        parts += [("mul", {}, [x, x], x)] * 2
     if a["weight"] in HALF_FORMATS:
         parts.append(("to_dtype", {"dtype": x.dtype}, [w], weight))
     elif a["weight"] != "float":

@@ -23,7 +23,14 @@ from . import sparse_formats
 from .errors import GraphError
 from .half import WEIGHT_FORMATS as HALF_FORMATS
 from .ir import TensorType, dtype_name, dtype_of
-from .quant_formats import FORMATS, dequantize, quantize, quantized_types
+from .quant_formats import (
+    DYNAMIC,
+    FORMATS,
+    coded_activations,
+    dequantize,
+    quantize,
+    quantized_types,
+)
 
 aten = torch.ops.aten
 
@@ -380,6 +387,8 @@ register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype=
 #             format (sparse_formats.FORMATS): W is unpack(w, w_scale), w holding the stored
 #             values and w_scale (here not scales) their positions | a half format
 #             (half.WEIGHT_FORMATS: "fp16", "bf16"): W is w, held in that dtype (w_scale unused)
+#             | "int8_dynamic": W as "int8", and x's rows coded in 7 bits and decoded first
+#             (quant_formats.coded_activations: the integer product's result)
 #   epilogue  "none" | "add": + addend (it broadcasts into the product) | "bias":
 #             torch.addmm(addend, x, W, beta, alpha) (x 2-D) | "swiglu": W = [Wg | Wu] with n
 #             columns each, silu(x @ Wg) * (x @ Wu)
@@ -392,7 +401,7 @@ GEMM_DEFAULTS = {"alpha": 1.0, "beta": 1.0, "eps": 0.0, "prologue": "none", "wei
 GEMM_PROLOGUES = ("none", "rms_norm")
 GEMM_EPILOGUES = ("none", "add", "bias", "swiglu")
 GEMM_ACTS = ("none", *ACTIVATIONS)
-GEMM_WEIGHTS = ("float", *FORMATS, *sparse_formats.FORMATS, *HALF_FORMATS)
+GEMM_WEIGHTS = ("float", *FORMATS, DYNAMIC, *sparse_formats.FORMATS, *HALF_FORMATS)
 
 
 def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:
@@ -405,6 +414,8 @@ def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:
         weight = sparse_formats.unpack(w, w_scale, fmt, x.shape[-1], n).to(x.dtype)
     elif fmt in HALF_FORMATS:
         weight = w.to(x.dtype)
+    elif fmt == DYNAMIC:
+        x, weight = coded_activations(x), dequantize(w, w_scale, "int8").to(x.dtype)
     else:
         weight = w if fmt == "float" else dequantize(w, w_scale, fmt).to(x.dtype)
     if epilogue == "bias":

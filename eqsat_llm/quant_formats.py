@@ -12,7 +12,11 @@ A float weight W [K, N] (x @ W, N output channels) is stored as integers and sca
 Symmetric (no zero point): the kernels then dequantize with one multiply. An all-zero column
 or group gets scale 1, so that it dequantizes to exactly zero. The quantized values are
 computed once at compile time, by constant folding of the ops quantize_weight and
-weight_scales (ops.py)."""
+weight_scales (ops.py).
+
+The gemm format DYNAMIC ("int8_dynamic") stores W as int8 and also codes the activations,
+per row and per call, in 7 bits with a zero point (code_rows below): the product is then in
+integers (codegen/c/w8a8_gemm.py), as ONNX Runtime's dynamic quantization does."""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ from .errors import GraphError
 from .ir import TensorType
 
 FORMATS = ("int8", "int4_g32", "int4_g64", "int4_g128")
+DYNAMIC = "int8_dynamic"  # int8 weights (stored as "int8"), activations coded per row
+ACTIVATION_CODES = 127  # codes 0..127: 7 bits (w8a8_gemm.py: why not 8)
 
 
 def format_group(fmt: str) -> int:
@@ -82,3 +88,28 @@ def quantized_types(w: TensorType, fmt: str) -> tuple[TensorType, TensorType]:
     if group == 0:
         return TensorType((k, n), "int8"), TensorType((n,), "float32")
     return TensorType((k // 2, n), "uint8"), TensorType((k // group, n), "float32")
+
+
+def code_rows(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes, scale, zero point) of each row of the float32 a [M, K], as the kernel computes
+    them: s = (max(a, 0) - min(a, 0)) / 127, z = rint(-min(a, 0) / s), q = clamp(rint(a * (1 /
+    s)) + z, 0, 127) (the float32 reciprocal), so that a ~ s (q - z) within s / 2; s = 0 for
+    a zero row (below 1e-30), NaN for a row with NaN or inf."""
+    mn, mx = a.amin(1).clamp(max=0), a.amax(1).clamp(min=0)
+    s = (mx - mn) / ACTIVATION_CODES
+    bad = ~a.isfinite().all(1) | ~(s <= 3.0e38)
+    zero = ~bad & ~(s >= 1e-30)
+    inv = 1.0 / torch.where(bad | zero, torch.ones_like(s), s)
+    z = torch.round(-mn * inv).clamp(0, ACTIVATION_CODES)
+    q = (torch.round(a * inv[:, None]) + z[:, None]).clamp(0, ACTIVATION_CODES)
+    q[bad | zero], z[bad | zero] = 0, 0
+    s = torch.where(zero, torch.zeros_like(s), s)
+    return q, torch.where(bad, torch.full_like(s, float("nan")), s), z
+
+
+def coded_activations(x: torch.Tensor) -> torch.Tensor:
+    """x [..., K] as the int8_dynamic gemm sees it: each row coded (code_rows) and decoded,
+    s (q - z), in x's dtype."""
+    rows = x.reshape(-1, x.shape[-1]).float()
+    q, s, z = code_rows(rows)
+    return (s[:, None] * (q - z[:, None])).reshape(x.shape).to(x.dtype)

@@ -16,17 +16,23 @@ from typing import Any
 import torch
 
 from .errors import EqsatError
-from .quant_formats import FORMATS
+from .quant_formats import DYNAMIC, FORMATS
 
 ALIASES = {"int4": "int4_g32"}  # group 32, as the common int4 formats
 
 
 def resolve_format(quantize: str) -> str:
     fmt = ALIASES.get(quantize, quantize)
-    if fmt not in FORMATS:
+    if fmt not in (*FORMATS, DYNAMIC):
         raise EqsatError(f"unknown quantize format {quantize!r}; one of "
-                         f"{sorted([*ALIASES, *FORMATS])}")
+                         f"{sorted([*ALIASES, *FORMATS, DYNAMIC])}")
     return fmt
+
+
+def rule_families(fmt: str) -> list[str]:
+    """The rule families of a quantize= format: int8_dynamic's integer product competes with
+    the weight-only int8 GEMM (decode keeps the GEMV)."""
+    return ["quantize-int8", f"quantize-{DYNAMIC}"] if fmt == DYNAMIC else [f"quantize-{fmt}"]
 
 
 def keep_float_matcher(patterns: Iterable[str]) -> Callable[[str], bool] | None:

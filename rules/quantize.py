@@ -5,26 +5,34 @@ dequantize in registers (codegen/c/quant_gemm.py); the cost model prices the wei
 its format, so extraction takes the quantized GEMM where reading the weight is what costs.
 
 One family per format ("quantize-int8", "quantize-int4_g32", ...), not in "all":
-optimize(quantize=...) adds it. Approximate rules: their tolerance, relative to the largest
-output, is what `rules check` verifies on random instances."""
+optimize(quantize=...) adds it. "quantize-int8_dynamic" rewrites to the int8_dynamic gemm
+(int8 weights, activations coded per row in 7 bits: an integer product); optimize(quantize=
+"int8_dynamic") adds it beside "quantize-int8", and the cost model takes the integer product
+where it pays (prefill) and the int8 GEMV where reading the weight is what costs (decode).
+Approximate rules: their tolerance, relative to the largest output, is what `rules check`
+verifies on random instances."""
 
 from egglog import String, Vec, eq, f64, i64, rule, union
 
 from eqsat_llm.egraph.analysis import is_const, is_float_dtype, quantizable
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
-from eqsat_llm.quant_formats import FORMATS, format_group
+from eqsat_llm.quant_formats import DYNAMIC, FORMATS, format_group
 from eqsat_llm.rulebook import approximate, family
 
 from .fusion import NONE
 
 # The worst error seen by `eqsat-llm rules check` over random instances, with a margin: each
 # weight is off by at most half a step (int8: max|w| / 254 per column; int4: max|w| / 14 per
-# group), summed over K products.
-TOLERANCE = {"int8": 0.05, "int4_g32": 0.5, "int4_g64": 0.5, "int4_g128": 0.5}
+# group), summed over K products; int8_dynamic adds each activation's (half a step of its
+# row's range / 127).
+TOLERANCE = {"int8": 0.05, "int4_g32": 0.5, "int4_g64": 0.5, "int4_g128": 0.5, DYNAMIC: 0.1}
 
 
 def _family(fmt: str):
-    group = format_group(fmt)
+    """The rules storing a GEMM's weight as `fmt` (its integers in the format quant_formats
+    names: int8's for int8_dynamic)."""
+    stored = "int8" if fmt == DYNAMIC else fmt
+    group = format_group(stored)
 
     def rules(y: Tensor, x: Tensor, w: Tensor, ws: Tensor, norm: Tensor, addend: Tensor,
               n: i64, al: f64, be: f64, eps: f64, pro: String, epi: String, act: String,
@@ -34,8 +42,9 @@ def _family(fmt: str):
                   is_float_dtype(dtype(w))]
         if group:
             weight.append(eq(sw[0] % group).to(i64(0)))
-        q, s = E.quantize_weight(w, fmt), E.weight_scales(w, fmt)
-        tol, note = TOLERANCE[fmt], f"W stored as {fmt}: each weight within half a step"
+        q, s = E.quantize_weight(w, stored), E.weight_scales(w, stored)
+        tol, note = TOLERANCE[fmt], f"W stored as {stored}: each weight within half a step" + (
+            "; x coded per row in 7 bits" if fmt == DYNAMIC else "")
         plain = E.gemm(x, q, s, NONE, NONE, sw[1], al, 1.0, 0.0, String("none"), String(fmt), String("none"), String("none"))
         dims = (group, 2 * group) if group else ()  # (rules check: whole groups of rows)
         yield approximate(f"quantize-matmul-{fmt}", rule(eq(y).to(E.matmul(x, w, al)), *weight).then(union(y).with_(plain)), tol, note, dims)
@@ -46,5 +55,5 @@ def _family(fmt: str):
     return family(f"quantize-{fmt}")(rules)
 
 
-FAMILIES = {fmt: _family(fmt) for fmt in FORMATS}
+FAMILIES = {fmt: _family(fmt) for fmt in (*FORMATS, DYNAMIC)}
 RULES = [r for rules in FAMILIES.values() for r in rules]  # (a rule module's lists of Rule)

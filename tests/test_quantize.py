@@ -84,6 +84,22 @@ def test_llama_block_runs_every_gemm_quantized_in_c(case, fmt, tol):
 
 
 @needs_cc
+@pytest.mark.parametrize("case,fmt", [("prefill", "int8_dynamic"), ("decode", "int8")])
+def test_int8_dynamic_multiplies_integers_at_prefill_and_keeps_the_gemv_at_decode(case, fmt):
+    model, inputs = llama_block_case(case)
+    compiled = optimize(model, inputs, quantize="int8_dynamic", measure_eager=False)
+    report = compiled.report
+    assert report.backend == "c" and not report.torch_ops, report.torch_ops
+    assert report.weight_formats == {fmt: 4}, report.weight_formats
+    assert ("eq_gemm_w8a8(" in compiled._runtime.source) == (fmt == "int8_dynamic")
+    (err,) = report.quantization.outputs
+    assert report.quantization.quantized_weights == 4 and 0 < err.max_rel <= 0.05, err
+    with torch.no_grad():  # the integer product computes the op's reference (coded rows)
+        want = ReferenceRuntime(compiled.graph).run(list(inputs))[0]
+        assert max_error(want, compiled(*inputs)) <= 1e-4 * float(want.abs().max())
+
+
+@needs_cc
 def test_keep_float_leaves_the_named_weights_alone():
     model, inputs = llama_block_case("decode")
     compiled = optimize(model, inputs, quantize="int8", keep_float=["o_proj", "down_proj*"],

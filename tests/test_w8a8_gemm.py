@@ -1,5 +1,5 @@
 """The w8a8 GEMM (codegen/c/w8a8_gemm.py): eq_gemm_w8a8 against two torch references.
-- The same math: A quantized per row as the kernel does it (quantize_rows below, bit for bit:
+- The same math: A quantized per row as the kernel does it (quant_formats.code_rows, bit for bit:
   float32 scale, rint, clamp), the integer product in float64 (exact), scaled; within 1e-5
   of the magnitudes involved (|pre-activation| + |addends|; swiglu |G| |U|), and through
   conftest's check_gemm_result on the dequantized activations (1e-4 of the products'
@@ -26,6 +26,7 @@ from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.w8a8_gemm import KG, NP, W8A8_GEMM_C, W8A8Panels
+from eqsat_llm.quant_formats import code_rows
 
 from .conftest import build_c, check_gemm_result, gemm_operands
 
@@ -57,23 +58,6 @@ def lib(request, tmp_path_factory):
                            ptr, ptr, i32, i32, i32, i32]
     dll.w8gemm.restype = None
     return dll
-
-
-def quantize_rows(a: torch.Tensor):
-    """(codes, scale, zero point) of each row of the float32 a [M, K], as
-    eq_w8_quantize_row computes them: s = (max(a, 0) - min(a, 0)) / 127, z = rint(-min / s),
-    q = clamp(rint(a / s) + z, 0, 127) (a times the float32 reciprocal); s = 0 for a zero
-    row, NaN for a row with NaN or inf."""
-    mn, mx = a.amin(1).clamp(max=0), a.amax(1).clamp(min=0)
-    s = (mx - mn) / 127
-    bad = ~a.isfinite().all(1) | ~(s <= 3.0e38)
-    zero = ~bad & ~(s >= 1e-30)
-    inv = 1.0 / torch.where(bad | zero, torch.ones_like(s), s)
-    z = torch.round(-mn * inv).clamp(0, 127)
-    q = (torch.round(a * inv[:, None]) + z[:, None]).clamp(0, 127)
-    q[bad | zero], z[bad | zero] = 0, 0
-    s = torch.where(zero, torch.zeros_like(s), s)
-    return q.double(), torch.where(bad, torch.full_like(s, float("nan")), s).double(), z.double()
 
 
 def _act(y: torch.Tensor, act: int) -> torch.Tensor:
@@ -109,7 +93,7 @@ def run_case(lib, m: int, n: int, k: int, *, alpha: float = 1.0, rowscale: bool 
                int(swiglu), parallel)
     what = (m, n, k, act, swiglu)
     got = ops.c[:, :n].double()
-    q, sa, z = quantize_rows(ops.a_full[:, :k])
+    q, sa, z = (t.double() for t in code_rows(ops.a_full[:, :k]))
     ok = ~sa.isnan()
     w = wq.double() * sw.double()
     f = alpha * (ops.rowscale.double() if rowscale else torch.ones(m, dtype=torch.float64))

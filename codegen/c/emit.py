@@ -52,6 +52,7 @@ from .prelude import PRELUDE
 from .quant_gemm import QUANT_GEMM_C
 from .sparse_gemm import SPARSE_GEMM_C
 from .values import Layout, Ref, build_layout
+from .w8a8_gemm import W8A8_GEMM_C
 
 LAYOUT_OPS = frozenset({"view", "permute", "transpose", "expand", "slice", "select",
                         "unsqueeze"})
@@ -224,13 +225,14 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
     lines += PRELUDE.strip("\n").split("\n")
     quant = any("eq_gemm_q(" in code for _, code in parts)
     sparse = any("eq_gemm_sparse(" in code for _, code in parts)
-    if quant or sparse or any(isinstance(w, PackedWeight) for w in lay.weights) or any(
-            "eq_panel(" in code for _, code in parts):
+    dynamic = any("eq_gemm_w8a8(" in code for _, code in parts)
+    if quant or sparse or dynamic or any(isinstance(w, PackedWeight) for w in lay.weights) or \
+            any("eq_panel(" in code for _, code in parts):
         lines += PACKED_GEMM_C.strip("\n").split("\n")
-    if quant:
-        lines += QUANT_GEMM_C.strip("\n").split("\n")
-    if sparse:
-        lines += SPARSE_GEMM_C.strip("\n").split("\n")
+    for used, source in ((quant, QUANT_GEMM_C), (sparse, SPARSE_GEMM_C),
+                         (dynamic, W8A8_GEMM_C)):
+        if used:
+            lines += source.strip("\n").split("\n")
     kernels = []
     for k, code in parts:
         text = (f"static void {k.name}(char* restrict A, void* const* IN, void* const* W, "

@@ -1,7 +1,8 @@
 """A gemm on a weight stored in a format, quantized (int8 per channel, int4 group-wise:
 quant_formats.py), half precision (fp16, bf16: half.py) or sparse (2:4, 16 x 16 blocks:
 sparse_formats.py), as one call of its kernel: `eq_gemm_q` (quant_gemm.py), which dequantizes
-(widens) in registers, or `eq_gemm_sparse`
+(widens) in registers, `eq_gemm_w8a8` (w8a8_gemm.py: int8_dynamic, activations coded per row
+and multiplied in integers), or `eq_gemm_sparse`
 (sparse_gemm.py), which skips what is not stored. Both stream the weight once for all rows at
 few rows (the GEMV of decode, bound by the weight's bytes) and run float tiles at more.
 
@@ -13,14 +14,17 @@ as the reference rounds it, and runs the call on them (a panel is dequantized on
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...half import WEIGHT_FORMATS as HALF_FORMATS
-from ...quant_formats import format_group
+from ...quant_formats import DYNAMIC, format_group
 from ...sparse_formats import FORMATS as SPARSE_FORMATS
 from .emit_norm import inv_rms
 from .fuse_rope import gemm_rows
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
 from .quant_gemm import QuantPanels
 from .values import Layout, Ref
+from .w8a8_gemm import W8A8Panels
 
 ROW_BLOCK = 32
 HALF_CODES = {"fp16": 16, "bf16": 17}  # eq_gemm_q's fmt
@@ -46,9 +50,10 @@ def emit_format_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, aux: Ref, norm: Ref,
     xr, orow = gemm_rows(x), gemm_rows(out)
     if xr is None or orow is None:  # (before a quantized weight's panels take a W slot)
         return None
+    swiglu = attrs["epilogue"] == "swiglu"
     stored = _sparse_operands(fmt, w, aux) if fmt in SPARSE_FORMATS else \
-        _quantized_operands(fmt, w, aux, int(attrs["n"]), attrs["epilogue"] == "swiglu",
-                            layout)
+        _dynamic_operands(w, aux, int(attrs["n"]), swiglu, layout) if fmt == DYNAMIC else \
+        _quantized_operands(fmt, w, aux, int(attrs["n"]), swiglu, layout)
     if stored is None:
         return None
     kernel, operands = stored
@@ -133,6 +138,25 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     ws = layout.prepared(ps, (ps.panels(), ps.rows, 64), "float32")
     code = 8 if group == 0 else 4
     return "eq_gemm_q", f"{code}, {group}, {wq.ptr()}, {ws.ptr()}"
+
+
+def _dynamic_operands(w: Ref, scales: Ref, n: int, swiglu: bool,
+                      layout: Layout | None) -> tuple[str, str] | None:
+    """eq_gemm_w8a8's weight arguments: the int8 integers, the scales and the integers' column
+    sums, as W8A8Panels prepares them (panels of 16 columns, K in groups of 4)."""
+    halves = 2 if swiglu else 1
+    if layout is None or len(w.shape) != 2 or w.strides[1] != 1 or w.dtype != "int8" or \
+            w.shape[1] != halves * n or scales.dtype != "float32" or \
+            scales.shape != (halves * n,) or scales.strides != (1,):
+        return None
+    qname, sname = layout.constant_name(w), layout.constant_name(scales)
+    if qname is None or sname is None:
+        return None
+    pq = W8A8Panels(qname, w.offset, w.shape[0], n, w.strides[0], halves)
+    specs = (pq, replace(pq, part="colsum"), W8A8Panels(sname, scales.offset, 1, n, 0, halves,
+                                                        "scale"))
+    wq, colsum, s = (layout.prepared(p, p.shape(), p.dtype()) for p in specs)
+    return "eq_gemm_w8a8", f"{wq.ptr()}, {s.ptr()}, {colsum.ptr()}"
 
 
 def _sparse_operands(fmt: str, values: Ref, index: Ref) -> tuple[str, str] | None:
