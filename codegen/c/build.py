@@ -16,8 +16,12 @@ from pathlib import Path
 from .emit import Program
 from .errors import CCompileError
 
+# -fno-trapping-math: no program reads the floating-point exception flags, and without it GCC
+# 12 vectorizes no loop that calls eq_expf (silu, gelu, sigmoid epilogues, the SwiGLU join);
+# the values are IEEE's either way. Measured (interleaved, 9 rounds): LLaMA block prefill
+# 11.1 -> 10.0 ms, decode 0.245 -> 0.207 ms, GPT-2 0.43 -> 0.31 ms.
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
-          "-fno-math-errno"]
+          "-fno-math-errno", "-fno-trapping-math"]
 
 
 def compiler() -> str | None:
