@@ -87,8 +87,9 @@ def _weight_options(args: argparse.Namespace) -> dict:
 
 def _add_weight_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize", metavar="FORMAT",
-                   help="weights as int8, int4 (= int4_g32), int4_g64 or int4_g128 "
-                   "(docs/quantization.md)")
+                   help="weights as int8, int4 (= int4_g32), int4_g64 or int4_g128; "
+                   "int8_dynamic: int8 weights and activations coded per row where an "
+                   "integer product pays (prefill) (docs/quantization.md)")
     p.add_argument("--keep-float", metavar="NAMES",
                    help="with --quantize: comma-separated modules or parameter globs kept float")
     p.add_argument("--sparsity", choices=["auto"],
