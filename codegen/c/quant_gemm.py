@@ -112,14 +112,11 @@ PANEL = 64  # columns per panel of the prepared integers (a cache line of int8)
 
 
 @dataclass(frozen=True)
-class QuantPanels:
-    """A prepared constant: the stored integers or scales of a quantized weight as eq_gemm_q
-    reads them. The view (offset, `rows` x `halves` * n, row stride rs, unit column stride) of
-    the constant `name` (int8 q [K, N], int4 q [K / 2, N], int4 scales [K / G, N]; int8's
-    scales [N] are one row) is split into `halves` blocks of n columns (2: a SwiGLU weight's
-    gate and up halves), each cut into panels of PANEL columns (the last one zero-padded),
-    and laid out [panels][rows][PANEL]: the halves' panels one after the other, each panel's
-    rows contiguous. The values are the constant's, unchanged."""
+class WeightView:
+    """The view (offset, `rows` x `halves` * n, row stride rs, unit column stride) of the
+    constant `name` that a prepared weight is made from, split into `halves` blocks of n
+    columns (2: a SwiGLU weight's gate and up halves, prepared apart so that no panel
+    straddles them)."""
     name: str
     offset: int
     rows: int
@@ -127,15 +124,31 @@ class QuantPanels:
     rs: int
     halves: int = 1
 
+    def halves_of(self, constants: dict[str, torch.Tensor], rows: int | None = None
+                  ) -> list[torch.Tensor]:
+        """The [rows, n] views of the halves (rows: self.rows unless given)."""
+        rows = self.rows if rows is None else rows
+        v = constants[self.name].detach().reshape(-1)
+        v = v.as_strided((rows, self.halves * self.n), (self.rs, 1), self.offset)
+        return [v[:, h * self.n:(h + 1) * self.n] for h in range(self.halves)]
+
+
+@dataclass(frozen=True)
+class QuantPanels(WeightView):
+    """A prepared constant: the stored integers or scales of a quantized weight as eq_gemm_q
+    reads them. The view (WeightView: int8 q [K, N], int4 q [K / 2, N], int4 scales [K / G,
+    N]; int8's scales [N] are one row; a half-precision weight [K, N]), each half cut into
+    panels of PANEL columns (the last one zero-padded), laid out [panels][rows][PANEL]: the
+    halves' panels one after the other, each panel's rows contiguous. The values are the
+    constant's, unchanged."""
+
     def panels(self) -> int:
         return self.halves * -(-self.n // PANEL)
 
     def prepare(self, constants: dict[str, torch.Tensor]) -> torch.Tensor:
-        v = constants[self.name].detach().reshape(-1)
-        v = v.as_strided((self.rows, self.halves * self.n), (self.rs, 1), self.offset)
         parts = []
-        for h in range(self.halves):
-            part = torch.nn.functional.pad(v[:, h * self.n:(h + 1) * self.n], (0, -self.n % PANEL))
+        for half in self.halves_of(constants):
+            part = torch.nn.functional.pad(half, (0, -self.n % PANEL))
             parts.append(part.reshape(self.rows, -1, PANEL).permute(1, 0, 2))
         out = torch.cat(parts, 0).contiguous()
         # half-precision values travel as their bits (the C side has no half type)

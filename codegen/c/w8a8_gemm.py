@@ -80,18 +80,18 @@ from dataclasses import dataclass
 
 import torch
 
+from .quant_gemm import WeightView
+
 NP = 16  # columns per panel (and per register tile): 2 AVX2 vectors of 8 int32 sums
 KG = 4  # weight rows interleaved per column: one int32 lane of a vector holds 4 k's bytes
 
 
 @dataclass(frozen=True)
-class W8A8Panels:
+class W8A8Panels(WeightView):
     """A prepared constant of eq_gemm_w8a8 (one of its three weight operands, by `part`).
 
-    The view (offset, `rows` x `halves` * n, row stride rs, unit column stride) of the
-    constant `name` is split into `halves` blocks of n columns (2: a SwiGLU weight's gate and
-    up halves, panelled apart so that a panel never straddles them), each cut into panels of
-    NP = 16 columns, the last one zero-padded; P = halves * ceil(n / 16) panels.
+    The view (WeightView) has each half cut into panels of NP = 16 columns, the last one
+    zero-padded; P = halves * ceil(n / 16) panels.
     - part "q": `name` is the int8 q [K, N] (rows = K): int8 [P][ceil(K / 4)][16][4], panel
       p's 16 columns with their K rows in groups of 4 (k = 4 g + i at [p][g][j][i]), the K
       tail zero-padded.
@@ -99,12 +99,6 @@ class W8A8Panels:
       zero-point correction).
     - part "scale": `name` is the scales [N] (rows = 1, rs unused): float32 [P][16].
     The values are the constant's, unchanged."""
-    name: str
-    offset: int
-    rows: int
-    n: int
-    rs: int
-    halves: int = 1
     part: str = "q"
 
     def panels(self) -> int:
@@ -123,13 +117,11 @@ class W8A8Panels:
         if self.part not in ("q", "colsum", "scale"):
             raise ValueError(f"W8A8Panels: unknown part {self.part!r}")
         rows = 1 if self.part == "scale" else self.rows
-        v = constants[self.name].detach().reshape(-1)
-        v = v.as_strided((rows, self.halves * self.n), (self.rs, 1), self.offset)
-        if self.part == "q" and v.dtype != torch.int8:
-            raise ValueError(f"W8A8Panels: {self.name} is {v.dtype}, not int8")
+        halves = self.halves_of(constants, rows)
+        if self.part == "q" and halves[0].dtype != torch.int8:
+            raise ValueError(f"W8A8Panels: {self.name} is {halves[0].dtype}, not int8")
         parts = []
-        for h in range(self.halves):
-            part = v[:, h * self.n:(h + 1) * self.n]
+        for part in halves:
             if self.part == "colsum":
                 part = part.to(torch.int32).sum(0, dtype=torch.int32)[None]
             elif self.part == "scale":
