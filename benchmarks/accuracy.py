@@ -54,6 +54,7 @@ from quantized import parse_args, write_results
 from eqsat_llm import optimize
 from eqsat_llm.frontend import export
 from eqsat_llm.model_matrix import Logits
+from eqsat_llm.quant_formats import DYNAMIC
 from eqsat_llm.quant_formats import FORMATS as QUANT_FORMATS
 
 SECTION = "## Accuracy of quantized programs: a byte-level LLaMA trained on the stdlib"
@@ -240,7 +241,7 @@ def gemm_counts(compiled) -> tuple[int, int]:
     float weight kept in half precision is not counted as quantized)."""
     g = compiled.graph
     gemms = [n for n in g.nodes if n.op in ("gemm", "matmul") and g.node(n.inputs[1]).op == "const"]
-    return sum(n.attrs.get("weight") in QUANT_FORMATS for n in gemms), len(gemms)
+    return sum(n.attrs.get("weight") in (*QUANT_FORMATS, DYNAMIC) for n in gemms), len(gemms)
 
 
 def evaluate(name: str, model: torch.nn.Module, batches: list[torch.Tensor]) -> list[Row]:
