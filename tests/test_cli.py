@@ -75,4 +75,4 @@ def pruned_block():
 def test_optimize_with_sparsity(capsys):
     assert main(["optimize", "tests.test_cli:pruned_block", "--sparsity", "auto"]) == 0
     out = capsys.readouterr().out
-    assert "sparse GEMMs: 4 bsr16" in out and "gemm[rms_norm+bsr16]" in out, out
+    assert "GEMM weights stored as: 4 bsr16" in out and "gemm[rms_norm+bsr16]" in out, out
