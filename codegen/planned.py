@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from ..errors import GraphError
 from ..frontend import run_fallback
 from ..ir import Graph, Node, TensorType, dtype_of
-from ..ops import _number, _weak_dtype, evaluate
+from ..ops import ACTIVATIONS, COMPARISONS, _number, _weak_dtype, evaluate
 from ..plan import (
     ALIAS,
     ARENA,
@@ -71,12 +71,6 @@ def _mm_writer(fn: Callable[..., Any]) -> Writer:
     return write
 
 
-_ACT_INPLACE: dict[str, Callable[[torch.Tensor], Any]] = {
-    "relu": torch.relu_, "silu": lambda t: aten.silu_(t),
-    "gelu_tanh": lambda t: aten.gelu_(t, approximate="tanh"),
-    "gelu": lambda t: aten.gelu_(t, approximate="none")}
-
-
 def gemm_writes_in_place(a: dict[str, Any]) -> bool:
     """Whether the gemm writer below computes this descriptor in its buffer (the others make
     the reference's temporaries, then copy)."""
@@ -96,7 +90,7 @@ def _gemm(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
         if a["epilogue"] == "add":
             out.add_(addend)
     if a["act"] != "none":
-        _ACT_INPLACE[a["act"]](out)
+        ACTIVATIONS[a["act"]].inplace(out)
 
 
 def _reduce_writer(fn: Callable[..., Any]) -> Writer:
@@ -173,7 +167,6 @@ def _index_list(xs: list[Any], a: dict[str, Any]) -> list[Any]:
     return indices
 
 
-COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"})
 # inputs that are indices or conditions, not values to convert: op -> positions that are values
 VALUE_INPUTS: dict[str, slice] = {"where": slice(1, 3), "index": slice(0, 1),
                                   "index_select": slice(0, 1), "embedding": slice(0, 1)}

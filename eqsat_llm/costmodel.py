@@ -23,7 +23,7 @@ from typing import Any
 from .errors import EqsatError
 from .half import WEIGHT_FORMATS as HALF_FORMATS
 from .ir import TensorType, dtype_of
-from .ops import REGISTRY, WEAK_DTYPES
+from .ops import ACTIVATIONS, REGISTRY, WEAK_DTYPES
 from .quant_formats import DYNAMIC
 from .sparse_formats import FORMATS as SPARSE_FORMATS
 
@@ -427,7 +427,7 @@ def _gemm_shape(a: dict[str, Any], ins: list[TensorType],
     epilogue = {"none": scaled, "add": 1.0 + scaled, "bias": 2.0, "swiglu": 0.0}[a["epilogue"]]
     epilogue *= out.numel
     if a["act"] != "none":  # on the tile: the product never moved
-        epilogue += VECTOR_WEIGHT[_ACT_OPS[a["act"]][0]] * out.numel
+        epilogue += VECTOR_WEIGHT[ACTIVATIONS[a["act"]].op] * out.numel
     if a["prologue"] == "rms_norm":  # the row statistics (square, sum) on x; the norm weight
         # is folded into the weight and the row scale multiplies each tile in L1 as stored
         epilogue += 2.0 * x.numel
@@ -494,10 +494,6 @@ def _rope_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> li
 _DECOMPOSITIONS = {"rope": _rope_parts, "rms_norm": _rms_norm_parts, "swiglu": _swiglu_parts,
                    "attention": _attention_parts}
 
-# a gemm's activation (ops.ACTIVATIONS) as the op its reference runs, with its attributes
-_ACT_OPS: dict[str, tuple[str, dict[str, Any]]] = {
-    "relu": ("relu", {}), "silu": ("silu", {}), "gelu_tanh": ("gelu", {"approximate": "tanh"}),
-    "gelu": ("gelu", {"approximate": "none"})}
 
 
 def _gemm_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
@@ -527,7 +523,7 @@ def _gemm_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> li
         if a["epilogue"] == "add":
             parts.append(("add", {}, [out, addend], out))
     if a["act"] != "none":
-        act, act_attrs = _ACT_OPS[a["act"]]
+        act, act_attrs = ACTIVATIONS[a["act"]].op, dict(ACTIVATIONS[a["act"]].attrs)
         parts.append((act, act_attrs, [out], out))
     return parts
 

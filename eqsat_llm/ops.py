@@ -207,10 +207,31 @@ register("linear", 2, ref=lambda xs, a: F.linear(xs[0], xs[1]), category="matmul
          shape="linear")
 register("linear_bias", 3, ref=lambda xs, a: F.linear(xs[0], xs[1], xs[2]), category="matmul",
          shape="linear")
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": torch.relu, "silu": F.silu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu": lambda x: F.gelu(x, approximate="none"),
+@dataclass(frozen=True)
+class Activation:
+    """An activation a gemm applies last (its `act` attribute), declared once for every
+    stage: its reference, the registry op it is (with attributes: what the fusion rules match
+    and the cost model prices), the planned runtime's in-place op, and the C backend's code
+    (eq_act's case in packed_gemm.py) and expression of a float v."""
+    ref: Callable[[torch.Tensor], torch.Tensor]
+    op: str
+    attrs: tuple[tuple[str, Any], ...]
+    inplace: Callable[[torch.Tensor], Any]
+    code: int
+    c_expr: str
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "relu": Activation(torch.relu, "relu", (), torch.relu_, 1, "v > 0.0f ? v : 0.0f"),
+    "silu": Activation(F.silu, "silu", (), torch.ops.aten.silu_, 2, "v * eq_sigmoidf(v)"),
+    "gelu_tanh": Activation(
+        lambda x: F.gelu(x, approximate="tanh"), "gelu", (("approximate", "tanh"),),
+        lambda t: torch.ops.aten.gelu_(t, approximate="tanh"), 3,
+        "0.5f * v * (1.0f + eq_tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))"),
+    "gelu": Activation(
+        lambda x: F.gelu(x, approximate="none"), "gelu", (("approximate", "none"),),
+        lambda t: torch.ops.aten.gelu_(t, approximate="none"), 4,
+        "0.5f * v * (1.0f + erff(v * 0.7071067811865476f))"),
 }
 
 
@@ -227,7 +248,8 @@ _BINARY = {
     "ge": torch.ge, "logical_and": torch.logical_and, "logical_or": torch.logical_or,
     "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
 }
-_BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"}
+# the binary ops whose result is bool (the C backend and the planned runtime read this too)
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"})
 
 
 def _binary(fn: Callable[..., Any]) -> Callable[[list[Any], dict[str, Any]], Any]:
@@ -248,7 +270,7 @@ def _weak_dtype(x: Any, y: Any) -> torch.dtype:
 
 for _name, _fn in _BINARY.items():
     register(_name, 2, ref=_binary(_fn), category="elementwise", shape="broadcast",
-             dtype="bool" if _name in _BOOL_RESULT else "promote")
+             dtype="bool" if _name in COMPARISONS else "promote")
 
 register("where", 3, ref=lambda xs, a: torch.where(*xs), category="elementwise",
          shape="broadcast", dtype="promote12")
@@ -428,7 +450,7 @@ def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:
         y = _scaled(torch.matmul(x, weight), alpha)
         if epilogue == "add":
             y = y + addend
-    return y if a["act"] == "none" else ACTIVATIONS[a["act"]](y)
+    return y if a["act"] == "none" else ACTIVATIONS[a["act"]].ref(y)
 
 
 def _gemm_type(ins: list[TensorType], a: dict[str, Any]) -> TensorType:

@@ -10,6 +10,7 @@ from egglog import String, Vec, eq, f64, i64, rewrite, rule, set_, subsume, unio
 
 from eqsat_llm.egraph.analysis import hi_id, is_const, is_float_dtype, lo_id
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
+from eqsat_llm.ops import ACTIVATIONS
 from eqsat_llm.rulebook import exact, family, reassociates
 
 
@@ -138,13 +139,14 @@ def linear_activation(y: Tensor, b: Tensor, x: Tensor, w: Tensor, be: f64, al: f
     # activation applied in the epilogue. addmm is 2-D and the models 3-D, so the activation
     # usually reads the product through a view (GPT-2: addmm -> view -> gelu): an elementwise
     # op commutes with a reshape, so that form fuses too, under the view.
-    acts = {"relu": E.relu, "silu": E.silu, "gelu-tanh": lambda t: E.gelu(t, "tanh"),
-            "gelu": lambda t: E.gelu(t, "none")}
     mm = E.addmm(b, x, w, be, al)
     weight = eq(sw).to(shape(w))
-    for name, act in acts.items():
-        fused = gemm(x, w, sw[1], alpha=al, beta=be, addend=b, epilogue="bias",
-                     act=name.replace("-", "_"))
+    for act_name, spec in ACTIVATIONS.items():
+        name = act_name.replace("_", "-")
+
+        def act(t: Tensor, spec=spec) -> Tensor:  # the activation's op, as the graph has it
+            return getattr(E, spec.op)(t, *(v for _, v in spec.attrs))
+        fused = gemm(x, w, sw[1], alpha=al, beta=be, addend=b, epilogue="bias", act=act_name)
         yield exact(f"addmm-{name}", rule(eq(y).to(act(mm)), weight).then(union(y).with_(fused)))
         yield exact(f"addmm-view-{name}", rule(eq(y).to(act(E.view(mm, s))), weight).then(union(y).with_(E.view(fused, s))), note="an elementwise op commutes with a reshape")
 

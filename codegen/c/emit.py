@@ -28,7 +28,7 @@ from itertools import pairwise
 import torch
 
 from ...ir import Graph, Node, contiguous_strides, node_label
-from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, TEMP, MemoryPlan
+from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, TEMP, VIEW_OPS, MemoryPlan
 from .emit_attention import emit_attention
 from .emit_elementwise import (
     ELEMENTWISE_OPS,
@@ -54,12 +54,10 @@ from .sparse_gemm import SPARSE_GEMM_C
 from .values import Layout, Ref, build_layout
 from .w8a8_gemm import W8A8_GEMM_C
 
-LAYOUT_OPS = frozenset({"view", "permute", "transpose", "expand", "slice", "select",
-                        "unsqueeze"})
 ROW_OPS = frozenset({"rms_norm", "layer_norm", "softmax", "log_softmax"})
 SUPPORTED_OPS = (frozenset({"input", "param", "const", "scalar", "cat", "attention",
                             "embedding", "full", "rope", "gemm"})
-                 | LAYOUT_OPS | ELEMENTWISE_OPS | MATMUL_OPS | ROW_OPS | REDUCE_OPS | GATHER_OPS)
+                 | VIEW_OPS | ELEMENTWISE_OPS | MATMUL_OPS | ROW_OPS | REDUCE_OPS | GATHER_OPS)
 
 KernelHook = Callable[[str, str], str]
 
@@ -121,7 +119,7 @@ def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool,
         return emit_cat(out, ins, node.attrs["dim"])
     if op == "view":
         return emit_reshape_copy(out, ins[0]) if out.dtype == ins[0].dtype else None
-    if op in LAYOUT_OPS:  # a layout op torch does not return as a view: copy its view
+    if op in VIEW_OPS:  # a layout op torch does not return as a view: copy its view
         from .values import view_of
         return emit_copy(out, view_of(ins[0], op, node.attrs, out.shape))
     if op == "embedding":

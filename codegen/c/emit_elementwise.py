@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...ir import Node, contiguous_strides
+from ...ops import COMPARISONS
 from .loops import broadcast_strides, loop_nest
 from .values import Ref
 
@@ -102,7 +103,6 @@ OTHER: dict[str, Expr] = {
     "clone": lambda ct, a, at: a[0],
 }
 ELEMENTWISE_OPS = frozenset(BINARY) | frozenset(FLOAT_UNARY) | frozenset(OTHER)
-COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"})
 FLOAT_CT = ("float", "double")
 BITWISE = frozenset({"bitwise_and", "bitwise_or", "bitwise_not"})
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...half import WEIGHT_FORMATS as HALF_FORMATS
+from ...ops import ACTIVATIONS
 from ...quant_formats import DYNAMIC, format_group
 from ...sparse_formats import FORMATS as SPARSE_FORMATS
 from .emit_norm import inv_rms
@@ -69,7 +70,7 @@ def emit_format_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, aux: Ref, norm: Ref,
             return None
         beta = float(attrs["beta"]) if epilogue == "bias" else 1.0
         addends.append(f"{{{addend.ptr()}, {rs[1][0] if sh else 0}, {st[-1]}, {beta.hex()}f}}")
-    act = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3, "gelu": 4}[attrs["act"]]
+    act = 0 if attrs["act"] == "none" else ACTIVATIONS[attrs["act"]].code
     e = f"const eq_addend e[] = {{{', '.join(addends)}}};" if addends else \
         "const eq_addend* e = NULL;"
     par = m * n * k >= PARALLEL_MIN * 8 and n >= 64

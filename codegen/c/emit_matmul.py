@@ -12,6 +12,7 @@ is a packed constant, else in a loop over the output right after the bias (still
 from __future__ import annotations
 
 from ...ir import Node
+from ...ops import ACTIVATIONS as OP_ACTIVATIONS
 from .fuse_rope import RopeEpilogue, gemm_rows, packed_gemm_call
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
 from .packed_gemm import ACTIVATIONS
@@ -24,14 +25,6 @@ BLAS_MIN_M = 8
 # (packed_gemm.py), with or without BLAS in the build (measured: docs/c-backend.md)
 PACKED_MIN_M = 1
 MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias"})
-# a gemm's activation on one float v: eq_act's cases in packed_gemm.py, for the paths that
-# apply it in a loop after the GEMM and its bias
-_ACT_EXPR = {
-    "relu": "v > 0.0f ? v : 0.0f",
-    "silu": "v * eq_sigmoidf(v)",
-    "gelu_tanh": "0.5f * v * (1.0f + eq_tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))",
-    "gelu": "0.5f * v * (1.0f + erff(v * 0.7071067811865476f))",
-}
 
 
 def _t(r: Ref) -> Ref:
@@ -279,5 +272,5 @@ def _act_epilogue(out: Ref, act: str, boff: str) -> str:
     from .loops import loop_nest
     shape, ost = (out.shape, out.strides) if boff == "0" else (out.shape[-2:], out.strides[-2:])
     inner = loop_nest(shape, [ost], lambda o: f"    {{ const float v = o[{boff} + {o[0]}]; "
-                                            f"o[{boff} + {o[0]}] = {_ACT_EXPR[act]}; }}")
+                                            f"o[{boff} + {o[0]}] = {OP_ACTIVATIONS[act].c_expr}; }}")
     return f"{{\n{inner}\n}}"

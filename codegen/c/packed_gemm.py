@@ -22,11 +22,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ...ops import ACTIVATIONS as OP_ACTIVATIONS
+
 NR = 32
 MR = 14
 
-# activations the epilogue applies after the addends (code -> C expression of v, float)
-ACTIVATIONS = {"relu": 1, "silu": 2, "gelu_tanh": 3, "gelu": 4}
+# activations the epilogue applies after the addends: eq_act's code of each (ops.ACTIVATIONS)
+ACTIVATIONS = {name: act.code for name, act in OP_ACTIVATIONS.items()}
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,7 @@ PACKED_GEMM_C = r"""
 typedef struct { const float* p; int64_t rs, cs; float scale; } eq_addend;
 static inline float eq_act(int act, float v) {
     switch (act) {
-    case 1: return v > 0.0f ? v : 0.0f;
-    case 2: return v * eq_sigmoidf(v);
-    case 3: return 0.5f * v * (1.0f + eq_tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-    case 4: return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+/*EQ_ACT_CASES*/
     default: return v;
     }
 }
@@ -85,10 +84,7 @@ static __attribute__((noinline)) void eq_tile_epilogue(
         /* one loop per activation, its code a constant: each loop vectorises */
 #define EQ_ACT_LOOP(A) { _Pragma("omp simd") for (int j = 0; j < ncols; j++) cr[j] = eq_act(A, cr[j]); }
         switch (act) {
-        case 1: EQ_ACT_LOOP(1) break;
-        case 2: EQ_ACT_LOOP(2) break;
-        case 3: EQ_ACT_LOOP(3) break;
-        case 4: EQ_ACT_LOOP(4) break;
+/*EQ_ACT_LOOPS*/
         default: break;
         }
 #undef EQ_ACT_LOOP
@@ -443,3 +439,8 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
     }
 }
 """
+# eq_act's cases and the epilogue's loops, one per activation of the table
+PACKED_GEMM_C = PACKED_GEMM_C.replace("/*EQ_ACT_CASES*/", "\n".join(
+    f"    case {a.code}: return {a.c_expr};" for a in OP_ACTIVATIONS.values())).replace(
+    "/*EQ_ACT_LOOPS*/", "\n".join(
+        f"        case {a.code}: EQ_ACT_LOOP({a.code}) break;" for a in OP_ACTIVATIONS.values()))
