@@ -138,7 +138,8 @@ def test_epilogues(lib, fmt):
             run_case(lib, fmt, m, n, k, swiglu=True, ldw_pad=64)
 
 
-@pytest.mark.parametrize("fmt", KERNEL_FORMATS)
+@pytest.mark.parametrize("fmt", [*FORMATS, *(pytest.param(f, marks=pytest.mark.slow)
+                                               for f in HALF)])  # (half: shapes, epilogues)
 def test_large_and_serial(lib, fmt):
     for m in [1, 4, 8, 9, 20]:
         run_case(lib, fmt, m, 2048, 512, rowscale=True, addends=("residual",), act=2)
