@@ -211,7 +211,7 @@ def _parse(data: Any, src: str) -> EGraph:
 # --------------------------------------------------------------------------- checking / costs
 
 
-def _roots(egraph: EGraph, roots: Iterable[str] | None) -> list[str]:
+def root_classes(egraph: EGraph, roots: Iterable[str] | None) -> list[str]:
     result = list(egraph.roots if roots is None else roots)
     if not result:
         raise ExtractionError("no roots: roots must be given (the e-graph has no root_eclasses)")
@@ -262,7 +262,7 @@ def _chosen_dfs(
     return order
 
 
-def _chosen_cycles(
+def chosen_cycles(
     roots: Iterable[str], children_of: Callable[[str], Iterable[str]], limit: int
 ) -> list[list[str]]:
     """Up to ``limit`` cycles (lists of classes) of the chosen program reachable from
@@ -277,7 +277,7 @@ def _chosen_cycles(
     return cycles
 
 
-def _chosen_children(
+def chosen_children(
     egraph: EGraph, choices: Mapping[str, str]
 ) -> Callable[[str], tuple[str, ...]]:
     """``children_of`` for :func:`_chosen_dfs` that validates each class's choice: raises
@@ -309,7 +309,7 @@ def reachable_classes(
     def cyclic(cycle: list[str]) -> bool:
         raise ExtractionError(_cycle_message(cycle))
 
-    order = _chosen_dfs(_roots(egraph, roots), _chosen_children(egraph, choices), cyclic)
+    order = _chosen_dfs(root_classes(egraph, roots), chosen_children(egraph, choices), cyclic)
     assert order is not None  # ``cyclic`` raises rather than stopping the search
     return order
 
@@ -352,7 +352,7 @@ def tree_cost(
     """
     nodes = egraph.nodes
     fn = cost or _stored_cost
-    root_list = _roots(egraph, roots)
+    root_list = root_classes(egraph, roots)
     memo: dict[str, float] = {}
     for cls in reachable_classes(egraph, choices, root_list):
         node = nodes[choices[cls]]
@@ -364,7 +364,7 @@ def _stored_cost(node: ENode) -> float:
     return node.cost
 
 
-def _node_costs(egraph: EGraph, cost: CostFn | None) -> dict[str, float]:
+def node_costs(egraph: EGraph, cost: CostFn | None) -> dict[str, float]:
     """Cost of every choosable (non-subsumed) node, calling the cost model once per node."""
     if cost is None:
         return {nid: n.cost for nid, n in egraph.nodes.items() if not n.subsumed}
@@ -426,13 +426,13 @@ def extract_tree_greedy(
     DAG cost of the chosen program.
     """
     start = time.perf_counter()
-    root_list = _roots(egraph, roots)
-    node_cost = _node_costs(egraph, cost)
+    root_list = root_classes(egraph, roots)
+    node_cost = node_costs(egraph, cost)
     nodes = egraph.nodes
 
     # pending: node -> number of distinct child classes not final yet. Ties in the heap
     # break by insertion order (``seq``).
-    pending, parents, ready = _acyclic_worklist(nodes, node_cost)
+    pending, parents, ready = acyclic_worklist(nodes, node_cost)
     heap = [(node_cost[nid], seq, nid) for seq, nid in enumerate(ready)]
     heapq.heapify(heap)
     seq = len(heap)
@@ -481,11 +481,11 @@ def extract_dag_greedy(
     member nodes' costs. Where two children's sets hold different nodes of one class (a
     stale view of a class whose choice changed), both are counted, not one arbitrary one:
     this keeps a set's total >= each child's, which is what makes the choices acyclic by
-    construction. :func:`_break_cycles` stays as a safety net (float ties).
+    construction. :func:`break_cycles` stays as a safety net (float ties).
     """
     start = time.perf_counter()
-    root_list = _roots(egraph, roots)
-    node_cost = _node_costs(egraph, cost)
+    root_list = root_classes(egraph, roots)
+    node_cost = node_costs(egraph, cost)
     nodes = egraph.nodes
 
     # Index the choosable nodes grouped by class, so a class is a contiguous bit span.
@@ -561,7 +561,7 @@ def extract_dag_greedy(
                     queue.append(p)
 
     _require_roots(root_list, choice)
-    _break_cycles(egraph, root_list, choice, node_cost)
+    break_cycles(egraph, root_list, choice, node_cost)
     return _finish(egraph, root_list, choice, node_cost, "dag-greedy", start)
 
 
@@ -589,7 +589,7 @@ def _sum_bits(d: int, weights: list[float], total: float, limit: float) -> float
     return total
 
 
-def _acyclic_worklist(
+def acyclic_worklist(
     nodes: Mapping[str, ENode], nids: Iterable[str]
 ) -> tuple[dict[str, int], dict[str, list[str]], list[str]]:
     """Set up a Kahn-style worklist over the nodes ``nids``: ``pending`` (node -> number of
@@ -613,7 +613,7 @@ def _safe_choices(egraph: EGraph, node_cost: Mapping[str, float]) -> dict[str, s
     """For every class that has some acyclic program, a node whose children were all
     resolved earlier (Kahn-style order): any mix of these choices is acyclic."""
     nodes = egraph.nodes
-    pending, parents, ready = _acyclic_worklist(nodes, node_cost)
+    pending, parents, ready = acyclic_worklist(nodes, node_cost)
     queue = deque(ready)
     safe: dict[str, str] = {}
     while queue:
@@ -632,11 +632,11 @@ def _safe_choices(egraph: EGraph, node_cost: Mapping[str, float]) -> dict[str, s
 def _find_cycle(egraph: EGraph, roots: list[str], choice: Mapping[str, str]) -> list[str] | None:
     """Classes of one cycle among the chosen program reachable from ``roots``, or None."""
     nodes = egraph.nodes
-    cycles = _chosen_cycles(roots, lambda cls: nodes[choice[cls]].children, 1)
+    cycles = chosen_cycles(roots, lambda cls: nodes[choice[cls]].children, 1)
     return cycles[0] if cycles else None
 
 
-def _break_cycles(
+def break_cycles(
     egraph: EGraph, roots: list[str], choice: dict[str, str], node_cost: Mapping[str, float]
 ) -> None:
     """Make the choices reachable from ``roots`` acyclic, in place.

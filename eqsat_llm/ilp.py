@@ -29,15 +29,15 @@ from .extract import (
     EGraph,
     Extraction,
     ExtractionError,
-    _acyclic_worklist,
-    _break_cycles,
-    _chosen_children,
-    _chosen_cycles,
-    _node_costs,
-    _roots,
+    acyclic_worklist,
+    break_cycles,
     check_extraction,
+    chosen_children,
+    chosen_cycles,
     dag_cost,
     extract_dag_greedy,
+    node_costs,
+    root_classes,
 )
 
 __all__ = ["extract_ilp"]
@@ -86,7 +86,7 @@ def _prune(
                     seen[k] = None
                     stack.append(k)
     # Least fixed point (Kahn style) over the reachable part.
-    pending, parents, queue = _acyclic_worklist(
+    pending, parents, queue = acyclic_worklist(
         nodes,
         (nid for cls in seen for nid in egraph.classes.get(cls, ()) if nid in node_cost),
     )
@@ -124,7 +124,7 @@ def _find_cycles(
     """Up to ``limit`` cycles (lists of classes) in the chosen program reachable from the
     roots; None if a reachable class has no choice. Iterative DFS."""
     try:
-        return _chosen_cycles(roots, _chosen_children(egraph, choice), limit)
+        return chosen_cycles(roots, chosen_children(egraph, choice), limit)
     except ExtractionError:  # a reachable class without a choice
         return None
 
@@ -160,8 +160,8 @@ def extract_ilp(
 
     start = time.perf_counter()
     deadline = start + max(0.0, float(time_limit))
-    root_list = list(dict.fromkeys(_roots(egraph, roots)))
-    node_cost = _node_costs(egraph, cost)
+    root_list = list(dict.fromkeys(root_classes(egraph, roots)))
+    node_cost = node_costs(egraph, cost)
     nodes = egraph.nodes
 
     # Incumbent: the warm start if valid, else dag-greedy.
@@ -296,7 +296,7 @@ def extract_ilp(
         try:
             for cls, lst in usable.items():
                 repaired.setdefault(cls, lst[0])
-            _break_cycles(egraph, root_list, repaired, node_cost)
+            break_cycles(egraph, root_list, repaired, node_cost)
             c = _cost_of(egraph, root_list, repaired, cost)
             if c is not None and c < best_cost:
                 best_choices, best_cost = _reachable(egraph, root_list, repaired), c

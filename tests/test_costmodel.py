@@ -1,6 +1,5 @@
 import json
 import math
-import time
 
 import pytest
 
@@ -194,9 +193,7 @@ def test_unknown_op_and_missing_entry_raise_clear_errors(monkeypatch):
 
 
 def test_calibrate_quick_gives_positive_finite_numbers():
-    t = time.perf_counter()
     m = cal.calibrate(quick=True)
-    assert time.perf_counter() - t < 30
     for name, value in m.to_dict().items():
         if isinstance(value, (int, float)):
             assert math.isfinite(value) and value > 0, name

@@ -15,7 +15,7 @@ from eqsat_llm.extract import (
     EGraph,
     EGraphFormatError,
     ExtractionError,
-    _break_cycles,
+    break_cycles,
     check_extraction,
     dag_cost,
     extract_dag_greedy,
@@ -227,7 +227,7 @@ def test_check_extraction_rejects_bad_choices() -> None:
         check_extraction(g, {"A": "b"})
     check_extraction(g, {"A": "a0"})
     choice = {"A": "a", "B": "b"}
-    _break_cycles(g, ["A"], choice, {"a": 1.0, "a0": 1.0, "b": 1.0})
+    break_cycles(g, ["A"], choice, {"a": 1.0, "a0": 1.0, "b": 1.0})
     check_extraction(g, choice)
     assert choice["A"] == "a0"
 
