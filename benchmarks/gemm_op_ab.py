@@ -1,7 +1,7 @@
 """Before/after of a refactor, side by side: the compiled program of each reference workload
 built by the code at another commit ("before") and by this checkout ("after"), timed
 alternately in separate processes (one package version per process), each against eager in
-its own process so that machine drift cancels in the ratio. Written for issue 13's one-gemm-op
+its own process so that machine drift cancels in the ratio. Written for the one-gemm-op
 refactor (before: e958c08, the four fused GEMM ops): the op counts and the times must not move.
 
     .venv/bin/python benchmarks/gemm_op_ab.py --before e958c08 [--rounds 3] [--write]
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTION = "## The gemm op: before and after (issue 13)"
+SECTION = "## The gemm op: before and after"
 WORKLOADS = ("llama_block_prefill", "llama_block_decode", "llama_block_decode_kv", "gpt2",
              "llama")
 
