@@ -379,9 +379,13 @@ SPARSE_GEMM_EFFICIENCY = {"sparse24": 0.45, "bsr16": 0.9}
 
 
 # int8_dynamic's integer product (codegen/c/w8a8_gemm.py) against the float GEMM at more rows
-# than the GEMV's: measured at M = 128 on the TinyLlama shapes 2.4-2.7x the packed fp32
-# kernel's rate (2 threads, AVX2: vpmaddubsw). At fewer rows it is not tuned (the int8 GEMV
-# is): priced at DYNAMIC_GEMV_PENALTY times the int8 GEMV, so that decode keeps the GEMV.
+# than the GEMV's: measured at M = 128 on the TinyLlama shapes 2.6-2.7x the packed fp32
+# kernel's rate (2 threads, AVX2: vpmaddubsw; benchmarks/w8a8_kernels.py). At the GEMV's rows
+# it is a policy, not a measurement: priced at DYNAMIC_GEMV_PENALTY times the int8 GEMV so
+# that decode keeps the weight-only GEMV, the more accurate one, which at one row is as fast
+# (measured K x N = 2048 x 5632 and 5632 x 2048: 0.36 / 0.35 ms against w8a8's 0.35 / 0.33).
+# At 8 rows w8a8 took half the GEMV's time (1.07 / 0.95 ms against 2.08 / 2.25): a batched
+# decode is priced too high here.
 DYNAMIC_GEMM_FACTOR = 0.42
 DYNAMIC_GEMV_PENALTY = 2.0
 
