@@ -89,6 +89,19 @@ def gemm(x, w, n, *, alpha=1.0, beta=1.0, eps=0.0, norm=NONE, addend=NONE, prolo
                   String("float"), String(epilogue), String(act))
 
 
+def stored_weight_rules(fmt: str, stored: Tensor, aux: Tensor, facts: list, y: Tensor,
+                        x: Tensor, w: Tensor, sw: Vec[i64], g: tuple) -> tuple:
+    """The two rewrites that store a GEMM's weight w in the format `fmt` as (stored, aux) where
+    `facts` hold: a plain matmul x @ w, and a float gemm (its other operands and attributes
+    g = (ws, norm, addend, n, alpha, beta, eps, prologue, epilogue, act)) keeping them."""
+    ws, norm, addend, n, al, be, eps, pro, epi, act = g
+    plain = E.gemm(x, stored, aux, NONE, NONE, sw[1], al, 1.0, 0.0, String("none"), String(fmt), String("none"), String("none"))
+    fused = E.gemm(x, w, ws, norm, addend, n, al, be, eps, pro, String("float"), epi, act)
+    stored_fused = E.gemm(x, stored, aux, norm, addend, n, al, be, eps, pro, String(fmt), epi, act)
+    return (rule(eq(y).to(E.matmul(x, w, al)), *facts).then(union(y).with_(plain)),
+            rule(eq(y).to(fused), *facts).then(union(y).with_(stored_fused)))
+
+
 @family("fusion")
 def matmul_epilogue(y: Tensor, m: Tensor, x: Tensor, w: Tensor, r: Tensor, al: f64,
                     s: Vec[i64], dt: String):

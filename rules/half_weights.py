@@ -7,14 +7,14 @@ model prices their 2 bytes a weight, so at decode, where reading the weight is w
 extraction takes the half weight. Exact: the values are unchanged."""
 
 import torch
-from egglog import String, Vec, eq, f64, i64, rule, union
+from egglog import String, Vec, eq, f64, i64
 
 from eqsat_llm.egraph.analysis import HALF_EXACT, is_const, is_float_dtype
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
 from eqsat_llm.half import WEIGHT_FORMATS
 from eqsat_llm.rulebook import exact, family
 
-from .fusion import NONE
+from .fusion import NONE, stored_weight_rules
 
 
 def _rounded_to(dt: str):
@@ -33,7 +33,6 @@ def half_weights(y: Tensor, x: Tensor, w: Tensor, ws: Tensor, norm: Tensor, adde
         weight = [is_const(w), HALF_EXACT[dt](w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)), is_float_dtype(dtype(w))]
         h = E.to_dtype(w, String(dt))
         note, check = f"W stored as {dt}: its values unchanged", {"check_weights": _rounded_to(dt)}
-        plain = E.gemm(x, h, NONE, NONE, NONE, sw[1], al, 1.0, 0.0, String("none"), String(fmt), String("none"), String("none"))
-        yield exact(f"{fmt}-matmul", rule(eq(y).to(E.matmul(x, w, al)), *weight).then(union(y).with_(plain)), note, **check)
-        fused = E.gemm(x, w, ws, norm, addend, n, al, be, eps, pro, String("float"), epi, act)
-        yield exact(f"{fmt}-gemm", rule(eq(y).to(fused), *weight).then(union(y).with_(E.gemm(x, h, ws, norm, addend, n, al, be, eps, pro, String(fmt), epi, act))), note, **check)
+        matmul, gemm = stored_weight_rules(fmt, h, NONE, weight, y, x, w, sw, (ws, norm, addend, n, al, be, eps, pro, epi, act))
+        yield exact(f"{fmt}-matmul", matmul, note, **check)
+        yield exact(f"{fmt}-gemm", gemm, note, **check)

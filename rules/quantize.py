@@ -12,14 +12,14 @@ where it pays (prefill) and the int8 GEMV where reading the weight is what costs
 Approximate rules: their tolerance, relative to the largest output, is what `rules check`
 verifies on random instances."""
 
-from egglog import String, Vec, eq, f64, i64, rule, union
+from egglog import String, Vec, eq, f64, i64
 
 from eqsat_llm.egraph.analysis import is_const, is_float_dtype, quantizable
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
 from eqsat_llm.quant_formats import DYNAMIC, FORMATS, format_group
 from eqsat_llm.rulebook import approximate, family
 
-from .fusion import NONE
+from .fusion import stored_weight_rules
 
 # The worst error seen by `eqsat-llm rules check` over random instances, with a margin: each
 # weight is off by at most half a step (int8: max|w| / 254 per column; int4: max|w| / 14 per
@@ -45,11 +45,10 @@ def _family(fmt: str):
         q, s = E.quantize_weight(w, stored), E.weight_scales(w, stored)
         tol, note = TOLERANCE[fmt], f"W stored as {stored}: each weight within half a step" + (
             "; x coded per row in 7 bits" if fmt == DYNAMIC else "")
-        plain = E.gemm(x, q, s, NONE, NONE, sw[1], al, 1.0, 0.0, String("none"), String(fmt), String("none"), String("none"))
         dims = (group, 2 * group) if group else ()  # (rules check: whole groups of rows)
-        yield approximate(f"quantize-matmul-{fmt}", rule(eq(y).to(E.matmul(x, w, al)), *weight).then(union(y).with_(plain)), tol, note, dims)
-        fused = E.gemm(x, w, ws, norm, addend, n, al, be, eps, pro, String("float"), epi, act)
-        yield approximate(f"quantize-gemm-{fmt}", rule(eq(y).to(fused), *weight).then(union(y).with_(E.gemm(x, q, s, norm, addend, n, al, be, eps, pro, String(fmt), epi, act))), tol, note, dims)
+        matmul, gemm = stored_weight_rules(fmt, q, s, weight, y, x, w, sw, (ws, norm, addend, n, al, be, eps, pro, epi, act))
+        yield approximate(f"quantize-matmul-{fmt}", matmul, tol, note, dims)
+        yield approximate(f"quantize-gemm-{fmt}", gemm, tol, note, dims)
 
     rules.__name__ = f"quantize_{fmt}"
     return family(f"quantize-{fmt}")(rules)

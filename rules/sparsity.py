@@ -9,14 +9,14 @@ the constants' values when optimize(sparsity="auto") asks: an opt-in family, not
 Exact: the zeros skipped add nothing."""
 
 import torch
-from egglog import String, Vec, eq, f64, i64, rule, union
+from egglog import String, Vec, eq, f64, i64
 
 from eqsat_llm.egraph.analysis import is_const, is_float_dtype, stored_blocks, two_four
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
 from eqsat_llm.rulebook import exact, family
 from eqsat_llm.sparse_formats import BLOCK
 
-from .fusion import NONE
+from .fusion import stored_weight_rules
 
 
 def pruned(w: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -49,7 +49,6 @@ def sparsity(y: Tensor, x: Tensor, w: Tensor, ws: Tensor, norm: Tensor, addend: 
     for fmt, (has, blocks) in structures.items():
         vals, index = E.sparse_values(w, fmt, blocks), E.sparse_index(w, fmt, blocks)
         note, check = f"W stored as {fmt}: its zeros skipped", {"check_dims": (16, 32), "check_weights": pruned}
-        plain = E.gemm(x, vals, index, NONE, NONE, sw[1], al, 1.0, 0.0, String("none"), String(fmt), String("none"), String("none"))
-        yield exact(f"{fmt}-matmul", rule(eq(y).to(E.matmul(x, w, al)), *weight, *has).then(union(y).with_(plain)), note, **check)
-        fused = E.gemm(x, w, ws, norm, addend, n, al, be, eps, pro, String("float"), epi, act)
-        yield exact(f"{fmt}-gemm", rule(eq(y).to(fused), *weight, *has).then(union(y).with_(E.gemm(x, vals, index, norm, addend, n, al, be, eps, pro, String(fmt), epi, act))), note, **check)
+        matmul, gemm = stored_weight_rules(fmt, vals, index, [*weight, *has], y, x, w, sw, (ws, norm, addend, n, al, be, eps, pro, epi, act))
+        yield exact(f"{fmt}-matmul", matmul, note, **check)
+        yield exact(f"{fmt}-gemm", gemm, note, **check)
