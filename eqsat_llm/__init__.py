@@ -8,6 +8,17 @@
     tokens = gen.generate(input_ids, max_new_tokens=32)
 """
 
+import os as _os
+import sys as _sys
+
+import torch as _torch
+
+# Without a CUDA device Triton compiles nothing: its kernels (the Triton backend's) can only run
+# in its interpreter, which is chosen when Triton decorates a kernel, its standard library's
+# included, at import. So it is set before anything here imports Triton (torch.export does).
+if "triton" not in _sys.modules and not _torch.cuda.is_available():
+    _os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from .api import Compiled, EagerFallbackWarning, FallbackWarning, optimize, optimize_graph
 from .errors import CaptureError, EncodeError, EqsatError, GraphError, RuleError
 from .generation import Generator, generate

@@ -1,0 +1,90 @@
+"""What the Triton kernel modules give the program: a `Launch` per kernel call, planned once
+from the node's static operands (`Operand`: shape, element strides, dtype, and where its tensor
+comes from at call time), so that a call only binds tensors and launches.
+
+A planner has the signature `plan(node, out, ins) -> list[Launch] | None`: None declines (this
+dtype, shape or descriptor has no kernel; the node then runs in torch on the same arena, as
+the C backend's torch steps do)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from triton import knobs
+
+
+def interpreting() -> bool:
+    """Whether kernels run in Triton's interpreter (on CPU tensors) rather than compiled."""
+    return bool(knobs.runtime.interpret) or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def check_mode() -> None:
+    """Refuse a Triton that can run no kernel here: no CUDA device, and imported (by the
+    user's code, before eqsat_llm) without TRITON_INTERPRET=1, so that even its standard
+    library was decorated for a compiler that has no target."""
+    import triton.language.standard as standard
+
+    if not torch.cuda.is_available() and type(standard.sigmoid).__name__ != \
+            "InterpretedFunction":
+        raise BackendUnavailable(
+            "the Triton backend needs a CUDA device, or Triton's interpreter on the CPU: "
+            "Triton was imported before eqsat_llm without TRITON_INTERPRET=1; set "
+            "TRITON_INTERPRET=1 in the environment (or import eqsat_llm first)")
+
+
+class BackendUnavailable(RuntimeError):
+    """The Triton backend cannot run on this machine (the message says why)."""
+
+
+def device() -> torch.device:
+    """Where the arena, the weights and the inputs live: the CUDA device, or the CPU when
+    interpreting."""
+    return torch.device("cpu") if interpreting() else torch.device("cuda")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A value a kernel reads or writes, as planned: `values[node]` at call time (a tensor
+    view at its planned place, or a Python number for a scalar node: `scalar`)."""
+    node: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: str  # ir dtype name: "float32", "int64", ...
+    scalar: float | int | bool | None = None  # a scalar node's number (no tensor)
+    constant: torch.Tensor | None = field(default=None, compare=False)  # compile-time values
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.scalar is not None
+
+
+@dataclass
+class Launch:
+    """One kernel call: `kernel[grid](*args, **constexprs)`, an `Operand` argument replaced by
+    its tensor at call time; any other argument (ints, floats, tensors prepared once: weights
+    in a kernel's layout, scratch) is passed as is."""
+    name: str  # for reports and the program listing
+    kernel: Any  # a @triton.jit function
+    grid: tuple[int, ...]
+    args: list[Any]
+    constexprs: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, values: list[Any]) -> None:
+        args = [values[a.node] if isinstance(a, Operand) else a for a in self.args]
+        self.kernel[self.grid](*args, **self.constexprs)
+
+    def listing(self) -> str:
+        """The call as a line of Python (operands by node id: v[12])."""
+        def show(a: Any) -> str:
+            if isinstance(a, Operand):
+                return f"v[{a.node}]"
+            if isinstance(a, torch.Tensor):
+                return f"<{str(a.dtype)[6:]}{list(a.shape)}>"
+            return repr(a)
+        args = ", ".join([show(a) for a in self.args]
+                         + [f"{k}={v!r}" for k, v in self.constexprs.items()])
+        fn = getattr(getattr(self.kernel, "fn", self.kernel), "__name__", self.name)
+        return f"{fn}[{self.grid}]({args})"
