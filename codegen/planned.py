@@ -378,9 +378,9 @@ class PlannedRuntime:
         return [copies[i] if i in copies else values[i] for i in self.graph.outputs]
 
 
-def aligned_bytes(n: int) -> torch.Tensor:
+def aligned_bytes(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """An arena: n bytes (at least 1, so that it has an address), 64-byte aligned."""
-    raw = torch.empty(max(n, 1) + 64, dtype=torch.uint8)
+    raw = torch.empty(max(n, 1) + 64, dtype=torch.uint8, device=device)
     skip = -raw.data_ptr() % 64
     return raw[skip:skip + max(n, 1)]
 

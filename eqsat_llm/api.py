@@ -41,7 +41,7 @@ from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
 from .state import write_state_in_place
 
-BACKENDS = ("c", "reference")
+BACKENDS = ("c", "triton", "auto", "reference")
 EXTRACTORS = {"tree": extractors.extract_tree_greedy, "dag": extractors.extract_dag_greedy,
               "ilp": extract_ilp}
 
@@ -107,6 +107,15 @@ class Compiled:
             return tuple(outs)
         return pytree.tree_unflatten(outs, self.captured.out_spec)
 
+    def source(self, kind: str | None = None) -> str:
+        """The generated program: C source ("c") or the Triton kernels with their launch
+        listing ("triton"); the backend's own by default."""
+        kind = kind or self.report.backend
+        if kind != self.report.backend or not hasattr(self._runtime, "source"):
+            raise EqsatError(f"this program runs on the {self.report.backend} backend; it "
+                             f"has no {kind} source")
+        return self._runtime.source
+
     def _write_back(self, outs: list[Any], flat: Any) -> list[Any]:
         """Copy the program's new values of the state the model writes in place (its first
         outputs) into the module's buffers and the caller's tensors; the model's outputs
@@ -167,6 +176,22 @@ class BackendFallbackWarning(UserWarning):
     """The requested backend could not run the program; the reference runtime does."""
 
 
+def resolve_backend(backend: str, inputs: list[Any]) -> str:
+    """"auto": Triton when the inputs are on a CUDA device, C otherwise. "triton" on a
+    machine that cannot run its kernels (codegen/triton/launch.py: check_mode) is refused
+    here, before any work."""
+    if backend == "auto":
+        on_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+        return "triton" if on_cuda else "c"
+    if backend == "triton":
+        from .codegen.triton import launch
+
+        launch.check_mode()
+        if not launch.interpreting() and not torch.cuda.is_available():
+            raise EqsatError("backend='triton' needs a CUDA device (or TRITON_INTERPRET=1)")
+    return backend
+
+
 def _make_runtime(graph: Graph, plan: Any, backend: str) -> tuple[Any, str]:
     """The runtime of `backend` on the planned program. The C backend runs the nodes it does
     not generate in torch between its compiled segments (CRuntime.torch_steps); it falls back
@@ -175,6 +200,10 @@ def _make_runtime(graph: Graph, plan: Any, backend: str) -> tuple[Any, str]:
     program it cannot run at all."""
     from .codegen.planned import PlannedRuntime
 
+    if backend == "triton":
+        from .codegen.triton.runtime import TritonRuntime
+
+        return TritonRuntime(graph, plan), "triton"
     if backend == "c":
         from .codegen.c import CCompileError, CRuntime, UnsupportedByBackend
 
@@ -200,7 +229,7 @@ def _phase(timings: dict[str, float], name: str):
 def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
              example_kwargs: dict | None = None,
              rules: Iterable[str | Rule] | None = None,
-             backend: str = "c",
+             backend: str = "auto",
              extractor: str = "ilp",
              limits: Limits | None = None,
              progress: Callable[[str], None] | None = None,
@@ -222,6 +251,8 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     the GEMMs where skipping their zeros pays on sparse kernels (exact: docs/sparsity.md)."""
     if backend not in BACKENDS:
         raise EqsatError(f"unknown backend {backend!r}; available: {BACKENDS}")
+    backend = resolve_backend(backend, list(example_inputs) + list((example_kwargs or {})
+                                                                   .values()))
     if extractor not in EXTRACTORS:
         raise EqsatError(f"unknown extractor {extractor!r}; available: {sorted(EXTRACTORS)}")
     report = Report(backend=backend, extraction_method=extractor)

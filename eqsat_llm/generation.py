@@ -143,9 +143,11 @@ class Generator:
         self.chunk = min(prefill_chunk or DEFAULT_CHUNK, max_seq_len)
         if self.chunk < 1:
             raise EqsatError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
-        dtype = next((p.dtype for p in model.parameters()), torch.float32)
-        if optimize_options.get("backend", "c") == "c" and dtype in (torch.bfloat16,
-                                                                    torch.float16):
+        first = next(model.parameters(), None)
+        dtype = first.dtype if first is not None else torch.float32
+        backend = optimize_options.get("backend", "auto")
+        on_c = backend == "c" or backend == "auto" and (first is None or not first.is_cuda)
+        if on_c and dtype in (torch.bfloat16, torch.float16):
             dtype = torch.float32  # the C backend computes half models in float32 (half.py)
         self.step = CachedStep(model, batch_size, max_seq_len, dtype).eval()
         options = {"measure_eager": False, **optimize_options}

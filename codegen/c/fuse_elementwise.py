@@ -12,6 +12,7 @@ element (an in-place chain: each element is read before it is written)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...ir import Graph, dtype_of
@@ -60,9 +61,10 @@ def same_elements(out: Ref, x: Ref) -> bool:
     return all(n == 1 or s == t for n, s, t in zip(out.shape, out.strides, bs))
 
 
-def fusion_groups(graph: Graph, plan: MemoryPlan,
-                  refs: dict[int, Ref] | None = None) -> list[Group]:
-    """The groups of two or more nodes, in the plan's order of their roots."""
+def fusion_groups(graph: Graph, plan: MemoryPlan, refs: dict[int, Ref] | None = None,
+                  generated: Callable[[int], bool] | None = None) -> list[Group]:
+    """The groups of two or more nodes, in the plan's order of their roots. `generated(nid)`:
+    whether the backend computes the node as an element expression (default: the C one)."""
     if refs is None:
         refs = build_layout(graph, plan).refs
     pos = {nid: k for k, nid in enumerate(plan.order)}
@@ -75,7 +77,11 @@ def fusion_groups(graph: Graph, plan: MemoryPlan,
 
     def fusable(nid: int) -> bool:
         node = graph.node(nid)
-        if node.op not in ELEMENTWISE_OPS or plan.kinds.get(nid) not in (ARENA, OUTPUT):
+        if plan.kinds.get(nid) not in (ARENA, OUTPUT):
+            return False
+        if generated is not None:
+            return generated(nid)
+        if node.op not in ELEMENTWISE_OPS:
             return False
         if nid not in refs or any(i not in refs or not refs[i].in_c for i in node.inputs) \
                 or not refs[nid].in_c:  # a torch step's value (emit.py)

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from triton import knobs
 
+from ...errors import EqsatError
+
 
 def interpreting() -> bool:
     """Whether kernels run in Triton's interpreter (on CPU tensors) rather than compiled."""
@@ -35,7 +37,7 @@ def check_mode() -> None:
             "TRITON_INTERPRET=1 in the environment (or import eqsat_llm first)")
 
 
-class BackendUnavailable(RuntimeError):
+class BackendUnavailable(EqsatError):
     """The Triton backend cannot run on this machine (the message says why)."""
 
 
@@ -88,3 +90,22 @@ class Launch:
                          + [f"{k}={v!r}" for k, v in self.constexprs.items()])
         fn = getattr(getattr(self.kernel, "fn", self.kernel), "__name__", self.name)
         return f"{fn}[{self.grid}]({args})"
+
+
+def row_levels(shapes_strides: list[tuple[tuple[int, ...], tuple[int, ...]]], levels: int = 3
+               ) -> list[tuple[int, list[int]]] | None:
+    """The leading dims shared by several operands (each given as its leading shape, all the
+    same, and its strides), merged where every operand allows it and size-1 dims dropped, as
+    exactly `levels` levels (size, strides per operand; padded with size 1 in front). None
+    when more remain. A row r is then (r // (n1 n2), r // n2 % n1, r % n2) over three."""
+    from ..c.loops import collapse
+
+    shape = shapes_strides[0][0]
+    sizes, merged = collapse(shape, [st for _, st in shapes_strides])
+    if len(sizes) > levels:
+        return None
+    while len(sizes) < levels:
+        sizes.insert(0, 1)
+        for st in merged:
+            st.insert(0, 0)
+    return [(n, [st[d] for st in merged]) for d, n in enumerate(sizes)]

@@ -1,0 +1,156 @@
+"""Row kernels: rms_norm, layer_norm (over the last dim), softmax and log_softmax (over the last
+dim), and rope, each program computing ROWS whole rows of the last dim in registers.
+
+Leading dims are merged into at most two levels (launch.row_levels); more, a normalised dim
+other than the last, or dtypes other than float32/float16/bfloat16 decline (torch runs the
+node). A whole row is loaded before any of it is stored, so each kernel is also right in place
+of an input laid out like its output (the memory plan's in-place reuse)."""
+
+from __future__ import annotations
+
+import math
+
+import triton
+import triton.language as tl
+
+from ...ir import Node
+from .launch import Launch, Operand, interpreting, row_levels
+
+FLOATS = ("float32", "float16", "bfloat16")
+
+
+@triton.jit
+def _offsets(rows, c, n1, n2, s0, s1, s2, sc):
+    # element offsets of rows (a [ROWS] block, over three levels) x columns c (a [BLOCK] block)
+    r = (rows // (n1 * n2)) * s0 + (rows // n2 % n1) * s1 + (rows % n2) * s2
+    return r[:, None] + (c * sc)[None, :]
+
+
+@triton.jit
+def rms_norm_kernel(x, w, o, n_rows, D, eps, n1, n2, xs0, xs1, xs2, xc, wc, os0, os1, os2, oc,
+                    ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    c = tl.arange(0, BLOCK)
+    m = (rows < n_rows)[:, None] & (c < D)[None, :]
+    xv = tl.load(x + _offsets(rows, c, n1, n2, xs0, xs1, xs2, xc), mask=m, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(xv * xv, 1) / D + eps)
+    g = tl.load(w + c * wc, mask=c < D, other=0.0).to(tl.float32)
+    y = xv * r[:, None] * g[None, :]
+    tl.store(o + _offsets(rows, c, n1, n2, os0, os1, os2, oc), y.to(o.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def layer_norm_kernel(x, w, b, o, n_rows, D, eps, n1, n2, xs0, xs1, xs2, xc, wc, bc, os0, os1, os2, oc,
+                      ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    c = tl.arange(0, BLOCK)
+    m = (rows < n_rows)[:, None] & (c < D)[None, :]
+    xv = tl.load(x + _offsets(rows, c, n1, n2, xs0, xs1, xs2, xc), mask=m, other=0.0).to(tl.float32)
+    mu = tl.sum(xv, 1) / D
+    t = tl.where(m, xv - mu[:, None], 0.0)
+    r = 1.0 / tl.sqrt(tl.sum(t * t, 1) / D + eps)
+    g = tl.load(w + c * wc, mask=c < D, other=0.0).to(tl.float32)
+    beta = tl.load(b + c * bc, mask=c < D, other=0.0).to(tl.float32)
+    y = t * r[:, None] * g[None, :] + beta[None, :]
+    tl.store(o + _offsets(rows, c, n1, n2, os0, os1, os2, oc), y.to(o.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def softmax_kernel(x, o, n_rows, D, n1, n2, xs0, xs1, xs2, xc, os0, os1, os2, oc,
+                   LOG: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    c = tl.arange(0, BLOCK)
+    m = (rows < n_rows)[:, None] & (c < D)[None, :]
+    xv = tl.load(x + _offsets(rows, c, n1, n2, xs0, xs1, xs2, xc), mask=m,
+                 other=float("-inf")).to(tl.float32)
+    t = xv - tl.max(xv, 1)[:, None]
+    e = tl.exp(t)
+    s = tl.sum(e, 1)[:, None]
+    y = t - tl.log(s) if LOG else e / s
+    tl.store(o + _offsets(rows, c, n1, n2, os0, os1, os2, oc), y.to(o.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def rope_kernel(x, cos, sin, o, n_rows, D, n1, n2, xs0, xs1, xs2, xc, cs0, cs1, cs2, cc, ss0, ss1, ss2, sc,
+                os0, os1, os2, oc, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    # x * cos + rotate_half(x) * sin, rotate_half(x)[j] = -x[j + D/2] or x[j - D/2]
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    c = tl.arange(0, BLOCK)
+    m = (rows < n_rows)[:, None] & (c < D)[None, :]
+    h = D // 2
+    partner = tl.where(c < h, c + h, c - h)
+    xv = tl.load(x + _offsets(rows, c, n1, n2, xs0, xs1, xs2, xc), mask=m, other=0.0).to(tl.float32)
+    xp = tl.load(x + _offsets(rows, partner, n1, n2, xs0, xs1, xs2, xc), mask=m, other=0.0)
+    rot = tl.where((c < h)[None, :], -xp.to(tl.float32), xp.to(tl.float32))
+    cv = tl.load(cos + _offsets(rows, c, n1, n2, cs0, cs1, cs2, cc), mask=m, other=0.0).to(tl.float32)
+    sv = tl.load(sin + _offsets(rows, c, n1, n2, ss0, ss1, ss2, sc), mask=m, other=0.0).to(tl.float32)
+    y = xv * cv + rot * sv
+    tl.store(o + _offsets(rows, c, n1, n2, os0, os1, os2, oc), y.to(o.dtype.element_ty), mask=m)
+
+
+def _blocking(n_rows: int, d: int) -> tuple[int, int, int]:
+    """(ROWS, BLOCK, programs): a program holds ROWS whole rows. Compiled, 1-4 rows of a
+    row's width in registers; interpreted (~1.4 ms a program), up to 64K elements."""
+    block = 1 << max(d - 1, 1).bit_length()
+    budget = (1 << 16) if interpreting() else 4096
+    rows = max(1, min(1 << max(n_rows - 1, 0).bit_length(), budget // block))
+    return rows, block, max(1, -(-n_rows // rows))
+
+
+def _row_args(out: Operand, ins: list[Operand]
+              ) -> tuple[int, tuple[int, int], list[list[int]]] | None:
+    """(rows, (n1, n2), per operand [s0, s1, s2, last stride]), operands broadcast to out."""
+    from ..c.loops import broadcast_strides
+
+    if not out.shape or any(o.is_scalar or o.dtype not in FLOATS for o in [out, *ins]):
+        return None
+    lead = out.shape[:-1]
+    strides = [out.strides] + [broadcast_strides(out.shape, o.shape, o.strides) for o in ins]
+    levels = row_levels([(lead, st[:-1]) for st in strides])
+    if levels is None:
+        return None
+    (_, s0), (n1, s1), (n2, s2) = levels
+    return (math.prod(lead), (n1, n2),
+            [[s0[k], s1[k], s2[k], st[-1]] for k, st in enumerate(strides)])
+
+
+def plan_rows(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:
+    """The kernel of a row op (rms_norm, layer_norm, softmax, log_softmax, rope), or None."""
+    op = node.op
+    if op in ("softmax", "log_softmax") and node.attrs["dim"] % max(len(out.shape), 1) != \
+            len(out.shape) - 1:
+        return None
+    if op == "layer_norm" and len(node.attrs["normalized_shape"]) != 1:
+        return None
+    if op == "rope" and (out.shape[-1:] != ins[0].shape[-1:] or out.shape[-1] % 2):
+        return None
+    if op in ("rms_norm", "layer_norm") and any(len(o.shape) != 1 for o in ins[1:]):
+        return None  # weights of the last dim only
+    tensor_ins = [ins[0]] if op in ("rms_norm", "layer_norm") else ins
+    rows = _row_args(out, tensor_ins)
+    if rows is None or any(o.is_scalar or o.dtype not in FLOATS for o in ins):
+        return None
+    n_rows, n12, st = rows
+    d = out.shape[-1]
+    r, block, programs = _blocking(n_rows, d)
+    meta = {"ROWS": r, "BLOCK": block}
+    x_st, o_st = st[1], st[0]
+    if op == "rms_norm":
+        args = [ins[0], ins[1], out, n_rows, d, node.attrs["eps"], *n12, *x_st,
+                ins[1].strides[0], *o_st]
+        return [Launch(op, rms_norm_kernel, (programs,), args, meta)]
+    if op == "layer_norm":
+        args = [ins[0], ins[1], ins[2], out, n_rows, d, node.attrs["eps"], *n12, *x_st,
+                ins[1].strides[0], ins[2].strides[0], *o_st]
+        return [Launch(op, layer_norm_kernel, (programs,), args, meta)]
+    if op in ("softmax", "log_softmax"):
+        args = [ins[0], out, n_rows, d, *n12, *x_st, *o_st]
+        return [Launch(op, softmax_kernel, (programs,), args,
+                       {"LOG": op == "log_softmax", **meta})]
+    if op == "rope":
+        args = [*ins, out, n_rows, d, *n12, *st[1], *st[2], *st[3], *o_st]
+        return [Launch(op, rope_kernel, (programs,), args, meta)]
+    return None
+
+
+ROW_OPS = frozenset({"rms_norm", "layer_norm", "softmax", "log_softmax", "rope"})
