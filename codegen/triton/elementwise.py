@@ -201,6 +201,30 @@ def plan_group(graph: Graph, group: Group, operands: dict[int, Operand], name: s
     return Launch(name, _Deferred(module, name), grid, [out, *tensors], {"BLOCK": block})
 
 
+def plan_copy(name: str, shape: tuple[int, ...], out: Operand, out_strides: tuple[int, ...],
+              out_offset: int, src: Operand, src_strides: tuple[int, ...], src_offset: int,
+              source: Source, module: Callable[[], Any]) -> Launch | None:
+    """A kernel copying `src` (read as `shape` through src_strides from src_offset) into
+    `out` (written through out_strides from out_offset): the pieces of a cat, a reshape or a
+    layout op torch computes as a copy."""
+    if src.is_scalar or src.dtype not in TL_DTYPES or out.dtype not in TL_DTYPES:
+        return None
+    numel = math.prod(shape)
+    if numel == 0:
+        return None
+    sizes, merged = collapse(shape, [out_strides, src_strides])
+    out_at, src_at = _offsets(sizes, merged)
+    block = block_size(numel)
+    lines = ["@triton.jit", f"def {name}(o, x0, BLOCK: tl.constexpr):",
+             "    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+             f"    m = i < {numel}", *_unravel(sizes),
+             f"    v = tl.load(x0 + {src_offset} + {src_at}, mask=m)",
+             f"    tl.store(o + {out_offset} + {out_at}, v.to({TL_DTYPES[out.dtype]}), mask=m)"]
+    source.kernels.append("\n".join(lines))
+    return Launch(name, _Deferred(module, name), (max(1, -(-numel // block)),), [out, src],
+                  {"BLOCK": block})
+
+
 def _unravel(sizes: list[int]) -> list[str]:
     lines, rest = [], "i"
     for d in range(len(sizes) - 1, 0, -1):
@@ -213,7 +237,8 @@ def _unravel(sizes: list[int]) -> list[str]:
 
 
 def _offsets(sizes: list[int], merged: list[list[int]]) -> list[str]:
-    return [" + ".join(f"d{d} * {s}" for d, s in enumerate(st) if s) or "0" for st in merged]
+    # a broadcast operand still needs a block of pointers: i * 0
+    return [" + ".join(f"d{d} * {s}" for d, s in enumerate(st) if s) or "i * 0" for st in merged]
 
 
 class _Deferred:

@@ -1,0 +1,164 @@
+"""The Triton backend (codegen/triton/) as a whole, in Triton's interpreter on the CPU: its
+generated elementwise kernels and fused chains, row kernels, whole programs against the
+reference runtime and eager, the torch steps for what it does not generate, and its use through
+optimize() (backend="triton", "auto") and the Generator."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from eqsat_llm import Generator, optimize
+from eqsat_llm.codegen import ReferenceRuntime
+from eqsat_llm.codegen.triton.runtime import TritonRuntime
+from eqsat_llm.errors import EqsatError
+from eqsat_llm.ir import Graph
+from eqsat_llm.workloads import LlamaBlock
+
+from .test_c_backend import const, inp, rand_inputs, scalar
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy in the interpreter
+
+
+def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5) -> TritonRuntime:
+    rt = TritonRuntime(g)
+    want = ReferenceRuntime(g).run(inputs)
+    for _ in range(2):  # the arena is reused: nothing may leak from the first call
+        with np.errstate(all="ignore"):
+            got = rt.run(inputs)
+        for k, (a, b) in enumerate(zip(want, got)):
+            assert a.shape == b.shape and a.dtype == b.dtype, k
+            if a.dtype == torch.bool:
+                assert torch.equal(a, b), k
+            else:
+                torch.testing.assert_close(b, a, atol=tol, rtol=tol, msg=f"output {k}")
+    return rt
+
+
+def test_elementwise_ops_broadcast_scalars_comparisons_where():
+    g = Graph()
+    x, y = inp(g, (5, 1, 13)), inp(g, (7, 13))
+    s = scalar(g, 0.37)
+    outs = [g.add(op, (x, y)) for op in ("add", "sub", "mul", "div", "maximum", "minimum")]
+    outs += [g.add("mul", (x, s)), g.add("sub", (s, y)),
+             g.add("pow", (x, g.add("scalar", value=2, kind="int")))]
+    cmp = [g.add(op, (x, y)) for op in ("lt", "ge", "eq", "ne")]
+    outs += cmp + [g.add("where", (cmp[0], x, y)), g.add("logical_and", (cmp[0], cmp[1])),
+                   g.add("logical_not", (cmp[2],)), g.add("to_dtype", (x,), dtype="int64"),
+                   g.add("to_dtype", (y,), dtype="bool")]
+    g.outputs = outs
+    rt = check(g, rand_inputs(g))
+    assert not rt.torch_steps and rt.kernel_count == len(outs)
+
+
+def test_unary_ops():
+    g = Graph()
+    x, y = inp(g, (3, 37)), inp(g, (3, 37))
+    ops = ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "silu", "relu",
+           "reciprocal", "abs", "cos", "sin", "erf")
+    outs = [g.add(op, (x,)) for op in ops]
+    outs += [g.add("gelu", (y,), approximate="tanh"), g.add("gelu", (y,), approximate="none"),
+             g.add("swiglu", (y, x)), g.add("pow", (x, scalar(g, 0.5)))]
+    g.outputs = outs
+    xs = rand_inputs(g)
+    xs[0] = xs[0].abs() + 0.1
+    rt = check(g, xs, tol=2e-6)
+    assert not rt.torch_steps
+
+
+def test_elementwise_chain_is_one_kernel_and_strided_inputs_are_read_in_place():
+    g = Graph()
+    x = inp(g, (4, 6, 10))
+    t = g.add("permute", (x,), dims=[0, 2, 1])  # (4, 10, 6) read through strides
+    b = const(g, torch.randn(6))
+    y = g.add("exp", (g.add("mul", (g.add("add", (t, b)), scalar(g, 0.5))),))
+    g.outputs = [g.add("sigmoid", (y,))]
+    rt = check(g, rand_inputs(g))
+    (members,) = rt.program.fused.values()
+    assert len(members) == 4 and rt.kernel_count == 1
+    assert rt.source.count("@triton.jit") == 1
+
+
+def test_row_ops_and_rope():
+    g = Graph()
+    x = inp(g, (2, 5, 3, 40))
+    w, b = const(g, torch.randn(40)), const(g, torch.randn(40))
+    cos, sin = const(g, torch.randn(5, 1, 40)), const(g, torch.randn(5, 1, 40))
+    g.outputs = [g.add("rms_norm", (x, w), eps=1e-6),
+                 g.add("layer_norm", (x, w, b), normalized_shape=[40], eps=1e-5),
+                 g.add("softmax", (x,), dim=-1), g.add("log_softmax", (x,), dim=3),
+                 g.add("rope", (x, cos, sin))]
+    rt = check(g, rand_inputs(g))
+    assert not rt.torch_steps
+    assert {ln.name for ls in rt.program.launches.values() for ln in ls} == {
+        "rms_norm", "layer_norm", "softmax", "log_softmax", "rope"}
+
+
+def test_ops_without_a_kernel_run_in_torch_on_the_arena():
+    g = Graph()
+    x = inp(g, (4, 9))
+    c = g.add("cumsum", (g.add("exp", (x,)),), dim=1)  # no Triton kernel: a torch step
+    g.outputs = [g.add("mul", (c, scalar(g, 2.0))), g.add("softmax", (x,), dim=0)]
+    rt = check(g, rand_inputs(g))
+    assert sorted(op for _, op in rt.torch_steps) == ["cumsum", "softmax"]
+    assert rt.kernel_count == 2  # exp, then mul after the torch step
+
+
+def small_block(**kw) -> LlamaBlock:
+    return LlamaBlock(d_model=64, n_heads=4, ffn=96, **kw).eval()
+
+
+@pytest.mark.parametrize("shape", ["prefill", "decode_kv"])
+def test_llama_block_runs_whole_on_triton_and_matches_eager(shape):
+    model = small_block()
+    gen = torch.Generator().manual_seed(0)
+    seq = 24 if shape == "prefill" else 1
+    inputs = (torch.randn(1, seq, 64, generator=gen),)
+    if shape == "decode_kv":
+        inputs += (torch.randn(1, 4, 40, 16, generator=gen),
+                   torch.randn(1, 4, 40, 16, generator=gen))
+    compiled = optimize(model, inputs, backend="triton", measure_eager=False)
+    report = compiled.report
+    assert report.backend == "triton" and not report.torch_ops
+    assert compiled.report.op_counts_after.get("attention") == 1
+    with torch.no_grad():
+        want = model(*inputs)
+    with np.errstate(all="ignore"):
+        got = compiled(*inputs)
+    for a, b in zip(want if isinstance(want, tuple) else (want,),
+                    got if isinstance(got, tuple) else (got,)):
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+    text = compiled.source("triton")
+    gemms = sum(v for k, v in report.op_counts_after.items() if k.startswith("gemm"))
+    assert text.count("gemm_kernel[") == gemms and "_attention_fwd[" in text
+    with pytest.raises(EqsatError, match="no c source"):
+        compiled.source("c")
+
+
+def test_auto_is_c_on_cpu_inputs():
+    model = small_block()
+    compiled = optimize(model, (torch.randn(1, 3, 64),), measure_eager=False)
+    assert compiled.report.backend == "c"
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(EqsatError, match="unknown backend"):
+        optimize(small_block(), (torch.randn(1, 3, 64),), backend="cuda")
+
+
+def test_generator_on_triton_gives_the_c_backends_tokens():
+    pytest.importorskip("transformers")
+    from eqsat_llm.model_matrix import build
+
+    model = build("llama", seq=4)[0].model
+    ids = torch.randint(0, 1000, (1, 5), generator=torch.Generator().manual_seed(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with np.errstate(all="ignore"):
+            tri = Generator(model, max_seq_len=16, backend="triton").generate(
+                ids, max_new_tokens=4)
+        c = Generator(model, max_seq_len=16, backend="c").generate(ids, max_new_tokens=4)
+    assert torch.equal(tri, c)
