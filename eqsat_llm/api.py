@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import warnings
@@ -106,6 +107,16 @@ class Compiled:
         if self._out_kind == "tuple":
             return tuple(outs)
         return pytree.tree_unflatten(outs, self.captured.out_spec)
+
+    def on_backend(self, backend: str) -> Compiled:
+        """The same optimized program on another backend ("c", "triton", "reference"): no
+        second optimization (the extracted program does not depend on the backend)."""
+        if backend not in BACKENDS:
+            raise EqsatError(f"unknown backend {backend!r}; available: {BACKENDS}")
+        backend = resolve_backend(backend, [])
+        other = Compiled(self.graph, self.captured, dataclasses.replace(self.report), backend)
+        other.cost_model = self.cost_model
+        return other
 
     def source(self, kind: str | None = None) -> str:
         """The generated program: C source ("c") or the Triton kernels with their launch

@@ -1,13 +1,15 @@
 """The model matrix: transformers families as users load them (sdpa attention by default, eager
 as well; grouped-query attention where the family has it; the library's masking utilities),
 built offline from small configs with random weights, at prefill and one-token shapes. Each
-must match eager, run on the C backend, and show its fused ops. The slow set runs larger
+must match eager, run on the C backend, and show its fused ops; with sdpa the same program also
+runs on the Triton backend (in its interpreter) and must match eager too. The slow set runs larger
 configs (`-m slow`)."""
 
 from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +22,12 @@ pytest.importorskip("transformers")
 # compiled program (docs/design.md); every other family compiles whole.
 TORCH_ALLOWED = {"mixtral"}
 NORMS = ("rms_norm", "layer_norm", "gemm[rms_norm]")
+# ops the Triton backend runs as torch steps: Falcon's aten.index (its alibi/position gather),
+# and Mixtral's routing as on the C backend
+TRITON_TORCH_STEPS = {"falcon": {"index"}, "mixtral": {
+    "index", "getitem", "sum", "aten.div.Tensor_mode", "aten.histc.default",
+    "aten.cumsum.default", "transformers.grouped_mm_fallback.default",
+    "aten.empty_permuted.default", "aten.index_put.default"}}
 
 
 def _check(family: str, attn: str, seq: int, size: str) -> None:
@@ -45,6 +53,12 @@ def _check(family: str, attn: str, seq: int, size: str) -> None:
         want = model(*inputs)
         for _ in range(2):  # the arena is reused across calls
             torch.testing.assert_close(compiled(*inputs), want, atol=1e-4, rtol=1e-4)
+    if attn == "sdpa" and size == "small":  # the same program as Triton kernels (interpreted)
+        triton = compiled.on_backend("triton")
+        assert set(triton.report.torch_ops) <= TRITON_TORCH_STEPS.get(family, set()), \
+            triton.report.torch_ops
+        with torch.no_grad(), np.errstate(all="ignore"):
+            torch.testing.assert_close(triton(*inputs), want, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("seq", [16, 1], ids=["prefill", "one-token"])

@@ -162,3 +162,21 @@ def test_generator_on_triton_gives_the_c_backends_tokens():
                 ids, max_new_tokens=4)
         c = Generator(model, max_seq_len=16, backend="c").generate(ids, max_new_tokens=4)
     assert torch.equal(tri, c)
+
+
+def test_embedding_gathers_rows_and_an_out_of_range_id_raises():
+    from eqsat_llm.codegen.c import KernelIndexError
+
+    g = Graph()
+    ids = inp(g, (2, 7), "int64")
+    w = const(g, torch.randn(11, 24))
+    g.outputs = [g.add("embedding", (w, ids))]
+    good = [torch.randint(0, 11, (2, 7), generator=torch.Generator().manual_seed(0))]
+    rt = check(g, good)
+    assert not rt.torch_steps
+    bad = [good[0].clone()]
+    bad[0][1, 3] = 11
+    with pytest.raises(KernelIndexError), np.errstate(all="ignore"):
+        rt.run(bad)
+    with np.errstate(all="ignore"):  # the flag was reset: a good call runs again
+        torch.testing.assert_close(rt.run(good)[0], ReferenceRuntime(g).run(good)[0])

@@ -73,6 +73,8 @@ class Launch:
     grid: tuple[int, ...]
     args: list[Any]
     constexprs: dict[str, Any] = field(default_factory=dict)
+    # a flag the kernel sets when an index is out of range (gather.py); the runtime checks it
+    index_error: torch.Tensor | None = None
 
     def __call__(self, values: list[Any]) -> None:
         args = [values[a.node] if isinstance(a, Operand) else a for a in self.args]

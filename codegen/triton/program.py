@@ -25,12 +25,14 @@ from ..c.fuse_elementwise import Group, fusion_groups
 from ..c.values import Layout, Ref, build_layout, view_of
 from .attention import plan_attention
 from .elementwise import ELEMENTWISE_OPS, Source, element_expr, plan_copy, plan_group
+from .gather import plan_embedding
 from .gemm import MATMUL_OPS, plan_gemm, plan_matmul
 from .launch import Launch, Operand
 from .rows import ROW_OPS, plan_rows
 
 Planner = Callable[[Any, Operand, list[Operand]], "list[Launch] | None"]
 PLANNERS: dict[str, Planner] = {"gemm": plan_gemm, "attention": plan_attention,
+                                "embedding": plan_embedding,
                                 **{op: plan_matmul for op in MATMUL_OPS},
                                 **{op: plan_rows for op in ROW_OPS}}
 COPY_OPS = frozenset({"cat"}) | VIEW_OPS  # (a view op reaching a kernel is a copy)

@@ -20,6 +20,7 @@ import torch
 from ...errors import GraphError
 from ...ir import Graph, TensorType, dtype_of
 from ...plan import COPY_OUT, OUTPUT, MemoryPlan, plan_memory
+from ..c.errors import KernelIndexError
 from ..c.runtime import torch_op_name
 from ..planned import ArenaSteps, aligned_bytes
 from .launch import device as backend_device
@@ -50,6 +51,8 @@ class TritonRuntime:
                                 default=-1)
         self._in_types = {n.attrs["index"]: n.type for n in graph.nodes if n.op == "input"}
         self.kernel_count = sum(len(v) for v in prog.launches.values())
+        self._index_flags = [ln.index_error for ls in prog.launches.values() for ln in ls
+                             if ln.index_error is not None]
 
     @property
     def source(self) -> str:
@@ -73,7 +76,13 @@ class TritonRuntime:
             if not x.is_contiguous():
                 ins[k] = x.contiguous()
         with torch.no_grad():
-            return self._call(ins)
+            outs = self._call(ins)
+        if self._index_flags and any(bool(f.item()) for f in self._index_flags):
+            for f in self._index_flags:
+                f.zero_()
+            raise KernelIndexError("an index is out of range (an embedding id): torch raises "
+                                   "here too")
+        return outs
 
     def _call(self, ins: list[torch.Tensor]) -> list[Any]:
         steps = self._steps
