@@ -61,10 +61,16 @@ class LlamaBlock(nn.Module):
         rope_base: float = 10000.0,
         eps: float = 1e-6,
         seed: int = 0,
+        n_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        # grouped-query attention: n_kv_heads key/value heads, each read by n_heads / n_kv_heads
+        # query heads (repeat_kv, as transformers' LLaMA does)
+        self.n_kv_heads = n_kv_heads or n_heads
+        if n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
         self.d_model = d_model
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
@@ -72,8 +78,9 @@ class LlamaBlock(nn.Module):
 
         self.attn_norm = RMSNorm(d_model, eps)
         self.q_proj = nn.Linear(d_model, d_model, bias=False)
-        self.k_proj = nn.Linear(d_model, d_model, bias=False)
-        self.v_proj = nn.Linear(d_model, d_model, bias=False)
+        kv_dim = self.n_kv_heads * self.head_dim
+        self.k_proj = nn.Linear(d_model, kv_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, kv_dim, bias=False)
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
         self.ffn_norm = RMSNorm(d_model, eps)
         self.gate_proj = nn.Linear(d_model, ffn, bias=False)
@@ -98,8 +105,8 @@ class LlamaBlock(nn.Module):
                 module.weight.copy_(1.0 + 0.1 * torch.randn(module.weight.shape, generator=gen))
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        batch, seq, _ = x.shape
-        return x.view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
+        batch, seq, width = x.shape
+        return x.view(batch, seq, width // self.head_dim, self.head_dim).transpose(1, 2)
 
     def _rope(self, past: int, seq: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         positions = torch.arange(past, past + seq, device=device, dtype=torch.float32)
@@ -116,7 +123,7 @@ class LlamaBlock(nn.Module):
         """Run the block on ``x`` of shape (batch, seq, d_model).
 
         Without caches returns the output only.  With ``k_cache``/``v_cache``
-        of shape (batch, n_heads, past, head_dim) the new tokens sit at
+        of shape (batch, n_kv_heads, past, head_dim) the new tokens sit at
         positions ``past..past+seq-1`` and ``(out, k_all, v_all)`` is returned
         so the caller can feed the grown caches to the next step.
         """
@@ -138,6 +145,10 @@ class LlamaBlock(nn.Module):
             k = torch.cat((k_cache, k), dim=2)
             v = torch.cat((v_cache, v), dim=2)
         total = past + seq
+        if self.n_kv_heads != self.n_heads:  # the caches keep n_kv_heads; attention reads all
+            group = self.n_heads // self.n_kv_heads
+            k_all, v_all = k, v
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
         # Query i (absolute position past + i) may attend to keys 0..past + i.
@@ -154,6 +165,8 @@ class LlamaBlock(nn.Module):
 
         if k_cache is None:
             return x
+        if self.n_kv_heads != self.n_heads:
+            return x, k_all, v_all
         return x, k, v
 
 

@@ -136,7 +136,7 @@ class Source:
     constants: dict[str, str]
     kernels: list[str]
 
-    def literal(self, v: float | int | bool) -> str:
+    def literal(self, v: float | bool) -> str:
         """A Python number as Triton reads it (non-finite floats as module constants)."""
         if isinstance(v, bool):
             return "1" if v else "0"

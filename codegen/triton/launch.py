@@ -27,7 +27,7 @@ def check_mode() -> None:
     """Refuse a Triton that can run no kernel here: no CUDA device, and imported (by the
     user's code, before eqsat_llm) without TRITON_INTERPRET=1, so that even its standard
     library was decorated for a compiler that has no target."""
-    import triton.language.standard as standard
+    from triton.language import standard
 
     if not torch.cuda.is_available() and type(standard.sigmoid).__name__ != \
             "InterpretedFunction":

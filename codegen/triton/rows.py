@@ -40,7 +40,8 @@ def rms_norm_kernel(x, w, o, n_rows, D, eps, n1, n2, xs0, xs1, xs2, xc, wc, os0,
 
 
 @triton.jit
-def layer_norm_kernel(x, w, b, o, n_rows, D, eps, n1, n2, xs0, xs1, xs2, xc, wc, bc, os0, os1, os2, oc,
+def layer_norm_kernel(x, w, b, o, n_rows, D, eps, n1, n2, xs0, xs1, xs2, xc, wc, bc,
+                      os0, os1, os2, oc,
                       ROWS: tl.constexpr, BLOCK: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     c = tl.arange(0, BLOCK)
@@ -71,7 +72,8 @@ def softmax_kernel(x, o, n_rows, D, n1, n2, xs0, xs1, xs2, xc, os0, os1, os2, oc
 
 
 @triton.jit
-def rope_kernel(x, cos, sin, o, n_rows, D, n1, n2, xs0, xs1, xs2, xc, cs0, cs1, cs2, cc, ss0, ss1, ss2, sc,
+def rope_kernel(x, cos, sin, o, n_rows, D, n1, n2, xs0, xs1, xs2, xc, cs0, cs1, cs2, cc,
+                ss0, ss1, ss2, sc,
                 os0, os1, os2, oc, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     # x * cos + rotate_half(x) * sin, rotate_half(x)[j] = -x[j + D/2] or x[j - D/2]
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
@@ -82,9 +84,9 @@ def rope_kernel(x, cos, sin, o, n_rows, D, n1, n2, xs0, xs1, xs2, xc, cs0, cs1, 
     xv = tl.load(x + _offsets(rows, c, n1, n2, xs0, xs1, xs2, xc), mask=m, other=0.0).to(tl.float32)
     xp = tl.load(x + _offsets(rows, partner, n1, n2, xs0, xs1, xs2, xc), mask=m, other=0.0)
     rot = tl.where((c < h)[None, :], -xp.to(tl.float32), xp.to(tl.float32))
-    cv = tl.load(cos + _offsets(rows, c, n1, n2, cs0, cs1, cs2, cc), mask=m, other=0.0).to(tl.float32)
-    sv = tl.load(sin + _offsets(rows, c, n1, n2, ss0, ss1, ss2, sc), mask=m, other=0.0).to(tl.float32)
-    y = xv * cv + rot * sv
+    cv = tl.load(cos + _offsets(rows, c, n1, n2, cs0, cs1, cs2, cc), mask=m, other=0.0)
+    sv = tl.load(sin + _offsets(rows, c, n1, n2, ss0, ss1, ss2, sc), mask=m, other=0.0)
+    y = xv * cv.to(tl.float32) + rot * sv.to(tl.float32)
     tl.store(o + _offsets(rows, c, n1, n2, os0, os1, os2, oc), y.to(o.dtype.element_ty), mask=m)
 
 

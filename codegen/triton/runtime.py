@@ -24,7 +24,7 @@ from ..c.errors import KernelIndexError
 from ..c.runtime import torch_op_name
 from ..planned import ArenaSteps, aligned_bytes
 from .launch import device as backend_device
-from .program import TritonProgram, plan_program
+from .program import plan_program
 
 
 class TritonRuntime:
