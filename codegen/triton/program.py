@@ -100,10 +100,11 @@ def plan_program(graph: Graph, plan: MemoryPlan) -> TritonProgram:
     inner = {m for g in groups.values() for m in g.members[:-1]}
     for nid in plan.order:
         node = graph.node(nid)
-        if nid in inner or plan.kinds[nid] not in (ARENA, OUTPUT) or node.attrs.get("inplace"):
+        if nid in inner or plan.kinds[nid] not in (ARENA, OUTPUT) and \
+                not node.attrs.get("inplace"):
             continue
         launches = None
-        if all(i in ops for i in node.inputs) and nid in ops:
+        if all(i in ops for i in node.inputs) and nid in ops and not node.attrs.get("inplace"):
             name = f"k{nid}_{node.op}"
             group = groups.get(nid) or Group(nid, (nid,), tuple(
                 i for i in dict.fromkeys(node.inputs) if not ops[i].is_scalar))

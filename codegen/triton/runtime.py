@@ -6,9 +6,9 @@
 One arena (a byte tensor on the device, the plan's size) holds every intermediate at its
 planned offset; the constants are copied to the device once; a call launches the kernels in
 the plan's order and runs the nodes no kernel is generated for as torch steps on the same
-arena (`torch_steps`). On CUDA the whole call may be captured as a CUDA graph (`cuda_graph`:
-replayed when the inputs are the same tensors as last time, e.g. a decode step's static
-buffers). Not reentrant: one call at a time (they share the arena)."""
+arena (`torch_steps`). On CUDA a call is captured as a CUDA graph and replayed (`cuda_graph`,
+by default when the only torch steps are state writes in place): one launch per call instead
+of one per kernel, what a decode step's time is made of. Not reentrant: one call at a time (they share the arena)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ from .program import plan_program
 
 
 class TritonRuntime:
-    def __init__(self, graph: Graph, plan: MemoryPlan | None = None):
+    def __init__(self, graph: Graph, plan: MemoryPlan | None = None, *,
+                 cuda_graph: bool | None = None):
         self.device = backend_device()
         self.plan = plan = plan if plan is not None else plan_memory(graph)
         self.graph = graph
@@ -53,6 +54,18 @@ class TritonRuntime:
         self.kernel_count = sum(len(v) for v in prog.launches.values())
         self._index_flags = [ln.index_error for ls in prog.launches.values() for ln in ls
                              if ln.index_error is not None]
+        # CUDA graph: by default on CUDA when every torch step is a state write in place (an
+        # index_copy_ into a KV cache); another torch op might synchronise or allocate
+        capturable = all(graph.node(n).attrs.get("inplace") for n in prog.torch_nodes)
+        self.cuda_graph = self.device.type == "cuda" and (
+            capturable if cuda_graph is None else cuda_graph)
+        # inputs the program writes in place (a KV cache): the graph keeps their addresses
+        self._written_inputs = {graph.node(n.inputs[0]).attrs["index"] for n in graph.nodes
+                                if n.attrs.get("inplace") and graph.node(n.inputs[0]).op
+                                == "input"}
+        self._graph: Any = None
+        self._graph_in: list[torch.Tensor] = []
+        self._graph_out: list[Any] = []
 
     @property
     def source(self) -> str:
@@ -76,13 +89,35 @@ class TritonRuntime:
             if not x.is_contiguous():
                 ins[k] = x.contiguous()
         with torch.no_grad():
-            outs = self._call(ins)
+            outs = self._replay(ins) if self.cuda_graph else self._call(ins)
         if self._index_flags and any(bool(f.item()) for f in self._index_flags):
             for f in self._index_flags:
                 f.zero_()
             raise KernelIndexError("an index is out of range (an embedding id): torch raises "
                                    "here too")
         return outs
+
+    def _replay(self, ins: list[torch.Tensor]) -> list[Any]:
+        """The call as a CUDA graph: captured on the first call (inputs copied into buffers the
+        graph owns, but those written in place, whose addresses it keeps), replayed after;
+        outputs are copied out of the graph's buffers. A call whose written-in-place inputs are
+        other tensors than at capture runs without the graph."""
+        if self._graph is None:
+            self._graph_in = [x if k in self._written_inputs else x.clone()
+                              for k, x in enumerate(ins)]
+            self._call(self._graph_in)  # warm-up: every kernel compiled before capture
+            torch.cuda.synchronize()
+            self._graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self._graph):
+                self._graph_out = self._call(self._graph_in)
+        for k, (x, held) in enumerate(zip(ins, self._graph_in)):
+            if k in self._written_inputs:
+                if x.data_ptr() != held.data_ptr():
+                    return self._call(ins)
+            else:
+                held.copy_(x)
+        self._graph.replay()
+        return [v.clone() if isinstance(v, torch.Tensor) else v for v in self._graph_out]
 
     def _call(self, ins: list[torch.Tensor]) -> list[Any]:
         steps = self._steps
