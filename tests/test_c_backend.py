@@ -54,14 +54,19 @@ def rand_inputs(g: Graph, positive: bool = False) -> list[torch.Tensor]:
 def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5, **kw) -> CRuntime:
     rt = CRuntime(g, **kw)
     got = rt.run(inputs)
-    want = ReferenceRuntime(g).run(inputs)
+    assert_outputs_match(ReferenceRuntime(g).run(inputs), got, tol)
+    return rt
+
+
+def assert_outputs_match(want: list, got: list, tol: float) -> None:
+    """Same shapes and dtypes; bools equal, numbers within tol (absolute and relative)."""
+    assert len(want) == len(got)
     for k, (a, b) in enumerate(zip(want, got)):
         assert a.shape == b.shape and a.dtype == b.dtype, (k, a.shape, b.shape)
         if a.dtype == torch.bool:
             assert torch.equal(a, b), k
         else:
             torch.testing.assert_close(b, a, atol=tol, rtol=tol, msg=f"output {k}")
-    return rt
 
 
 # --- kernels ----------------------------------------------------------------------------------

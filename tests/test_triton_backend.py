@@ -18,7 +18,7 @@ from eqsat_llm.errors import EqsatError
 from eqsat_llm.ir import Graph
 from eqsat_llm.workloads import LlamaBlock
 
-from .test_c_backend import const, inp, rand_inputs, scalar
+from .test_c_backend import assert_outputs_match, const, inp, rand_inputs, scalar
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy in the interpreter
 
@@ -28,13 +28,7 @@ def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5) -> TritonRunt
     want = ReferenceRuntime(g).run(inputs)
     for _ in range(2):  # the arena is reused: nothing may leak from the first call
         with np.errstate(all="ignore"):
-            got = rt.run(inputs)
-        for k, (a, b) in enumerate(zip(want, got)):
-            assert a.shape == b.shape and a.dtype == b.dtype, k
-            if a.dtype == torch.bool:
-                assert torch.equal(a, b), k
-            else:
-                torch.testing.assert_close(b, a, atol=tol, rtol=tol, msg=f"output {k}")
+            assert_outputs_match(want, rt.run(inputs), tol)
     return rt
 
 
