@@ -143,7 +143,7 @@ def test_unknown_backend_is_refused():
         optimize(small_block(), (torch.randn(1, 3, 64),), backend="cuda")
 
 
-def test_generator_on_triton_gives_the_c_backends_tokens():
+def test_generator_on_triton_gives_transformers_tokens():
     pytest.importorskip("transformers")
     from eqsat_llm.model_matrix import build
 
@@ -152,10 +152,16 @@ def test_generator_on_triton_gives_the_c_backends_tokens():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with np.errstate(all="ignore"):
-            tri = Generator(model, max_seq_len=16, backend="triton").generate(
-                ids, max_new_tokens=4)
-        c = Generator(model, max_seq_len=16, backend="c").generate(ids, max_new_tokens=4)
-    assert torch.equal(tri, c)
+            gen = Generator(model, max_seq_len=16, backend="triton")
+            got = gen.generate(ids, max_new_tokens=4)
+        with torch.no_grad():
+            want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
+                                  do_sample=False)
+    assert torch.equal(got, want)
+    for program in (gen.decode_program, gen.prefill_program):
+        # every node a Triton kernel but the KV cache writes, torch's own in-place ops
+        assert program.report.backend == "triton"
+        assert set(program.report.torch_ops) == {"aten.index_put_.default"}
 
 
 def test_embedding_gathers_rows_and_an_out_of_range_id_raises():
@@ -174,3 +180,39 @@ def test_embedding_gathers_rows_and_an_out_of_range_id_raises():
         rt.run(bad)
     with np.errstate(all="ignore"):  # the flag was reset: a good call runs again
         torch.testing.assert_close(rt.run(good)[0], ReferenceRuntime(g).run(good)[0])
+
+
+def test_index_and_index_select_gather_with_negative_ids_and_raise_out_of_range():
+    from eqsat_llm.codegen.c import KernelIndexError
+
+    g = Graph()
+    x = inp(g, (3, 10, 4))
+    pos = inp(g, (2, 5), "int64")
+    sel = inp(g, (6,), "int64")
+    g.outputs = [g.add("index", (x, pos), positions=[1]),
+                 g.add("index_select", (x, sel), dim=2)]
+    gen = torch.Generator().manual_seed(0)
+    good = [torch.randn(3, 10, 4, generator=gen),
+            torch.randint(-10, 10, (2, 5), generator=gen),
+            torch.randint(0, 4, (6,), generator=gen)]
+    rt = check(g, good)
+    assert not rt.torch_steps
+    bad = [good[0], good[1].clone(), good[2]]
+    bad[1][0, 0] = 10
+    with pytest.raises(KernelIndexError), np.errstate(all="ignore"):
+        rt.run(bad)
+    negative = [good[0], good[1], torch.tensor([0, -1, 2, 3, 1, 0])]  # refused, as by torch
+    with pytest.raises(KernelIndexError), np.errstate(all="ignore"):
+        rt.run(negative)
+
+
+def test_index_with_two_broadcast_index_tensors():
+    g = Graph()
+    x = inp(g, (2, 7, 5), "bool")
+    a, b = inp(g, (3, 1), "int64"), inp(g, (1, 4), "int64")
+    g.outputs = [g.add("index", (x, a, b), positions=[0, 1])]
+    gen = torch.Generator().manual_seed(1)
+    rt = check(g, [torch.rand(2, 7, 5, generator=gen) > 0.5,
+                   torch.randint(-2, 2, (3, 1), generator=gen),
+                   torch.randint(0, 7, (1, 4), generator=gen)])
+    assert not rt.torch_steps

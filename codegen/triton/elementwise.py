@@ -180,7 +180,7 @@ def plan_group(graph: Graph, group: Group, operands: dict[int, Operand], name: s
              f"def {name}({args}, BLOCK: tl.constexpr):",
              "    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
              f"    m = i < {numel}"]
-    lines += _unravel(sizes)
+    lines += unravel(sizes)
     for k, t in enumerate(tensors):
         lines.append(f"    x{k}v = tl.load(x{k} + {offsets[k + 1]}, mask=m)")
     for m, node, (ct, expr) in exprs:
@@ -198,7 +198,7 @@ def plan_group(graph: Graph, group: Group, operands: dict[int, Operand], name: s
     lines.append(f"    tl.store(o + {offsets[0]}, v{group.root}, mask=m)")
     source.kernels.append("\n".join(lines))
     grid = (max(1, -(-numel // block)),)
-    return Launch(name, _Deferred(module, name), grid, [out, *tensors], {"BLOCK": block})
+    return Launch(name, Deferred(module, name), grid, [out, *tensors], {"BLOCK": block})
 
 
 def plan_copy(name: str, shape: tuple[int, ...], out: Operand, out_strides: tuple[int, ...],
@@ -217,15 +217,15 @@ def plan_copy(name: str, shape: tuple[int, ...], out: Operand, out_strides: tupl
     block = block_size(numel)
     lines = ["@triton.jit", f"def {name}(o, x0, BLOCK: tl.constexpr):",
              "    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
-             f"    m = i < {numel}", *_unravel(sizes),
+             f"    m = i < {numel}", *unravel(sizes),
              f"    v = tl.load(x0 + {src_offset} + {src_at}, mask=m)",
              f"    tl.store(o + {out_offset} + {out_at}, v.to({TL_DTYPES[out.dtype]}), mask=m)"]
     source.kernels.append("\n".join(lines))
-    return Launch(name, _Deferred(module, name), (max(1, -(-numel // block)),), [out, src],
+    return Launch(name, Deferred(module, name), (max(1, -(-numel // block)),), [out, src],
                   {"BLOCK": block})
 
 
-def _unravel(sizes: list[int]) -> list[str]:
+def unravel(sizes: list[int]) -> list[str]:
     lines, rest = [], "i"
     for d in range(len(sizes) - 1, 0, -1):
         lines.append(f"    d{d} = {rest} % {sizes[d]}")
@@ -241,7 +241,7 @@ def _offsets(sizes: list[int], merged: list[list[int]]) -> list[str]:
     return [" + ".join(f"d{d} * {s}" for d, s in enumerate(st) if s) or "i * 0" for st in merged]
 
 
-class _Deferred:
+class Deferred:
     """A kernel of the generated module, looked up when first launched (the module is loaded
     after every kernel has been planned)."""
 

@@ -1,16 +1,20 @@
-"""embedding: rows of a weight gathered by index. Every index is checked before its read: an
+"""Gathers: embedding (rows of a weight by id), index with one index tensor, index_select. Every index is checked before its read: an
 out-of-range one reads nothing and sets the launch's `index_error` flag, and the runtime
 raises KernelIndexError after the call, as torch raises (and as the C backend does)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
 from ...ir import Node
+from ..c.loops import broadcast_strides
+from .elementwise import TL_DTYPES, Deferred, Source, block_size, unravel
 from .launch import Launch, Operand, device, interpreting, row_levels
 
 FLOATS = ("float32", "float16", "bfloat16")
@@ -53,3 +57,53 @@ def plan_embedding(node: Node, out: Operand, ins: list[Operand]) -> list[Launch]
             out.strides[-1], w.strides[0], w.strides[1]]
     return [Launch("embedding", embedding_kernel, (max(1, -(-n_rows // rows)),), args,
                    {"ROWS": rows, "BLOCK": block}, index_error=err)]
+
+
+def plan_index(node: Node, out: Operand, ins: list[Operand], name: str, source: Source,
+               module: Callable[[], Any]) -> list[Launch] | None:
+    """index with index tensors at consecutive dims (x[..., i, j, ...], the other dims whole;
+    the index tensors broadcast together) and index_select: a generated kernel over the
+    output, each index read (its broadcast strides), wrapped if negative as torch's index does, and
+    checked before the gather."""
+    x, idxs = ins[0], ins[1:]
+    if node.op == "index":
+        dims = list(node.attrs["positions"])
+        if dims != list(range(dims[0], dims[0] + len(dims))):
+            return None  # separated index tensors move their dims first: not generated
+    else:
+        dims = [node.attrs["dim"] % max(len(x.shape), 1)]
+        if len(idxs[0].shape) != 1:
+            return None
+    if any(t.is_scalar or t.dtype not in ("int64", "int32") for t in idxs) \
+            or x.dtype not in TL_DTYPES or out.dtype != x.dtype or not x.shape:
+        return None
+    numel = math.prod(out.shape)
+    if numel == 0:
+        return None
+    p, k = dims[0], len(dims)
+    nb = len(out.shape) - (len(x.shape) - k)  # the dims of the broadcast index shape
+    bshape = out.shape[p:p + nb]
+    x_dims = [*range(p), *range(p + nb, len(out.shape))]  # out dims that are x's own
+    x_own = [*range(p), *range(p + k, len(x.shape))]
+    x_at = " + ".join([f"d{o} * {x.strides[j]}" for o, j in zip(x_dims, x_own)]
+                      + [f"r{j} * {x.strides[p + j]}" for j in range(k)])
+    o_at = " + ".join(f"d{d} * {s}" for d, s in enumerate(out.strides)) or "i * 0"
+    block = block_size(numel)
+    ixs = ", ".join(f"ix{j}" for j in range(k))
+    lines = ["@triton.jit", f"def {name}(o, x0, {ixs}, err, BLOCK: tl.constexpr):",
+             "    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+             f"    m = i < {numel}", *unravel(list(out.shape)), "    ok = m"]
+    for j, t in enumerate(idxs):
+        st = broadcast_strides(bshape, t.shape, t.strides)
+        at = " + ".join(f"d{p + d} * {s}" for d, s in enumerate(st) if s) or "i * 0"
+        n = x.shape[p + j]
+        lines.append(f"    r{j} = tl.load(ix{j} + {at}, mask=m, other=0).to(tl.int64)")
+        if node.op == "index":  # (index_select refuses a negative id)
+            lines.append(f"    r{j} = tl.where(r{j} < 0, r{j} + {n}, r{j})")
+        lines.append(f"    ok = ok & (r{j} >= 0) & (r{j} < {n})")
+    lines += ["    tl.store(err + i * 0, 1, mask=m & ~ok)",
+              f"    tl.store(o + {o_at}, tl.load(x0 + {x_at}, mask=ok), mask=ok)"]
+    source.kernels.append("\n".join(lines))
+    err = torch.zeros(1, dtype=torch.int32, device=device())
+    return [Launch(name, Deferred(module, name), (max(1, -(-numel // block)),),
+                   [out, x, *idxs, err], {"BLOCK": block}, index_error=err)]
