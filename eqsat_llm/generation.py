@@ -145,10 +145,9 @@ class Generator:
             raise EqsatError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         first = next(model.parameters(), None)
         dtype = first.dtype if first is not None else torch.float32
-        backend = optimize_options.get("backend", "auto")
-        on_c = backend == "c" or backend == "auto" and (first is None or not first.is_cuda)
-        if on_c and dtype in (torch.bfloat16, torch.float16):
-            dtype = torch.float32  # the C backend computes half models in float32 (half.py)
+        if optimize_options.get("backend", "auto") != "reference" and dtype in (
+                torch.bfloat16, torch.float16):
+            dtype = torch.float32  # the backends compute half models in float32 (half.py)
         self.step = CachedStep(model, batch_size, max_seq_len, dtype).eval()
         options = {"measure_eager": False, **optimize_options}
         t0 = time.perf_counter()

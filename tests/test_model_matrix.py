@@ -22,12 +22,11 @@ pytest.importorskip("transformers")
 # compiled program (docs/design.md); every other family compiles whole.
 TORCH_ALLOWED = {"mixtral"}
 NORMS = ("rms_norm", "layer_norm", "gemm[rms_norm]")
-# ops the Triton backend runs as torch steps: Falcon's aten.index (its alibi/position gather),
-# and Mixtral's routing as on the C backend
-TRITON_TORCH_STEPS = {"falcon": {"index"}, "mixtral": {
-    "index", "getitem", "sum", "aten.div.Tensor_mode", "aten.histc.default",
-    "aten.cumsum.default", "transformers.grouped_mm_fallback.default",
-    "aten.empty_permuted.default", "aten.index_put.default"}}
+# ops the Triton backend runs as torch steps: Mixtral's routing, as on the C backend
+TRITON_TORCH_STEPS = {"mixtral": {
+    "getitem", "sum", "aten.div.Tensor_mode", "aten.histc.default", "aten.cumsum.default",
+    "transformers.grouped_mm_fallback.default", "aten.empty_permuted.default",
+    "aten.index_put.default"}}
 
 
 def _check(family: str, attn: str, seq: int, size: str) -> None:

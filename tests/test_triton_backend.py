@@ -216,3 +216,20 @@ def test_index_with_two_broadcast_index_tensors():
                    torch.randint(-2, 2, (3, 1), generator=gen),
                    torch.randint(0, 7, (1, 4), generator=gen)])
     assert not rt.torch_steps
+
+
+def test_bf16_model_keeps_bf16_gemm_weights_and_matches_eager():
+    pytest.importorskip("transformers")
+    from eqsat_llm.model_matrix import build
+
+    model, inputs = build("llama", seq=8)
+    model = model.to(torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = optimize(model, inputs, backend="triton", measure_eager=False)
+    assert compiled.report.backend == "triton" and not compiled.report.torch_ops
+    assert compiled.report.weight_formats == {"bf16": 9}  # every GEMM reads 2-byte weights
+    with torch.no_grad(), np.errstate(all="ignore"):
+        want, got = model(*inputs).float(), compiled(*inputs)
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - want).abs().max() <= 2e-2 * want.abs().max()
