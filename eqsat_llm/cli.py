@@ -77,15 +77,20 @@ def load_case(spec: str) -> tuple:
     return getattr(importlib.import_module(module), fn)()
 
 
-def _weight_options(args: argparse.Namespace) -> dict:
-    options = {"sparsity": args.sparsity} if args.sparsity else {}
+def _program_options(args: argparse.Namespace) -> dict:
+    options: dict = {"backend": args.backend}
+    if args.sparsity:
+        options["sparsity"] = args.sparsity
     if args.quantize:
         keep = [p for p in (args.keep_float or "").split(",") if p]
         options.update(quantize=args.quantize, keep_float=keep)
     return options
 
 
-def _add_weight_options(p: argparse.ArgumentParser) -> None:
+def _add_program_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=["auto", "c", "triton", "reference"], default="auto",
+                   help="what runs the program (auto: Triton for CUDA inputs, else C; triton "
+                   "without a GPU runs in Triton's interpreter: slow, docs/triton-backend.md)")
     p.add_argument("--quantize", metavar="FORMAT",
                    help="weights as int8, int4 (= int4_g32), int4_g64 or int4_g128; "
                    "int8_dynamic: int8 weights and activations coded per row where an "
@@ -107,7 +112,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     model, inputs = load_case(args.model)
     rules = args.rules.split(",") if args.rules else None
     compiled = optimize(model, inputs, rules=rules, extractor=args.extractor,
-                        progress=print if args.verbose else None, **_weight_options(args))
+                        progress=print if args.verbose else None, **_program_options(args))
     with torch.no_grad():
         expected, got = model(*inputs), compiled(*inputs)
     pairs = zip(expected if isinstance(expected, tuple) else (expected,),
@@ -152,7 +157,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(f"compiling {args.model} for generation: batch {args.batch}, max_seq_len {max_len}",
           flush=True)
     gen = Generator(model, max_len, batch_size=args.batch, prefill_chunk=args.chunk,
-                    progress=print if args.verbose else None, **_weight_options(args))
+                    progress=print if args.verbose else None, **_program_options(args))
     print(f"compiled in {gen.report.compile_seconds:.1f} s", flush=True)
     if args.report:
         print(gen.report.summary())
@@ -245,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     opt.add_argument("--profile", action="store_true",
                      help="measure each kernel's time for the HTML report")
     opt.add_argument("--verbose", action="store_true")
-    _add_weight_options(opt)
+    _add_program_options(opt)
     opt.set_defaults(fn=cmd_optimize)
     gen = sub.add_parser("generate", help="compile a causal LM for text generation; tokens/s")
     gen.add_argument("model", help="a model-matrix family (llama, gpt2:medium, ...), "
@@ -262,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--threads", type=int, default=2)
     gen.add_argument("--verbose", action="store_true")
-    _add_weight_options(gen)
+    _add_program_options(gen)
     gen.set_defaults(fn=cmd_generate)
     cal = sub.add_parser("calibrate", help="measure this machine for the cost model; cached")
     cal.add_argument("--quick", action="store_true", help="about a second instead of ~10")

@@ -94,9 +94,8 @@ class Report:
                          f"{self.folded_bytes / 2**20:.2f} MiB prepared")
         if self.fallback_ops:
             lines.append("fallback to torch: " + ", ".join(self.fallback_ops))
-        if self.torch_ops:
-            lines.append(f"backend {self.backend}; ran in torch: " + ", ".join(
-                f"{op} x{n}" for op, n in sorted(self.torch_ops.items())))
+        lines.append(f"backend {self.backend}" + ("; ran in torch: " + ", ".join(
+            f"{op} x{n}" for op, n in sorted(self.torch_ops.items())) if self.torch_ops else ""))
         if self.state_in_place:
             lines.append(f"state writes run in place on the module's buffers: "
                          f"{self.state_in_place}")

@@ -76,3 +76,11 @@ def test_optimize_with_sparsity(capsys):
     assert main(["optimize", "tests.test_cli:pruned_block", "--sparsity", "auto"]) == 0
     out = capsys.readouterr().out
     assert "GEMM weights stored as: 4 bsr16" in out and "gemm[rms_norm+bsr16]" in out, out
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy inside Triton's interpreter
+def test_optimize_on_the_triton_backend(capsys):
+    assert main(["optimize", "llama_block_decode", "--backend", "triton"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"max \|eqsat - eager\| = (\d\.\d+e-0[5-9]|\d\.\d+e-1\d)", out), out
+    assert "backend triton" in out, out

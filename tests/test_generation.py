@@ -52,8 +52,10 @@ def family_generator(request):
     return request.param, model, gen
 
 
-@pytest.mark.parametrize("batch", [1, 2])
-@pytest.mark.parametrize("length", PROMPTS)
+# a short prompt alone and a longer one in a batch of two by default; the other pairs slow
+@pytest.mark.parametrize(("length", "batch"), [
+    (5, 1), (19, 2), pytest.param(5, 2, marks=pytest.mark.slow),
+    pytest.param(19, 1, marks=pytest.mark.slow)], ids=["5-1", "19-2", "5-2", "19-1"])
 def test_greedy_tokens_are_transformers_generate(family_generator, batch, length):
     family, model, gen = family_generator
     ids = prompt(batch, length)
