@@ -60,17 +60,26 @@ def _check(family: str, attn: str, seq: int, size: str) -> None:
             torch.testing.assert_close(triton(*inputs), want, atol=1e-4, rtol=1e-4)
 
 
-# eager attention in the default run for a family of each kind of mask and position code
-# (GQA and rotary, learned positions, alibi-free parallel attention, an encoder); every family
-# in the slow set: the default run stays under its time budget
-EAGER_DEFAULT = {"llama", "gpt2", "falcon", "bert"}
-CASES = [pytest.param(family, attn, marks=[] if attn == "sdpa" or family in EAGER_DEFAULT
-                      else [pytest.mark.slow], id=f"{family}-{attn}")
-         for family in sorted(FAMILIES) for attn in ("sdpa", "eager")]
+# The default run stays under its time budget: eager attention for two families (GQA and
+# rotary; learned positions), one-token shapes for the families whose decode differs most
+# (GQA, alibi-free parallel attention, learned positions, experts, qk-norm); every case in
+# the slow set.
+EAGER_DEFAULT = {"llama", "gpt2"}
+ONE_TOKEN_DEFAULT = {"llama", "falcon", "gpt2", "mixtral", "qwen3", "bert"}
 
 
-@pytest.mark.parametrize("seq", [16, 1], ids=["prefill", "one-token"])
-@pytest.mark.parametrize(("family", "attn"), CASES)
+def _marks(family: str, attn: str, seq: int) -> list:
+    default = (attn == "sdpa" or family in EAGER_DEFAULT) and (
+        seq > 1 or family in ONE_TOKEN_DEFAULT)
+    return [] if default else [pytest.mark.slow]
+
+
+CASES = [pytest.param(family, attn, seq, marks=_marks(family, attn, seq),
+                      id=f"{family}-{attn}-{'prefill' if seq > 1 else 'one-token'}")
+         for family in sorted(FAMILIES) for attn in ("sdpa", "eager") for seq in (16, 1)]
+
+
+@pytest.mark.parametrize(("family", "attn", "seq"), CASES)
 def test_family_compiles_fused_and_matches_eager(family, attn, seq):
     _check(family, attn, seq, "small")
 

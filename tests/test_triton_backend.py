@@ -132,10 +132,18 @@ def test_llama_block_runs_whole_on_triton_and_matches_eager(shape):
         compiled.source("c")
 
 
-def test_auto_is_c_on_cpu_inputs():
-    model = small_block()
-    compiled = optimize(model, (torch.randn(1, 3, 64),), measure_eager=False)
-    assert compiled.report.backend == "c"
+def test_auto_is_c_on_cpu_inputs_and_triton_on_cuda_ones():
+    from eqsat_llm.api import resolve_backend
+
+    assert resolve_backend("auto", [torch.randn(2)]) == "c"
+    cuda_like = torch.empty(2, device="meta")  # (no CUDA here: a tensor that says is_cuda)
+    assert resolve_backend("auto", [_Cuda(cuda_like)]) == "triton"
+
+
+class _Cuda(torch.Tensor):
+    @property
+    def is_cuda(self) -> bool:
+        return True
 
 
 def test_unknown_backend_is_refused():
