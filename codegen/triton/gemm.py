@@ -34,7 +34,7 @@ from ...ir import Node
 from ...ops import GEMM_DEFAULTS
 from ...quant_formats import DYNAMIC, FORMATS, format_group
 from .common import ACT_CODES, apply_act
-from .launch import Launch, Operand, interpreting
+from .launch import Launch, Operand, interpreting, merge_levels
 
 FLOATS = frozenset({"float32", "float16", "bfloat16"})
 MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias"})
@@ -225,24 +225,6 @@ def broadcast_strides(op: Operand, shape: tuple[int, ...]) -> tuple[int, ...] | 
             return None
         strides.append(stride if size == target and size != 1 else 0)
     return tuple(strides)
-
-
-def merge_levels(shape: tuple[int, ...], strides: list[tuple[int, ...]]
-                 ) -> list[tuple[int, list[int]]]:
-    """The dims of an index space shared by several operands (each one's strides over
-    `shape`) as few levels as possible: (size, strides) from the outermost, size-1 dims
-    dropped, and adjacent dims merged where every operand steps through them as through one
-    (the outer stride is the inner size times the inner stride)."""
-    levels: list[tuple[int, list[int]]] = []
-    for d, size in enumerate(shape):
-        if size == 1:
-            continue
-        inner = [s[d] for s in strides]
-        if levels and all(o == size * i for o, i in zip(levels[-1][1], inner)):
-            levels[-1] = (levels[-1][0] * size, inner)
-        else:
-            levels.append((size, inner))
-    return levels
 
 
 def _two_level_args(levels: list[tuple[int, list[int]]], count: int

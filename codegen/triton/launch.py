@@ -94,20 +94,25 @@ class Launch:
         return f"{fn}[{self.grid}]({args})"
 
 
-def row_levels(shapes_strides: list[tuple[tuple[int, ...], tuple[int, ...]]], levels: int = 3
-               ) -> list[tuple[int, list[int]]] | None:
-    """The leading dims shared by several operands (each given as its leading shape, all the
-    same, and its strides), merged where every operand allows it and size-1 dims dropped, as
-    exactly `levels` levels (size, strides per operand; padded with size 1 in front). None
-    when more remain. A row r is then (r // (n1 n2), r // n2 % n1, r % n2) over three."""
+def merge_levels(shape: tuple[int, ...], strides: list[tuple[int, ...]]
+                 ) -> list[tuple[int, list[int]]]:
+    """The dims of an index space shared by several operands (each one's strides over
+    `shape`) as few levels as possible, outermost first: (size, strides per operand), size-1
+    dims dropped, adjacent dims merged where every operand steps through them as one."""
     from ..c.loops import collapse
 
-    shape = shapes_strides[0][0]
-    sizes, merged = collapse(shape, [st for _, st in shapes_strides])
-    if len(sizes) > levels:
-        return None
-    while len(sizes) < levels:
-        sizes.insert(0, 1)
-        for st in merged:
-            st.insert(0, 0)
+    sizes, merged = collapse(shape, strides)
     return [(n, [st[d] for st in merged]) for d, n in enumerate(sizes)]
+
+
+def row_levels(shapes_strides: list[tuple[tuple[int, ...], tuple[int, ...]]], levels: int = 3
+               ) -> list[tuple[int, list[int]]] | None:
+    """merge_levels of the leading dims shared by several operands (each given as the shape,
+    the same for all, and its strides) as exactly `levels` levels, padded with size 1 in
+    front; None when more remain. A row r is then (r // (n1 n2), r // n2 % n1, r % n2) over
+    three."""
+    merged = merge_levels(shapes_strides[0][0], [st for _, st in shapes_strides])
+    if len(merged) > levels:
+        return None
+    pad = [(1, [0] * len(shapes_strides))] * (levels - len(merged))
+    return pad + merged
