@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from eqsat_llm.frontend import capture
+from eqsat_llm.ir import Graph, TensorType
 from eqsat_llm.workloads import WORKLOADS
 
 torch.set_num_threads(2)
@@ -137,3 +138,42 @@ def check_gemm_result(lib: ctypes.CDLL, ops: GemmOperands, w: torch.Tensor, n: i
         scale = mag + sum((t.abs() for t in ops.tensors), zero) + 1
     err = ((got - want).abs() / scale).max().item() if got.numel() else 0.0
     assert err <= 1e-4, (*what, err)
+
+
+# --- building IR graphs by hand (backend and kernel tests) -----------------------------------
+def inp(g: Graph, shape: tuple[int, ...], dtype: str = "float32") -> int:
+    """The graph's next input."""
+    k = sum(n.op == "input" for n in g.nodes)
+    return g.append("input", (), {"name": f"x{k}", "index": k}, TensorType(shape, dtype))
+
+
+def const(g: Graph, t: torch.Tensor) -> int:
+    name = f"c{len(g.constants)}"
+    g.constants[name] = t
+    return g.append("const", (), {"name": name},
+                    TensorType(tuple(t.shape), str(t.dtype).removeprefix("torch.")))
+
+
+def scalar(g: Graph, v: float) -> int:
+    return g.add("scalar", value=v, kind="float")
+
+
+def rand_inputs(g: Graph, positive: bool = False, seed: int = 0) -> list[torch.Tensor]:
+    """Standard normal values for the graph's inputs (|x| + 0.1 with `positive`)."""
+    gen = torch.Generator().manual_seed(seed)
+    xs = []
+    for i in g.input_ids:
+        x = torch.randn(g.node(i).type.shape, generator=gen)
+        xs.append(x.abs() + 0.1 if positive else x)
+    return xs
+
+
+def assert_outputs_match(want: list, got: list, tol: float) -> None:
+    """Same shapes and dtypes; bools equal, numbers within tol (absolute and relative)."""
+    assert len(want) == len(got)
+    for k, (a, b) in enumerate(zip(want, got)):
+        assert a.shape == b.shape and a.dtype == b.dtype, (k, a.shape, b.shape)
+        if a.dtype == torch.bool:
+            assert torch.equal(a, b), k
+        else:
+            torch.testing.assert_close(b, a, atol=tol, rtol=tol, msg=f"output {k}")

@@ -19,36 +19,12 @@ from eqsat_llm.codegen.c import (
 )
 from eqsat_llm.codegen.c.blas import openblas_dir
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
-from eqsat_llm.ir import Graph, TensorType
+from eqsat_llm.ir import Graph
+
+from .conftest import assert_outputs_match, const, inp, rand_inputs, scalar
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 BLAS = [False] + ([True] if openblas_dir() else [])
-
-
-def inp(g: Graph, shape: tuple[int, ...], dtype: str = "float32") -> int:
-    k = sum(n.op == "input" for n in g.nodes)
-    return g.append("input", (), {"name": f"x{k}", "index": k}, TensorType(shape, dtype))
-
-
-def const(g: Graph, t: torch.Tensor) -> int:
-    name = f"c{len(g.constants)}"
-    g.constants[name] = t
-    return g.append("const", (), {"name": name},
-                    TensorType(tuple(t.shape), str(t.dtype).removeprefix("torch.")))
-
-
-def scalar(g: Graph, v: float) -> int:
-    return g.add("scalar", value=v, kind="float")
-
-
-def rand_inputs(g: Graph, positive: bool = False) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    xs = []
-    for i in g.input_ids:
-        t = g.node(i).type
-        x = torch.randn(t.shape, generator=gen)
-        xs.append(x.abs() + 0.1 if positive else x)
-    return xs
 
 
 def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5, **kw) -> CRuntime:
@@ -56,17 +32,6 @@ def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5, **kw) -> CRun
     got = rt.run(inputs)
     assert_outputs_match(ReferenceRuntime(g).run(inputs), got, tol)
     return rt
-
-
-def assert_outputs_match(want: list, got: list, tol: float) -> None:
-    """Same shapes and dtypes; bools equal, numbers within tol (absolute and relative)."""
-    assert len(want) == len(got)
-    for k, (a, b) in enumerate(zip(want, got)):
-        assert a.shape == b.shape and a.dtype == b.dtype, (k, a.shape, b.shape)
-        if a.dtype == torch.bool:
-            assert torch.equal(a, b), k
-        else:
-            torch.testing.assert_close(b, a, atol=tol, rtol=tol, msg=f"output {k}")
 
 
 # --- kernels ----------------------------------------------------------------------------------

@@ -11,13 +11,14 @@ import torch
 from torch import nn
 
 import eqsat_llm
-from eqsat_llm.codegen import ReferenceRuntime
-from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.codegen.c.emit import emit_program
 from eqsat_llm.codegen.c.fuse_elementwise import fusion_groups
-from eqsat_llm.ir import Graph, TensorType
+from eqsat_llm.ir import Graph
 from eqsat_llm.plan import plan_memory
+
+from .conftest import inp, rand_inputs, scalar
+from .test_c_backend import check
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 
@@ -26,13 +27,8 @@ UNARY = ["neg", "tanh", "sigmoid", "abs", "relu", "silu", "sin", "exp", "gelu"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum"]
 
 
-def inp(g: Graph, shape: tuple[int, ...], dtype: str = "float32") -> int:
-    k = sum(n.op == "input" for n in g.nodes)
-    return g.append("input", (), {"name": f"x{k}", "index": k}, TensorType(shape, dtype))
 
 
-def scalar(g: Graph, v: float) -> int:
-    return g.add("scalar", value=v, kind="float")
 
 
 def leaves(g: Graph) -> list[int]:
@@ -75,19 +71,6 @@ def random_chain(g: Graph, rng: random.Random, length: int) -> int:
     return cur
 
 
-def rand_inputs(g: Graph, seed: int = 0) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    return [torch.randn(g.node(i).type.shape, generator=gen) for i in g.input_ids]
-
-
-def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5) -> CRuntime:
-    rt = CRuntime(g)
-    got = rt.run(inputs)
-    want = ReferenceRuntime(g).run(inputs)
-    for k, (a, b) in enumerate(zip(want, got)):
-        assert a.shape == b.shape and a.dtype == b.dtype, (k, a.shape, b.shape)
-        torch.testing.assert_close(b, a, atol=tol, rtol=tol, msg=f"output {k}")
-    return rt
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -95,7 +78,7 @@ def test_random_chains_are_one_kernel(seed):
     rng = random.Random(seed)
     g = Graph()
     g.outputs = [random_chain(g, rng, rng.randint(2, 6))]
-    rt = check(g, rand_inputs(g, seed))
+    rt = check(g, rand_inputs(g, seed=seed))
     assert len(rt.program.kernels) == 1, [k.name for k in rt.program.kernels]
     assert rt.program.kernels[0].node == g.outputs[0]
     assert len(rt.program.kernels[0].fused) >= 2

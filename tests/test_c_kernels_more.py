@@ -16,13 +16,12 @@ from eqsat_llm.codegen.c.emit_reduce import emit_reduce
 from eqsat_llm.codegen.c.values import Ref
 from eqsat_llm.ir import Graph, Node, TensorType, contiguous_strides, dtype_of
 
+from .conftest import inp
+
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 DTYPES = ["float32", "float64", "int64", "int32", "bool"]
 
 
-def inp(g: Graph, shape: tuple[int, ...], dtype: str = "float32") -> int:
-    k = sum(n.op == "input" for n in g.nodes)
-    return g.append("input", (), {"name": f"x{k}", "index": k}, TensorType(shape, dtype))
 
 
 def rand(shape: tuple[int, ...], dtype: str, seed: int = 0) -> torch.Tensor:

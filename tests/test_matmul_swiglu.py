@@ -13,7 +13,8 @@ from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.ir import Graph
 from eqsat_llm.ops import GEMM_DEFAULTS, add_gemm, evaluate
 
-from .test_c_backend import check, const, inp, rand_inputs
+from .conftest import const, inp, rand_inputs
+from .test_c_backend import check
 
 needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 

@@ -18,8 +18,8 @@ from eqsat_llm.rulebook import resolve
 from eqsat_llm.rulecheck import check_rule
 from eqsat_llm.workloads import llama_block_case, llama_case
 
-from .conftest import max_error
-from .test_c_backend import check, const, inp, rand_inputs
+from .conftest import const, inp, max_error, rand_inputs
+from .test_c_backend import check
 
 needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 

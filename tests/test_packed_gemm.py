@@ -16,7 +16,8 @@ from eqsat_llm.codegen.c.packed_gemm import NR, PackedWeight
 from eqsat_llm.ir import Graph
 from eqsat_llm.ops import add_gemm
 
-from .test_c_backend import check, const, inp, rand_inputs
+from .conftest import const, inp, rand_inputs
+from .test_c_backend import check
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 

@@ -22,7 +22,7 @@ from eqsat_llm.frontend import Slot
 from eqsat_llm.ir import Graph, TensorType
 from eqsat_llm.plan import MemoryPlan, check_plan, plan_memory
 
-from .conftest import as_tuple, max_error
+from .conftest import as_tuple, inp, max_error
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 
@@ -151,9 +151,6 @@ def test_without_torch_steps_one_eq_forward_call():
 
 
 # --- IR programs: dtypes the emitters decline, in place ----------------------------------------
-def inp(g: Graph, shape: tuple[int, ...], dtype: str = "float32") -> int:
-    k = sum(n.op == "input" for n in g.nodes)
-    return g.append("input", (), {"name": f"x{k}", "index": k}, TensorType(shape, dtype))
 
 
 def const(g: Graph, name: str, shape: tuple[int, ...], seed: int) -> int:

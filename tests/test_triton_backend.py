@@ -18,7 +18,7 @@ from eqsat_llm.errors import EqsatError
 from eqsat_llm.ir import Graph
 from eqsat_llm.workloads import LlamaBlock
 
-from .test_c_backend import assert_outputs_match, const, inp, rand_inputs, scalar
+from .conftest import assert_outputs_match, const, inp, rand_inputs, scalar
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy in the interpreter
 
