@@ -70,7 +70,6 @@ def test_gym_file(path: Path) -> None:
         check_extraction(egraph, ext.choices)
         assert ext.cost == pytest.approx(raw_dag_cost(raw, ext.choices, egraph.roots), rel=1e-12)
         assert ext.cost == pytest.approx(dag_cost(egraph, ext.choices), rel=1e-12)
-        assert ext.seconds < 10
     for root in egraph.roots:
         # Both extractors choose per class independently of the roots, so per root:
         # tree-greedy is optimal for tree cost and dag-greedy should win on DAG cost.

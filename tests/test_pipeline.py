@@ -160,7 +160,6 @@ def test_ilp_proves_the_block_optimal():
     assert report.lower_bound is not None
     assert report.cost_after - report.lower_bound <= 1e-9 * max(1.0, report.cost_after)
     assert report.cost_after < report.cost_before
-    assert report.timings["extract"] < 10.0
 
 
 @pytest.mark.slow  # (21 s: two fresh interpreters; the default run stays under 15 minutes)
