@@ -177,3 +177,20 @@ def assert_outputs_match(want: list, got: list, tol: float) -> None:
             assert torch.equal(a, b), k
         else:
             torch.testing.assert_close(b, a, atol=tol, rtol=tol, msg=f"output {k}")
+
+
+def binary_ops_graph() -> Graph:
+    """Binary ops with broadcasting and scalars, comparisons, where, logical ops and casts:
+    one output each (the backends' elementwise kernels against the reference)."""
+    g = Graph()
+    x, y = inp(g, (5, 1, 13)), inp(g, (7, 13))
+    s = scalar(g, 0.37)
+    outs = [g.add(op, (x, y)) for op in ("add", "sub", "mul", "div", "maximum", "minimum")]
+    outs += [g.add("mul", (x, s)), g.add("sub", (s, y)),
+             g.add("pow", (x, g.add("scalar", value=2, kind="int")))]
+    cmp = [g.add(op, (x, y)) for op in ("lt", "ge", "eq", "ne")]
+    outs += cmp + [g.add("where", (cmp[0], x, y)), g.add("logical_and", (cmp[0], cmp[1])),
+                   g.add("logical_not", (cmp[2],)), g.add("to_dtype", (x,), dtype="int64"),
+                   g.add("to_dtype", (y,), dtype="bool")]
+    g.outputs = outs
+    return g

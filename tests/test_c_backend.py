@@ -21,7 +21,7 @@ from eqsat_llm.codegen.c.blas import openblas_dir
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.ir import Graph
 
-from .conftest import assert_outputs_match, const, inp, rand_inputs, scalar
+from .conftest import assert_outputs_match, binary_ops_graph, const, inp, rand_inputs, scalar
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 BLAS = [False] + ([True] if openblas_dir() else [])
@@ -36,15 +36,7 @@ def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5, **kw) -> CRun
 
 # --- kernels ----------------------------------------------------------------------------------
 def test_binary_broadcast_scalars_comparisons_where():
-    g = Graph()
-    x, y = inp(g, (5, 1, 13)), inp(g, (7, 13))
-    s = scalar(g, 0.37)
-    outs = [g.add(op, (x, y)) for op in ("add", "sub", "mul", "div", "maximum", "minimum")]
-    outs += [g.add("mul", (x, s)), g.add("sub", (s, y)), g.add("pow", (x, g.add("scalar", value=2,
-                                                                                 kind="int")))]
-    cmp = [g.add(op, (x, y)) for op in ("lt", "ge", "eq")]
-    outs += cmp + [g.add("where", (cmp[0], x, y))]
-    g.outputs = outs
+    g = binary_ops_graph()
     check(g, rand_inputs(g))
 
 

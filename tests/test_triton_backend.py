@@ -18,7 +18,7 @@ from eqsat_llm.errors import EqsatError
 from eqsat_llm.ir import Graph
 from eqsat_llm.workloads import LlamaBlock
 
-from .conftest import assert_outputs_match, const, inp, rand_inputs, scalar
+from .conftest import assert_outputs_match, binary_ops_graph, const, inp, rand_inputs, scalar
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy in the interpreter
 
@@ -33,19 +33,9 @@ def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5) -> TritonRunt
 
 
 def test_elementwise_ops_broadcast_scalars_comparisons_where():
-    g = Graph()
-    x, y = inp(g, (5, 1, 13)), inp(g, (7, 13))
-    s = scalar(g, 0.37)
-    outs = [g.add(op, (x, y)) for op in ("add", "sub", "mul", "div", "maximum", "minimum")]
-    outs += [g.add("mul", (x, s)), g.add("sub", (s, y)),
-             g.add("pow", (x, g.add("scalar", value=2, kind="int")))]
-    cmp = [g.add(op, (x, y)) for op in ("lt", "ge", "eq", "ne")]
-    outs += cmp + [g.add("where", (cmp[0], x, y)), g.add("logical_and", (cmp[0], cmp[1])),
-                   g.add("logical_not", (cmp[2],)), g.add("to_dtype", (x,), dtype="int64"),
-                   g.add("to_dtype", (y,), dtype="bool")]
-    g.outputs = outs
+    g = binary_ops_graph()
     rt = check(g, rand_inputs(g))
-    assert not rt.torch_steps and rt.kernel_count == len(outs)
+    assert not rt.torch_steps and rt.kernel_count == len(g.outputs)
 
 
 def test_unary_ops():

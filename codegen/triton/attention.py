@@ -32,9 +32,8 @@ import triton
 import triton.language as tl
 
 from ...ir import Node
-from .launch import Launch, Operand, device, interpreting
+from .launch import FLOATS, Launch, Operand, device, interpreting
 
-FLOATS = ("float32", "float16", "bfloat16")
 NO_MASK, BIAS, CAUSAL = 0, 1, 2
 MODE_NAMES = {NO_MASK: "nomask", BIAS: "bias", CAUSAL: "causal"}
 

@@ -19,12 +19,11 @@ from ...ir import Graph, Node
 from ...ops import COMPARISONS
 from ..c.fuse_elementwise import Group
 from ..c.loops import broadcast_strides, collapse
-from .launch import Launch, Operand, interpreting
+from .launch import FLOATS, Launch, Operand, interpreting
 
 TL_DTYPES = {"float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16",
              "int64": "tl.int64", "int32": "tl.int32", "int16": "tl.int16", "int8": "tl.int8",
              "uint8": "tl.uint8", "bool": "tl.int1"}
-FLOATS = ("float32", "float16", "bfloat16")
 
 # op -> expression of the arguments (already in the compute type)
 Expr = Callable[[list[str], dict[str, Any]], str]
@@ -93,7 +92,7 @@ def compute_dtype(node: Node, out: Operand, ins: list[Operand]) -> str | None:
         src = ins[0].dtype
         return "float32" if src in FLOATS else src if src in TL_DTYPES else None
     if node.op in COMPARISONS:
-        if dts <= set(FLOATS):
+        if dts <= FLOATS:
             return "float32"
         return dts.pop() if len(dts) == 1 and dts <= set(TL_DTYPES) else None
     if node.op in FLOAT_UNARY or node.op in ("div", "pow"):

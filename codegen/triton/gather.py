@@ -15,9 +15,7 @@ import triton.language as tl
 from ...ir import Node
 from ..c.loops import broadcast_strides
 from .elementwise import TL_DTYPES, Deferred, Source, block_size, unravel
-from .launch import Launch, Operand, device, interpreting, row_levels
-
-FLOATS = ("float32", "float16", "bfloat16")
+from .launch import FLOATS, Launch, Operand, device, interpreting, row_levels
 
 
 @triton.jit

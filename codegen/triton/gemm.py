@@ -34,9 +34,8 @@ from ...ir import Node
 from ...ops import GEMM_DEFAULTS
 from ...quant_formats import DYNAMIC, FORMATS, format_group
 from .common import ACT_CODES, apply_act
-from .launch import Launch, Operand, interpreting, merge_levels
+from .launch import FLOATS, Launch, Operand, interpreting, merge_levels
 
-FLOATS = frozenset({"float32", "float16", "bfloat16"})
 MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias"})
 
 # the kernel's switches (constexprs)

@@ -8,7 +8,6 @@ the C backend's torch steps do)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,10 +16,14 @@ from triton import knobs
 
 from ...errors import EqsatError
 
+# the dtypes every kernel loads and stores (computing in float32)
+FLOATS = frozenset({"float32", "float16", "bfloat16"})
+
 
 def interpreting() -> bool:
-    """Whether kernels run in Triton's interpreter (on CPU tensors) rather than compiled."""
-    return bool(knobs.runtime.interpret) or os.environ.get("TRITON_INTERPRET") == "1"
+    """Whether kernels run in Triton's interpreter (on CPU tensors) rather than compiled
+    (the knob reads TRITON_INTERPRET)."""
+    return bool(knobs.runtime.interpret)
 
 
 def check_mode() -> None:

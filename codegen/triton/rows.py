@@ -14,9 +14,8 @@ import triton
 import triton.language as tl
 
 from ...ir import Node
-from .launch import Launch, Operand, interpreting, row_levels
-
-FLOATS = ("float32", "float16", "bfloat16")
+from ..c.loops import broadcast_strides
+from .launch import FLOATS, Launch, Operand, interpreting, row_levels
 
 
 @triton.jit
@@ -102,8 +101,6 @@ def _blocking(n_rows: int, d: int) -> tuple[int, int, int]:
 def _row_args(out: Operand, ins: list[Operand]
               ) -> tuple[int, tuple[int, int], list[list[int]]] | None:
     """(rows, (n1, n2), per operand [s0, s1, s2, last stride]), operands broadcast to out."""
-    from ..c.loops import broadcast_strides
-
     if not out.shape or any(o.is_scalar or o.dtype not in FLOATS for o in [out, *ins]):
         return None
     lead = out.shape[:-1]
