@@ -25,6 +25,7 @@ from .frontend import Captured, capture
 from .half import compute_in_float32, has_half
 from .ilp import extract_ilp
 from .ir import Graph, TensorType, dtype_of
+from .meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
 from .plan import plan_memory
 from .quant_formats import DYNAMIC
 from .quant_formats import FORMATS as QUANT_FORMATS
@@ -66,8 +67,14 @@ class Compiled:
         self.report = report
         with _phase(report.timings, "plan"):
             self.plan = plan_memory(graph)
-        with _phase(report.timings, "codegen"):
-            self._runtime, report.backend = _make_runtime(graph, self.plan, backend)
+        # weights on the meta device: planned only, no code to generate from them (meta.py)
+        self.meta_weights = meta_constants(graph)
+        report.meta_weights = len(self.meta_weights)
+        if self.meta_weights:
+            self._runtime, report.backend = MetaRuntime(self.meta_weights), "none"
+        else:
+            with _phase(report.timings, "codegen"):
+                self._runtime, report.backend = _make_runtime(graph, self.plan, backend)
         report.memory = memory_summary(self.plan, getattr(self._runtime, "copy_in_ops", []))
         # nodes the C backend runs in torch between its compiled segments, by op
         report.torch_ops = dict(Counter(op for _, op in getattr(self._runtime, "torch_steps",
@@ -121,6 +128,8 @@ class Compiled:
     def source(self, kind: str | None = None) -> str:
         """The generated program: C source ("c") or the Triton kernels with their launch
         listing ("triton"); the backend's own by default."""
+        if self.meta_weights:
+            raise meta_error(self.meta_weights, "generate the source of")
         kind = kind or self.report.backend
         if kind != self.report.backend or not hasattr(self._runtime, "source"):
             raise EqsatError(f"this program runs on the {self.report.backend} backend; it "
@@ -286,6 +295,7 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     if sparsity not in (None, "auto"):
         raise EqsatError(f"sparsity must be None or 'auto', not {sparsity!r}")
     if sparsity:
+        refuse_sparsity(captured.graph)
         rule_list += resolve(["sparsity"])
     cost_model = CostModel()  # calibrated numbers when `eqsat-llm calibrate` ran, else defaults
     graph = captured.graph
@@ -305,7 +315,9 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     if isinstance(model, torch.export.ExportedProgram):
         model = model.module()
     # a model that writes its state or its inputs in place is not run: the run would write
-    if measure_eager and callable(model) and not captured.mutations:
+    # nor is a model on the meta device (nothing to measure)
+    if measure_eager and callable(model) and not captured.mutations and \
+            not compiled.meta_weights:
         from .codegen.planned import peak_bytes
 
         with torch.no_grad():
@@ -327,7 +339,7 @@ def _quantization_report(compiled: Compiled, model: Any, fmt: str, keep_float: l
     count = sum(n.op == "gemm" and n.attrs["weight"] in (*QUANT_FORMATS, DYNAMIC)
                 for n in compiled.graph.nodes)
     errors = []
-    if callable(model) and not compiled.captured.mutations:
+    if callable(model) and not compiled.captured.mutations and not compiled.meta_weights:
         with torch.no_grad():
             errors = output_errors(model(*inputs, **(kwargs or {})),
                                    compiled(*inputs, **(kwargs or {})))

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .interning import intern
-from .ir import VALUE_LEAVES, Graph
+from .ir import VALUE_LEAVES, Graph, Node, TensorType, dtype_of
 from .ops import evaluate
 
 KEEP = VALUE_LEAVES | {"fallback"}  # fallbacks may not be pure: never folded
@@ -46,7 +46,7 @@ def fold_constants(graph: Graph) -> Folded:
                 continue
             inputs = tuple(remap[i] for i in node.inputs)
             if node.op not in KEEP and all(i in values for i in inputs):
-                value = evaluate(node.op, [values[i] for i in inputs], node.attrs)
+                value = _fold_value(node, [values[i] for i in inputs])
                 if isinstance(value, torch.Tensor):
                     name = f"folded.{node.id}"
                     value = intern(value.contiguous())  # one copy across programs
@@ -65,6 +65,18 @@ def fold_constants(graph: Graph) -> Folded:
                 values[new] = evaluate("scalar", [], node.attrs)
     out.outputs = [remap[i] for i in graph.outputs]
     return Folded(prune(out), count, nbytes)
+
+
+def _fold_value(node: Node, args: list[Any]) -> Any:
+    """The compile-time value of `node`. A value computed from a meta tensor (a model built on
+    the meta device: shapes without storage) is a meta tensor of the node's type, never
+    evaluated: it plans like the real prepared constant (a merged or quantized weight of its
+    true size) and holds no bytes. None (not folded) where the node's value is a tuple."""
+    if not any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
+        return evaluate(node.op, args, node.attrs)
+    if not isinstance(node.type, TensorType):
+        return None
+    return torch.empty(node.type.shape, dtype=dtype_of(node.type.dtype), device="meta")
 
 
 def prune(graph: Graph) -> Graph:

@@ -36,7 +36,8 @@ def exact_half_dtypes(value: torch.Tensor) -> list[str]:
     dt = str(value.dtype).removeprefix("torch.")
     if dt in HALF:
         return [dt]
-    if value.dtype not in (torch.float32, torch.float64) or value.dim() != 2:
+    # a meta tensor has no values to read: not known to fit (docs/memory.md, meta models)
+    if value.dtype not in (torch.float32, torch.float64) or value.dim() != 2 or value.is_meta:
         return []
     value = value.detach()
 

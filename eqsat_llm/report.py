@@ -69,6 +69,8 @@ class Report:
     # the GEMMs whose weight is stored in another format than float32, by format: quantized
     # (optimize(quantize=...)), sparse (sparsity="auto"), half precision (fp16, bf16)
     weight_formats: dict[str, int] = field(default_factory=dict)
+    # constants on the meta device (a model built there: planned only, not runnable; meta.py)
+    meta_weights: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -96,6 +98,9 @@ class Report:
             lines.append("fallback to torch: " + ", ".join(self.fallback_ops))
         lines.append(f"backend {self.backend}" + ("; ran in torch: " + ", ".join(
             f"{op} x{n}" for op, n in sorted(self.torch_ops.items())) if self.torch_ops else ""))
+        if self.meta_weights:
+            lines.append(f"weights on the meta device ({self.meta_weights} tensors): optimized "
+                         "and planned only, no code generated; calling raises EqsatError")
         if self.state_in_place:
             lines.append(f"state writes run in place on the module's buffers: "
                          f"{self.state_in_place}")

@@ -13,10 +13,12 @@ float32 comparisons at ``1e-5`` are meaningful.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import torch
 from torch import nn
@@ -24,6 +26,9 @@ from torch import nn
 Case = tuple[nn.Module, tuple[torch.Tensor, ...]]
 
 LLAMA_BLOCK_SHAPES = ("prefill", "decode", "decode_kv")
+
+# LLaMA-7B's block shapes (LlamaBlock's arguments): 32 of them make the 7B model's layers
+LLAMA_7B = {"d_model": 4096, "n_heads": 32, "ffn": 11008, "max_seq": 4096}
 
 
 class RMSNorm(nn.Module):
@@ -62,8 +67,18 @@ class LlamaBlock(nn.Module):
         eps: float = 1e-6,
         seed: int = 0,
         n_kv_heads: int | None = None,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        # device="meta": shapes without storage (a 7B model's weights cost nothing; meta.py);
+        # None leaves the device to the caller's default (an enclosing `with torch.device`)
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            self._build(d_model, n_heads, ffn, max_seq, rope_base, eps, n_kv_heads)
+        if not self.q_proj.weight.is_meta:  # a meta weight has no values to draw
+            self._init_weights(seed)
+
+    def _build(self, d_model: int, n_heads: int, ffn: int, max_seq: int, rope_base: float,
+               eps: float, n_kv_heads: int | None) -> None:
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         # grouped-query attention: n_kv_heads key/value heads, each read by n_heads / n_kv_heads
@@ -91,7 +106,6 @@ class LlamaBlock(nn.Module):
             rope_base ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
         )
         self.register_buffer("inv_freq", inv_freq, persistent=False)
-        self._init_weights(seed)
 
     @torch.no_grad()
     def _init_weights(self, seed: int) -> None:
@@ -193,10 +207,10 @@ def llama_block_case(shape: str, seed: int = 0) -> Case:
 class StackedLlamaBlocks(nn.Module):
     """Several ``LlamaBlock``s in sequence, to test the optimizer on larger graphs."""
 
-    def __init__(self, depth: int, seed: int = 0) -> None:
+    def __init__(self, depth: int, seed: int = 0, **block: Any) -> None:
         super().__init__()
         # Distinct seeds per layer so repeated blocks are not numerically identical.
-        self.blocks = nn.ModuleList(LlamaBlock(seed=seed + i) for i in range(depth))
+        self.blocks = nn.ModuleList(LlamaBlock(seed=seed + i, **block) for i in range(depth))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
@@ -204,11 +218,12 @@ class StackedLlamaBlocks(nn.Module):
         return x
 
 
-def stacked_llama_blocks(depth: int, seed: int = 0) -> nn.Module:
-    """Return ``depth`` default ``LlamaBlock``s applied in sequence, in eval mode."""
+def stacked_llama_blocks(depth: int, seed: int = 0, **block: Any) -> nn.Module:
+    """Return ``depth`` ``LlamaBlock``s applied in sequence, in eval mode; ``block`` are the
+    blocks' arguments (``**LLAMA_7B, device="meta"``: LLaMA-7B's layers without weights)."""
     if depth < 1:
         raise ValueError(f"depth must be at least 1, got {depth}")
-    return StackedLlamaBlocks(depth, seed).eval()
+    return StackedLlamaBlocks(depth, seed, **block).eval()
 
 
 class LogitsOnly(nn.Module):
