@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from .cache import base_dir, write_atomic
 from .costmodel import DEFAULT, EXP_FLOPS, CostError, Machine
 from .ops import evaluate
 
@@ -42,21 +43,14 @@ def machine_key() -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_")
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "eqsat-llm"
-
-
 def cache_path() -> Path:
-    return cache_dir() / f"machine-{machine_key()}.json"
+    return base_dir() / f"machine-{machine_key()}.json"
 
 
 def save(m: Machine) -> Path:
     path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(m.to_dict(), indent=2) + "\n")
-    tmp.replace(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_atomic(path, (json.dumps(m.to_dict(), indent=2) + "\n").encode())
     return path
 
 

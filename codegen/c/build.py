@@ -1,5 +1,6 @@
 """Compiling a generated program into a shared object, cached by a hash of the source, the
-flags and the compiler: $XDG_CACHE_HOME/eqsat-llm/c/<hash>.so (~/.cache when unset)."""
+flags and the compiler: $XDG_CACHE_HOME/eqsat-llm/c/<hash>.so (~/.cache when unset). An entry
+is loaded only if its bytes are the ones its build stored (eqsat_llm/cache.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ...cache import cache_dir as user_cache_dir
+from ...cache import is_verified, store_verified
 from .emit import Program
 from .errors import CCompileError
 
@@ -40,8 +44,7 @@ def _compiler_id(cc: str) -> str:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "eqsat-llm" / "c"
+    return user_cache_dir("c")
 
 
 @dataclass
@@ -53,16 +56,12 @@ class Built:
 
 def build(program: Program, flags: list[str]) -> Built:
     """Compile (or find in the cache) `program`; raise CCompileError naming the kernel."""
-    import time
-
     cc = compiler()
     if cc is None:
         raise CCompileError(None, "no C compiler found (set CC or install cc)", [])
     key = hashlib.sha256("\0".join([program.source, *flags, _compiler_id(cc)]).encode())
-    out_dir = cache_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"{key.hexdigest()[:32]}.so"
-    if target.exists():
+    target = cache_dir() / f"{key.hexdigest()[:32]}.so"
+    if is_verified(target):
         return Built(target, True, 0.0)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="eqsat-c-") as tmp:
@@ -73,9 +72,7 @@ def build(program: Program, flags: list[str]) -> Built:
         res = subprocess.run(cmd, check=False, capture_output=True, text=True)
         if res.returncode != 0:
             raise CCompileError(_blame(program, res.stderr), res.stderr, cmd)
-        tmp_target = target.with_suffix(f".{os.getpid()}.tmp")
-        shutil.copyfile(obj, tmp_target)
-        os.replace(tmp_target, target)  # atomic: concurrent builders agree
+        store_verified(target, obj.read_bytes())
     return Built(target, False, time.perf_counter() - t0)
 
 

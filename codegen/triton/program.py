@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ...cache import cache_dir, write_atomic
 from ...ir import Graph, Node, contiguous_strides, node_label
 from ...plan import ARENA, OUTPUT, VIEW_OPS, MemoryPlan
 from ..c.fuse_elementwise import Group, fusion_groups
@@ -168,23 +167,16 @@ def _elementwise_ok(graph: Graph, nid: int, ops: dict[int, Operand]) -> bool:
     return element_expr(node, ops[nid], [ops[i] for i in node.inputs]) is not None
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "eqsat-llm" / "triton"
-
-
 def load_module(text: str) -> ModuleType:
     """The generated module, written once by the hash of its text and imported."""
     digest = hashlib.sha256(text.encode()).hexdigest()[:24]
     name = f"eqsat_llm_triton_{digest}"
     if name in sys.modules:
         return sys.modules[name]
-    path = cache_dir() / f"{name}.py"
+    path = cache_dir("triton") / f"{name}.py"
+    # imported only when it is the text itself (a corrupted or planted file is rewritten)
     if not path.exists() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)  # atomic: another process may be writing the same file
+        write_atomic(path, text.encode())
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
