@@ -71,20 +71,20 @@ def fuzz(count: int, seed: int = 0, backends: list[str] | None = None, *,
         failures = check_spec(spec, backends)
         result.models += 1
         result.steps += len(spec.steps)
-        if failures:
-            result.found.append(Found(index, spec, failures))
+        if failures:  # shrunk and saved at once: a long run may be stopped at any time
+            found = Found(index, spec, failures)
+            if shrink_failures:
+                found.shrunk = shrink(spec, lambda s: bool(check_spec(s, backends)),
+                                      progress=progress)
+            if save_dir is not None:
+                found.saved = save_regression(found, save_dir, seed)
+            result.found.append(found)
         if progress and (failures or result.models % 25 == 0 or result.models == count):
             progress(f"model {result.models}/{count}: {len(result.found)} failing, "
                      f"{time.perf_counter() - start:.0f} s"
                      + (f"; model {index}: {failures[0]}" if failures else ""))
 
     one()
-    for found in result.found:
-        if shrink_failures:
-            found.shrunk = shrink(found.spec, lambda s: bool(check_spec(s, backends)),
-                                  progress=progress)
-        if save_dir is not None:
-            found.saved = save_regression(found, save_dir, seed)
     result.seconds = time.perf_counter() - start
     return result
 
