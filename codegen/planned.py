@@ -27,6 +27,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from ..errors import GraphError
 from ..frontend import run_fallback
 from ..ir import Graph, Node, TensorType, dtype_of
+from ..memcheck import check_fits, output_bytes
 from ..ops import ACTIVATIONS, COMPARISONS, _number, _weak_dtype, evaluate
 from ..plan import (
     ALIAS,
@@ -358,6 +359,9 @@ class PlannedRuntime:
         self.plan = plan = plan if plan is not None else plan_memory(graph)
         if check:
             check_plan(graph, plan)
+        # refused before the arena is allocated (memcheck.py)
+        check_fits({"arena": plan.arena_bytes, "outputs per call": output_bytes(graph)},
+                   "run this program on the reference backend")
         self.arena = aligned_bytes(plan.arena_bytes)
         self.label_steps = False  # wrap each step in record_function("node:%d") (profiling)
         self.steps = ArenaSteps(graph, plan, self.arena)

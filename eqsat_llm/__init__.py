@@ -20,7 +20,14 @@ if "triton" not in _sys.modules and not _torch.cuda.is_available():
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .api import Compiled, EagerFallbackWarning, FallbackWarning, optimize, optimize_graph
-from .errors import CaptureError, EncodeError, EqsatError, GraphError, RuleError
+from .errors import (
+    CaptureError,
+    EncodeError,
+    EqsatError,
+    GraphError,
+    MemoryLimitError,
+    RuleError,
+)
 from .generation import Generator, generate
 from .report import Report
 from .saturate import Limits
@@ -35,6 +42,7 @@ __all__ = [
     "Generator",
     "GraphError",
     "Limits",
+    "MemoryLimitError",
     "Report",
     "RuleError",
     "generate",

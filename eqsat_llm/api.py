@@ -20,11 +20,12 @@ from .costmodel import CostModel
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import encode, let_name
 from .errors import EqsatError, RuleError
-from .fold import Folded, const_classes, fold_constants
+from .fold import KEEP, Folded, const_classes, fold_constants
 from .frontend import Captured, capture
 from .half import compute_in_float32, has_half
 from .ilp import extract_ilp
 from .ir import Graph, TensorType, dtype_of
+from .memcheck import check_fits, fold_bytes
 from .meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
 from .plan import plan_memory
 from .quant_formats import DYNAMIC
@@ -95,16 +96,23 @@ class Compiled:
         if kwargs or not self._positional or len(args) != len(self._expected):
             flat, spec = pytree.tree_flatten((args, kwargs))
             if spec != self.captured.in_spec:
-                raise EqsatError(f"called with arguments structured as {spec}, but the model "
-                                 f"was optimized for {self.captured.in_spec}")
+                raise EqsatError(f"called with {_arguments(spec)}, but the model was optimized "
+                                 f"for {_arguments(self.captured.in_spec)}")
         else:
             flat = args
         for k, (x, (shape, dtype)) in enumerate(zip(flat, self._expected)):
             if not isinstance(x, torch.Tensor) or x.shape != shape or x.dtype != dtype:
                 t = self._input_types[k]
                 got = f"{x.dtype}{list(x.shape)}" if isinstance(x, torch.Tensor) else type(x)
-                raise EqsatError(f"input {k}: expected {t}, got {got}; shapes are static: "
-                                 "optimize again for new shapes")
+                raise EqsatError(f"input {k}: expected {t}, got {got}; shapes and dtypes are "
+                                 "static: optimize again for new ones")
+            # (the C kernels would read a meta or CUDA tensor's address as host memory)
+            if self._device is not None and x.device != self._device:
+                raise EqsatError(f"input {k} is on {x.device}, but the program runs on "
+                                 f"{self._device} ({self.report.backend} backend): move it "
+                                 f"there (x.to('{self._device}')) or optimize for its device")
+        if self._written_inputs:
+            _refuse_aliased_writes(flat, self._written_inputs, self._state)
         with self._lock, torch.no_grad():
             outs = self._runtime.run(list(flat) + self._state if self._state else list(flat))
             if self._writes:
@@ -155,6 +163,10 @@ class Compiled:
 
     def _prepare_call(self) -> None:
         n = len(self._input_types)
+        # the device inputs must be on: the C and reference runtimes run on the CPU
+        self._device = (torch.device("cpu") if self.report.backend in ("c", "reference")
+                        else getattr(self._runtime, "device", None))
+        self._written_inputs = [k for kind, k in self._writes if kind == "input"]
         self._expected = [(torch.Size(t.shape), dtype_of(t.dtype)) for t in self._input_types]
         self._positional = pytree.tree_flatten((tuple(range(n)), {}))[1] == \
             self.captured.in_spec
@@ -182,9 +194,49 @@ def refuse_unchecked(rules: list[Rule]) -> None:
             _CHECKED[key] = check_rule(r, instances=5)
         result = _CHECKED[key]
         if not result.ok:
+            cex = result.counterexample or {}
+            shown = ", ".join([f"{k}: {v}" for k, v in cex.get("leaves", {}).items()]
+                              + [f"{k}={v}" for k, v in cex.get("attributes", {}).items()])
             raise RuleError(f"rule {r.name!r} failed its check ({result.status}): "
-                            f"{result.message}; counterexample: {result.counterexample}. "
-                            "Fix the rule, or pass force_rules=True to use it anyway.")
+                            f"{result.message}; counterexample: {shown or 'none'} (`eqsat-llm "
+                            "rules check` prints the whole instance). Fix the rule, or pass "
+                            "force_rules=True to use it anyway.")
+
+
+def _arguments(spec: Any) -> str:
+    """A call's (args, kwargs) structure in words: counts and keyword names."""
+    args, kwargs = spec.children()
+    nested = any(not c.is_leaf() for c in args.children() + kwargs.children())
+    return (f"{args.num_children} positional argument(s)"
+            + (f", keyword arguments {list(kwargs.context)}" if kwargs.context else "")
+            + (f" (nested: {spec})" if nested else ""))
+
+
+def _refuse_aliased_writes(flat: Any, written: list[int], state: list[torch.Tensor]) -> None:
+    """The program reads every input before it writes the ones the model writes in place
+    (functionalized): an input it writes that shares memory with another input (the same
+    tensor twice, overlapping views) would give other results than eager, which sees the
+    write in the other argument."""
+    tensors = [(j, x) for j, x in enumerate(flat) if isinstance(x, torch.Tensor)] + \
+        [(-1, t) for t in state]
+    for k in written:
+        for j, y in tensors:
+            if j != k and _overlap(flat[k], y):
+                raise EqsatError(f"input {k} is written in place by the model and shares memory "
+                                 "with another input: the program reads its inputs before it "
+                                 "writes them, eager would not; pass separate tensors (clone)")
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the bytes two tensors span intersect (their extents; strides are >= 0)."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+
+    def extent(t: torch.Tensor) -> tuple[int, int]:
+        span = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1 if t.numel() else 0
+        return t.data_ptr(), t.data_ptr() + span * t.element_size()
+    (a0, a1), (b0, b1) = extent(a), extent(b)
+    return a0 < b1 and b0 < a1
 
 
 def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -233,7 +285,9 @@ def _make_runtime(graph: Graph, plan: Any, backend: str) -> tuple[Any, str]:
             why = f"the C backend does not support {', '.join(exc.ops)}"
         except CCompileError as exc:
             kernel = f" in kernel {exc.kernel}" if exc.kernel else ""
-            why = f"the C compile failed{kernel}: {exc.message[:2000]}"
+            said = exc.message.strip()[:2000] or \
+                f"{(exc.command or ['the compiler'])[0]} failed and printed nothing"
+            why = f"the C compile failed{kernel}: {said}"
         warnings.warn(f"{why}; running the reference runtime instead", BackendFallbackWarning,
                       stacklevel=3)
     return PlannedRuntime(graph, plan, check=True), "reference"
@@ -271,6 +325,10 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     the GEMMs where skipping their zeros pays on sparse kernels (exact: docs/sparsity.md)."""
     if backend not in BACKENDS:
         raise EqsatError(f"unknown backend {backend!r}; available: {BACKENDS}")
+    example_inputs = tuple(example_inputs)
+    if isinstance(model, torch.export.ExportedProgram) and not example_inputs and \
+            not example_kwargs and model.example_inputs:
+        example_inputs, example_kwargs = model.example_inputs  # what it was exported with
     backend = resolve_backend(backend, list(example_inputs) + list((example_kwargs or {})
                                                                    .values()))
     if extractor not in EXTRACTORS:
@@ -381,6 +439,8 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
         out.outputs = out_ids
     decoded = out  # before folding: rule results that fold into constants still show
     with _phase(timings, "fold"):
+        if fold:  # refused before folding allocates what does not fit (memcheck.py)
+            check_fits({"folded constants": fold_bytes(out, KEEP)}, "fold the constants")
         folded = fold_constants(out) if fold else Folded(out, 0, 0)
         out = folded.graph
         report.folded_constants = folded.count

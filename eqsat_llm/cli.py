@@ -200,9 +200,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
+    from .errors import RuleError
     from .rulecheck import main_check
 
-    return main_check(args.specs, instances=args.instances, seed=args.seed)
+    try:
+        return main_check(args.specs, instances=args.instances, seed=args.seed)
+    except RuleError as exc:  # a rule file that does not load (raised on import, typo)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
@@ -217,6 +222,9 @@ def cmd_extract(args: argparse.Namespace) -> int:
         ex.check_extraction(egraph, result.choices)
     except (ex.EGraphFormatError, ex.ExtractionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a missing or unreadable file
+        print(f"error: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     out = {"method": result.method, "cost": result.cost, "lower_bound": result.lower_bound,
            "gap": None if result.lower_bound is None else result.cost - result.lower_bound,

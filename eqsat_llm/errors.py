@@ -20,3 +20,8 @@ class EncodeError(EqsatError):
 
 class RuleError(EqsatError):
     """A rewrite rule is malformed, ill-typed or failed its check."""
+
+
+class MemoryLimitError(EqsatError, MemoryError):
+    """A program would need more memory than is available (memcheck.py): refused before any of
+    it was allocated."""

@@ -222,7 +222,8 @@ class Activation:
 
 
 ACTIVATIONS: dict[str, Activation] = {
-    "relu": Activation(torch.relu, "relu", (), torch.relu_, 1, "v > 0.0f ? v : 0.0f"),
+    # (written so that NaN stays NaN, as torch.relu keeps it)
+    "relu": Activation(torch.relu, "relu", (), torch.relu_, 1, "v < 0.0f ? 0.0f : v"),
     "silu": Activation(F.silu, "silu", (), torch.ops.aten.silu_, 2, "v * eq_sigmoidf(v)"),
     "gelu_tanh": Activation(
         lambda x: F.gelu(x, approximate="tanh"), "gelu", (("approximate", "tanh"),),

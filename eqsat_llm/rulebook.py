@@ -91,10 +91,15 @@ def family(name: str) -> Callable[[Callable[..., Iterator[_Pending]]], list[Rule
     passes its rules to optimize() itself."""
 
     def collect(fn: Callable[..., Iterator[_Pending]]) -> list[Rule]:
-        hints = typing.get_type_hints(fn)
-        variables = [var(p, hints[p]) for p in inspect.signature(fn).parameters]
-        rules = [Rule(r.name, name, r.soundness, r.command, r.tolerance, r.note, r.check_dims,
-                      r.check_weights) for r in fn(*variables)]
+        try:
+            hints = typing.get_type_hints(fn)
+            variables = [var(p, hints[p]) for p in inspect.signature(fn).parameters]
+            rules = [Rule(r.name, name, r.soundness, r.command, r.tolerance, r.note,
+                          r.check_dims, r.check_weights) for r in fn(*variables)]
+        except Exception as exc:  # a typo in a rule (E.no_such_op), a missing annotation
+            raise RuleError(f"rule family {name!r} ({fn.__code__.co_filename}:"
+                            f"{_raised_at(exc, fn)}) raised while building its rules: "
+                            f"{type(exc).__name__}: {exc}") from exc
         if fn.__module__.startswith(LIBRARY_PACKAGE + "."):
             existing = {r.name for rs in FAMILIES.values() for r in rs}
             for r in rules:
@@ -105,6 +110,16 @@ def family(name: str) -> Callable[[Callable[..., Iterator[_Pending]]], list[Rule
         return rules
 
     return collect
+
+
+def _raised_at(exc: BaseException, fn: Callable[..., object]) -> int:
+    """The line of `fn`'s file where `exc` was raised (the family's first line if none)."""
+    tb, line = exc.__traceback__, fn.__code__.co_firstlineno
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == fn.__code__.co_filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 def load_library() -> dict[str, list[Rule]]:

@@ -1016,6 +1016,13 @@ def load_rules_from(spec: str) -> list[Rule]:
         sys.modules[name] = module
         try:
             module_spec.loader.exec_module(module)
+        except RuleError:  # a family that raised: the message names its file and line
+            del sys.modules[name]
+            raise
+        except Exception as exc:
+            del sys.modules[name]
+            raise RuleError(f"rule file {spec!r} raised on import{_line_in(exc, path)}: "
+                            f"{type(exc).__name__}: {exc}") from exc
         except BaseException:
             del sys.modules[name]
             raise
@@ -1028,7 +1035,24 @@ def load_rules_from(spec: str) -> list[Rule]:
     except ImportError as exc:
         raise RuleError(f"{spec!r} is not a rule file, a rule family or an importable module: "
                         f"{exc}") from exc
+    except RuleError:
+        raise
+    except Exception as exc:  # the module itself raised while importing
+        raise RuleError(f"rule module {spec!r} raised on import: {type(exc).__name__}: "
+                        f"{exc}") from exc
     return _rules_in(module)
+
+
+def _line_in(exc: BaseException, path: Path) -> str:
+    """' (line N)': the last line of the file `path` in exc's traceback; '' if none."""
+    line, tb = None, exc.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).resolve() == path.resolve():
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    if line is None and isinstance(exc, SyntaxError) and exc.lineno:
+        line = exc.lineno
+    return f" (line {line})" if line else ""
 
 
 def main_check(specs: list[str], *, instances: int = 20, seed: int = 0,

@@ -22,6 +22,7 @@ import torch
 
 from ...errors import GraphError
 from ...ir import Graph, Node, TensorType, dtype_of, node_label
+from ...memcheck import check_fits, output_bytes
 from ...ops import evaluate
 from ...plan import COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan, plan_memory
 from ..planned import ArenaSteps, aligned_bytes
@@ -52,6 +53,10 @@ class CRuntime:
         self._lib = ctypes.CDLL(str(built.path))
         self._index_error = ctypes.c_int.in_dll(self._lib, "eq_index_error")
         lay = prog.layout
+        # refused before the arena and the prepared weights are allocated (memcheck.py)
+        check_fits({"arena": plan.arena_bytes,
+                    "prepared weights": prepared_bytes(lay.weights, graph.constants),
+                    "outputs per call": output_bytes(graph)}, "run this program on the C backend")
         self.arena = aligned_bytes(plan.arena_bytes)
         # the nodes run in torch between segments: (node id, op; a fallback's aten target)
         self.torch_steps = [(nid, torch_op_name(graph.node(nid))) for nid in prog.torch_nodes]
@@ -202,6 +207,18 @@ class CRuntime:
     @property
     def source(self) -> str:
         return self.program.source
+
+
+def prepared_bytes(weights: list[Any], constants: dict[str, torch.Tensor]) -> int:
+    """About what Layout.prepared_weights allocates: a copy of each weight a kernel prepares
+    (packed panels: the size of the constant it is made from), and of each constant read
+    as is that is not contiguous."""
+    total = 0
+    for w in weights:
+        t = constants.get(w if isinstance(w, str) else getattr(w, "name", None))
+        if isinstance(t, torch.Tensor) and (not isinstance(w, str) or not t.is_contiguous()):
+            total += t.numel() * t.element_size()
+    return total
 
 
 def torch_op_name(node: Node) -> str:

@@ -21,8 +21,8 @@ def tanh(x):
 @triton.jit
 def apply_act(v, ACT: tl.constexpr):
     """ACTIVATIONS[name] applied to a float32 block; ACT: its code (0: none)."""
-    if ACT == 1:  # relu
-        v = tl.where(v > 0.0, v, 0.0)
+    if ACT == 1:  # relu (NaN stays NaN, as in torch.relu)
+        v = tl.where(v < 0.0, 0.0, v)
     elif ACT == 2:  # silu
         v = v * tl.sigmoid(v)
     elif ACT == 3:  # gelu, tanh approximation
