@@ -1,4 +1,4 @@
-"""The `eqsat-llm` command: demo, optimize, generate, calibrate, rules, extract."""
+"""The `eqsat-llm` command: demo, optimize, generate, calibrate, rules, extract, fuzz."""
 
 from __future__ import annotations
 
@@ -235,6 +235,21 @@ def cmd_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .fuzz import available_backends, fuzz
+
+    backends = args.backend.split(",") if args.backend else available_backends()
+    print(f"fuzzing {args.count} models, seed {args.seed}, backends {', '.join(backends)}",
+          flush=True)
+    result = fuzz(args.count, args.seed, backends, shrink_failures=not args.no_shrink,
+                  save_dir=Path(args.save) if args.save else None, max_steps=args.max_steps,
+                  progress=lambda line: print(line, flush=True))
+    print(result.summary())
+    return 1 if result.found else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # raised inside torch.export's own pytree code in torch 2.13; nothing a user can change
@@ -300,6 +315,15 @@ def main(argv: list[str] | None = None) -> int:
                          help="seconds for the ILP solver (it returns its best program so far)")
     extract.add_argument("--choices", action="store_true", help="print the chosen nodes")
     extract.set_defaults(fn=cmd_extract)
+    fz = sub.add_parser("fuzz", help="optimize random valid models, compare with eager")
+    fz.add_argument("--count", type=int, default=200)
+    fz.add_argument("--seed", type=int, default=0)
+    fz.add_argument("--backend", help="comma-separated backends (default: all available)")
+    fz.add_argument("--max-steps", type=int, default=8, help="op families per model")
+    fz.add_argument("--save", metavar="DIR", default="tests/fuzz_regressions",
+                    help="where failing models are saved as regression tests ('' to not save)")
+    fz.add_argument("--no-shrink", action="store_true", help="save failing models as drawn")
+    fz.set_defaults(fn=cmd_fuzz)
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -1,0 +1,108 @@
+"""The differential fuzzer: random valid models optimized and run on every backend against
+eager (>= 200 in the default run), the regressions it saved, and its own parts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from eqsat_llm import frontend
+from eqsat_llm.fuzz import Spec, available_backends, check_spec, fuzz, load_regression
+from eqsat_llm.fuzz.compare import mismatch
+from eqsat_llm.fuzz.shrink import prune, shrink
+from eqsat_llm.fuzz.spec import Tensor
+
+REGRESSIONS = sorted((Path(__file__).parent / "fuzz_regressions").glob("*.json"))
+# the C backend and the reference runtime on every model; Triton (its interpreter here, about
+# a second a launch) on a share of them in the default run, on all of them with -m slow
+CPU_BACKENDS = [b for b in available_backends() if b != "triton"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_models_match_eager_on_every_cpu_backend(seed):
+    result = fuzz(50, seed, CPU_BACKENDS)
+    assert result.models >= 50
+    assert not result.found, result.summary()
+
+
+@pytest.mark.skipif("triton" not in available_backends(), reason="no Triton")
+@pytest.mark.parametrize("seed", [100])
+def test_random_models_match_eager_on_triton(seed):
+    result = fuzz(12, seed, ["triton"], max_steps=4)
+    assert result.models >= 12
+    assert not result.found, result.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("triton" not in available_backends(), reason="no Triton")
+def test_many_random_models_match_eager_on_triton():
+    result = fuzz(100, 101, ["triton"])
+    assert not result.found, result.summary()
+
+
+@pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
+def test_saved_regression_now_matches_eager(path):
+    failures = check_spec(load_regression(path), available_backends())
+    assert not failures, "\n".join(str(f) for f in failures)
+
+
+def test_a_planted_bug_is_found_shrunk_and_saved(monkeypatch, tmp_path):
+    """The frontend made to read torch.neg as exp: the fuzzer must see the program disagree
+    with eager, shrink the model to the one neg, and save it."""
+    aten = torch.ops.aten
+    monkeypatch.setitem(frontend.ATEN, aten.neg.default, frontend.ATEN[aten.exp.default])
+    result = fuzz(5, 0, ["reference"], save_dir=tmp_path)
+    assert result.found, "no model with neg among 5"
+    first = result.found[0]
+    assert any(op == "neg" for op, _, _ in first.spec.steps)
+    shrunk = first.shrunk
+    assert [op for op, _, _ in shrunk.steps] == ["neg"], shrunk.describe()
+    saved = load_regression(first.saved)
+    assert saved.steps == shrunk.steps
+    assert check_spec(saved, ["reference"])  # still fails while the bug is planted
+
+
+def test_mismatch_accepts_rounding_and_refuses_wrong_values_and_nans():
+    exact = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)
+    eager = exact.float()
+    assert mismatch(eager + 1e-7, eager, exact) is None
+    assert "differ" in mismatch(eager + torch.tensor([0, 0, 1e-2]), eager, exact)
+    assert "differ" in mismatch(torch.tensor([1.0, float("nan"), 3.0]), eager, exact)
+    nan = torch.tensor([float("nan"), float("inf"), 1.0])
+    assert mismatch(nan.clone(), nan, nan.double()) is None
+    assert "differ" in mismatch(torch.tensor([float("nan"), -float("inf"), 1.0]), nan,
+                                nan.double())
+    assert "expected" in mismatch(eager[:2], eager, exact)
+    ints = torch.tensor([1, 2, 3])
+    assert mismatch(ints.clone(), ints, ints) is None
+    assert "differ" in mismatch(ints + torch.tensor([0, 0, 1]), ints, ints)
+
+
+def test_shrink_keeps_a_failing_step_and_drops_the_rest():
+    spec = Spec(inputs=[Tensor([2, 3], seed=0), Tensor([3], seed=1)],
+                params=[Tensor([3, 4], seed=2)],
+                steps=[("exp", ["i0"], {}), ("add", ["v0", "i1"], {}),
+                       ("matmul", ["v1", "p0"], {}), ("tanh", ["v2"], {})],
+                outputs=["v3", "v0"])
+    shrunk = shrink(spec, lambda s: any(op == "exp" for op, _, _ in s.steps))
+    assert [op for op, _, _ in shrunk.steps] == ["exp"]
+    assert shrunk.outputs == ["v0"] and len(shrunk.inputs) == 1 and not shrunk.params
+
+
+def test_prune_renumbers_what_the_outputs_read():
+    spec = Spec(inputs=[Tensor([2], seed=0), Tensor([2], seed=1)],
+                steps=[("neg", ["i0"], {}), ("exp", ["i1"], {})], outputs=["v1"])
+    pruned = prune(spec)
+    assert pruned.steps == [("exp", ["i0"], {})] and pruned.inputs[0].seed == 1
+    assert Spec.from_json(pruned.to_json()) == pruned
+
+
+def test_fuzz_command_runs_and_reports(capsys):
+    from eqsat_llm.cli import main
+
+    assert main(["fuzz", "--count", "3", "--seed", "5", "--backend", "reference",
+                 "--save", ""]) == 0
+    out = capsys.readouterr().out
+    assert "3 models" in out and "0 failing" in out
