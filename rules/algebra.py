@@ -25,8 +25,11 @@ def algebra(x: Tensor, y: Tensor, a: Tensor, b: Tensor, c: f64, al: f64, k: Stri
     yield exact("scalar-mul-commute", rewrite(E.mul(E.scalar(c, k), x)).to(E.mul(x, E.scalar(c, k))))
     yield reassociates("div-as-mul", rule(eq(y).to(E.div(x, E.scalar(c, "float"))), ne(c).to(f64(0.0)), is_float_dtype(dtype(x))).then(union(y).with_(E.mul(x, E.scalar(f64(1.0) / c, "float")))), note="exact when c is a power of two")
     yield exact("mul-through-view", rewrite(E.mul(E.view(x, s), E.scalar(c, k))).to(E.view(E.mul(x, E.scalar(c, k)), s)))
-    yield reassociates("mm-scale", rewrite(E.mul(E.mm(a, b, al), E.scalar(c, "float"))).to(E.mm(a, b, al * c)))
-    yield reassociates("bmm-scale", rewrite(E.mul(E.bmm(a, b, al), E.scalar(c, "float"))).to(E.bmm(a, b, al * c)))
+    # (the scale folds into a float product only: an integer product times 0.5 is a float,
+    # which no integer matmul kernel writes)
+    float_product = is_float_dtype(dtype(a))
+    yield reassociates("mm-scale", rule(eq(y).to(E.mul(E.mm(a, b, al), E.scalar(c, "float"))), float_product).then(union(y).with_(E.mm(a, b, al * c))))
+    yield reassociates("bmm-scale", rule(eq(y).to(E.mul(E.bmm(a, b, al), E.scalar(c, "float"))), float_product).then(union(y).with_(E.bmm(a, b, al * c))))
 
 
 @family("algebra")
@@ -37,7 +40,7 @@ def algebra_casts_and_masks(x: Tensor, y: Tensor, m: Tensor, a: Tensor, b: Tenso
     yield exact("where-0d-as-scalar", rule(eq(y).to(E.where(m, E.full(Vec[i64].empty(), c, dt), x)), eq(dtype(x)).to(dt), is_float_dtype(dt)).then(union(y).with_(E.where(m, E.scalar(c, "float"), x))))
     neg_inf = E.scalar(f64(float("-inf")), k)
     yield exact("masked-fill-as-bias", rule(eq(y).to(E.where(m, neg_inf, x)), eq(dt).to(dtype(x)), is_float_dtype(dt), eq(dtype(y)).to(dt)).then(union(y).with_(E.add(x, E.where(m, neg_inf, E.full(Vec[i64].empty(), 0.0, dt))))), note="for x never +inf or nan (x + -inf = -inf); makes a mask an additive bias")
-    yield reassociates("matmul-scale", rewrite(E.mul(E.matmul(a, b, al), E.scalar(c, "float"))).to(E.matmul(a, b, al * c)))
+    yield reassociates("matmul-scale", rule(eq(y).to(E.mul(E.matmul(a, b, al), E.scalar(c, "float"))), is_float_dtype(dtype(a))).then(union(y).with_(E.matmul(a, b, al * c))))
 
 
 @family("algebra")
@@ -48,8 +51,10 @@ def algebra_normal_forms(x: Tensor, y: Tensor, a: Tensor, b: Tensor, c: f64, al:
     yield exact("mul-minus-one", rule(eq(y).to(E.mul(x, E.scalar(-1.0, k))), eq(dtype(y)).to(dtype(x)), is_float_dtype(dtype(x))).then(union(y).with_(E.neg(x))))
     yield exact("sub-as-add-neg", rule(eq(y).to(E.sub(a, b)), is_float_dtype(dtype(b))).then(union(y).with_(E.add(a, E.neg(b)))), note="a - b == a + (-b) in IEEE arithmetic (b a float tensor)")
     yield exact("neg-through-view", rewrite(E.neg(E.view(x, var("s", Vec[i64])))).to(E.view(E.neg(x), var("s", Vec[i64]))))
-    yield reassociates("scale-left-through-mm", rewrite(E.mm(E.mul(a, E.scalar(c, "float")), b, al)).to(E.mm(a, b, al * c)))
-    yield reassociates("scale-left-through-matmul", rewrite(E.matmul(E.mul(a, E.scalar(c, "float")), b, al)).to(E.matmul(a, b, al * c)))
+    # (a float product of float operands only: the mul may be what made `a` float)
+    float_a = is_float_dtype(dtype(a))
+    yield reassociates("scale-left-through-mm", rule(eq(y).to(E.mm(E.mul(a, E.scalar(c, "float")), b, al)), float_a).then(union(y).with_(E.mm(a, b, al * c))))
+    yield reassociates("scale-left-through-matmul", rule(eq(y).to(E.matmul(E.mul(a, E.scalar(c, "float")), b, al)), float_a).then(union(y).with_(E.matmul(a, b, al * c))))
     yield reassociates("mm-transpose", rewrite(E.permute(E.mm(a, b, al), swap)).to(E.mm(E.permute(b, swap), E.permute(a, swap), al)), note="(A @ B)^T = B^T @ A^T")
     yield reassociates("softmax-shift", rewrite(E.softmax(E.add(x, E.scalar(c, "float")), d)).to(E.softmax(x, d)), note="softmax is invariant to adding a constant")
 
