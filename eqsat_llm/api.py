@@ -17,8 +17,9 @@ import torch.utils._pytree as pytree
 from . import extract as extractors
 from .cost import enode_cost_fn, program_cost
 from .costmodel import CostModel
+from .egraph.analysis import analysis
 from .egraph.decode import decode, let_classes, program_view, serialize
-from .egraph.encode import encode, let_name
+from .egraph.encode import declared, encode, let_name
 from .errors import EqsatError, RuleError
 from .fold import KEEP, Folded, const_classes, fold_constants
 from .frontend import Captured, capture
@@ -40,7 +41,7 @@ from .quantization import (
 )
 from .report import Report, RuleStat, memory_summary
 from .rule_usage import rule_used
-from .rulebook import Rule, resolve
+from .rulebook import Rule, as_ruleset, resolve
 from .saturate import Limits, saturate
 from .state import write_state_in_place
 
@@ -416,7 +417,9 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
     report = report if report is not None else Report()
     timings = report.timings
     with _phase(timings, "encode"):
-        enc = encode(graph, keep_float=keep_float, sparsity=sparsity)
+        # the rules declared before the program's lets (encode.declared: 9x faster at 32 layers)
+        egraph = declared(analysis, *([as_ruleset(rules)] if rules else []))
+        enc = encode(graph, egraph=egraph, keep_float=keep_float, sparsity=sparsity)
     with _phase(timings, "saturate"):
         sat = saturate(enc.egraph, rules, limits or Limits(), progress)
     with _phase(timings, "serialize"):

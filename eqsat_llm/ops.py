@@ -60,6 +60,19 @@ class OpDef:
         self.check_attrs(attrs)
         if self.infer is not None:
             return self.infer(input_types, attrs)
+        # running the reference on meta tensors costs up to 20 ms (attention, rope); a model's
+        # layers ask the same question once per layer: the answers are kept (types are pure)
+        key = _type_key(self.name, input_types, attrs)
+        if key is not None and key in _INFERRED:
+            return _INFERRED[key]
+        node_type = self._infer_by_reference(input_types, attrs)
+        if key is not None:
+            if len(_INFERRED) >= _INFERRED_MAX:
+                _INFERRED.clear()
+            _INFERRED[key] = node_type
+        return node_type
+
+    def _infer_by_reference(self, input_types: list, attrs: dict[str, Any]) -> Any:
         if self.reference is None:
             raise GraphError(f"op {self.name!r} has no type rule; its type must be given")
         try:
@@ -74,6 +87,23 @@ class OpDef:
         missing = names - attrs.keys()
         if missing:
             raise GraphError(f"op {self.name!r} is missing attribute(s) {sorted(missing)}")
+
+
+_INFERRED: dict[tuple, Any] = {}  # (op, input types, attributes) -> the inferred type
+_INFERRED_MAX = 16384
+
+
+def _type_key(op: str, input_types: list, attrs: dict[str, Any]) -> tuple | None:
+    """A hashable key of a type question; None when an attribute is not a plain value. Each
+    value keeps its Python type (1, 1.0 and True are equal keys, but may type differently)."""
+    try:
+        key = (op, tuple(input_types), tuple(sorted(
+            (k, type(v).__name__, tuple(v) if isinstance(v, list) else v)
+            for k, v in attrs.items())))
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _meta_value(t: TensorType) -> Any:

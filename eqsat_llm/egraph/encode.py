@@ -134,6 +134,17 @@ def _reference(egraph: EGraph, name: str, tensor: Any) -> RuntimeExpr:
         name)))
 
 
+def declared(*rulesets: Any) -> EGraph:
+    """A new e-graph with these rulesets declared, for a program to be encoded into. egglog
+    checks each new rule against every global let: the 480 rules declared after the 3,500 lets
+    of 32 LLaMA layers took 3.6 s of CPU, declared before them 0.4 s (saturation then finds
+    them declared: the same rules, the same e-graph)."""
+    egraph = EGraph()
+    for rs in rulesets:
+        egraph.run(0, ruleset=rs)  # zero iterations: declares the ruleset, runs nothing
+    return egraph
+
+
 def let_name(node_id: int) -> str:
     return f"n{node_id}"
 
