@@ -13,7 +13,7 @@ from eqsat_llm.ir import Graph
 from eqsat_llm.plan import check_plan
 from eqsat_llm.workloads import LLAMA_7B, stacked_llama_blocks
 
-from .conftest import const, inp
+from .conftest import const, inp, load_benchmark
 
 PHASES = ("capture", "encode", "saturate", "serialize", "extract", "decode", "fold", "plan")
 SEQ = 16
@@ -95,3 +95,11 @@ def test_half_exactness_is_not_read_off_meta_values():
     assert exact_half_dtypes(torch.empty(4, 4, device="meta")) == []
     assert exact_half_dtypes(torch.empty(4, 4, device="meta", dtype=torch.bfloat16)) == \
         ["bfloat16"]
+
+
+def test_benchmark_rows_and_table():
+    scale = load_benchmark("scale")
+    row = scale.measure(1, SEQ)  # in this process (the script runs each depth in a fresh one)
+    assert row["depth"] == 1 and row["arena_mib"] > 0 and row["peak_rss_mib"] > 0
+    assert all(row[p] > 0 for p in scale.PHASES)
+    assert scale.table([row]).count("\n") == 2  # head, separator, one row
