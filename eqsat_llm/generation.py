@@ -138,6 +138,10 @@ class Generator:
         if limit is not None and max_seq_len > limit:
             raise EqsatError(f"max_seq_len {max_seq_len} exceeds the model's "
                              f"max_position_embeddings ({limit})")
+        if any(p.is_meta for p in model.parameters()):  # it generates: it needs the weights
+            raise EqsatError("Generator runs the model, but its weights are on the meta device: "
+                             "load them first (optimize() plans a meta-device model without "
+                             "running it: docs/memory.md)")
         self.model = model.eval()
         self.max_seq_len, self.batch_size = max_seq_len, batch_size
         self.chunk = min(prefill_chunk or DEFAULT_CHUNK, max_seq_len)

@@ -26,9 +26,10 @@ from .ir import Graph
 
 def meta_constants(graph: Graph) -> list[str]:
     """The names of the graph's constants (weights, buffers, folded values) on the meta
-    device."""
-    return [name for name, t in graph.constants.items()
-            if isinstance(t, torch.Tensor) and t.is_meta]
+    device, the model's own names first (an error message shows a few)."""
+    names = [name for name, t in graph.constants.items()
+             if isinstance(t, torch.Tensor) and t.is_meta]
+    return sorted(names, key=lambda name: name.startswith("folded."))
 
 
 def meta_error(names: list[str], what: str = "run") -> EqsatError:

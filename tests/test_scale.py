@@ -103,3 +103,11 @@ def test_benchmark_rows_and_table():
     assert row["depth"] == 1 and row["arena_mib"] > 0 and row["peak_rss_mib"] > 0
     assert all(row[p] > 0 for p in scale.PHASES)
     assert scale.table([row]).count("\n") == 2  # head, separator, one row
+
+
+def test_generator_refuses_meta_weights():
+    from eqsat_llm import Generator
+
+    model = stacked_llama_blocks(1, d_model=64, n_heads=2, ffn=128, device="meta")
+    with pytest.raises(EqsatError, match="meta device"):
+        Generator(model, max_seq_len=8)
