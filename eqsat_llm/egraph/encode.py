@@ -58,9 +58,9 @@ def _lit(value: Any) -> Any:
 
 
 def _vec(items: list[Any]) -> Any:
-    # an empty vector's sort is the parameter's: egglog infers it
-    return bindings.Call(_SPAN, "vec-of", items) if items else bindings.Call(_SPAN, "vec-empty",
-                                                                             [])
+    if not items:  # an empty vector's sort is its parameter's: egglog infers it
+        return bindings.Call(_SPAN, "vec-empty", [])
+    return bindings.Call(_SPAN, "vec-of", items)
 
 
 def attr_literal(kind: str, value: Any) -> Any:
@@ -77,7 +77,10 @@ def attr_literal(kind: str, value: Any) -> Any:
 
 
 class _Program:
-    """The encoding's commands, in order: lets, then the facts about them."""
+    """The encoding's commands, in order: lets, then the facts about them. It reaches below
+    egglog-python's public API (the bindings e-graph, its names for functions and lets), which
+    is why egglog is pinned to one major version (pyproject.toml); tests/test_roundtrip.py
+    reads every encoded node back."""
 
     def __init__(self, egraph: EGraph):
         self.egraph = egraph
@@ -87,7 +90,7 @@ class _Program:
 
     def fn(self, callable_: Any) -> str:
         """egglog's name of a constructor, function or relation (declared on first use)."""
-        key = id(callable_)
+        key = id(callable_)  # the constructors and analyses are module-level: ids are stable
         if key not in self._names:
             self._names[key] = self.egraph._callable_to_egg(callable_)[1]
         return self._names[key]
