@@ -60,6 +60,7 @@ class Value:
     shape: tuple[int, ...]
     dtype: str
     exact: bool
+    special: bool = False  # may hold NaN or inf (read from an input that carries them)
 
     @property
     def is_float(self) -> bool:
@@ -112,7 +113,7 @@ class Builder:
         else:
             self.spec.inputs.append(t)
             ref = f"i{len(self.spec.inputs) - 1}"
-        v = Value(ref, tuple(shape), dtype, True)
+        v = Value(ref, tuple(shape), dtype, True, special)
         self.values.append(v)
         return v
 
@@ -158,7 +159,8 @@ class Builder:
         if out.dtype == torch.bool:
             exact = True  # comparisons only ever read exact values (module docstring)
         self.spec.steps.append((op, refs, kw))
-        v = Value(f"v{len(self.spec.steps) - 1}", tuple(out.shape), dtype, exact)
+        special = any(v is not None and v.special for v in operands)
+        v = Value(f"v{len(self.spec.steps) - 1}", tuple(out.shape), dtype, exact, special)
         self.values.append(v)
         return v
 
@@ -224,7 +226,9 @@ def select_by_mask(b: Builder) -> None:
     if b.chance(15):
         cond = b.step("logical_not", [cond])
     z = b.float_value()
-    if b.chance(50) and _broadcasts(cond.shape, z.shape) == z.shape:
+    # masked_fill(-inf) of NaN or +inf is where the default rules knowingly differ from eager
+    # (masked-fill-as-bias: x + -inf; docs/fuzzing.md), so it reads values without them
+    if b.chance(50) and _broadcasts(cond.shape, z.shape) == z.shape and not z.special:
         b.step("masked_fill", [z, cond], value=b.draw.choice((0.0, float("-inf"), -1e9)))
     else:
         b.step("where", [cond, x, b.partner(x)])
