@@ -41,13 +41,13 @@ def main() -> None:
     r = compiled.report
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     text = "\n".join([
-        f"Command: `.venv/bin/python benchmarks/limits.py --depth {args.depth} --write` "
+        (f"Command: `.venv/bin/python benchmarks/limits.py --depth {args.depth} --write` "
         f"({platform.machine()}, torch {torch.__version__}). The block at d=64, 4 heads, FFN "
         f"128, prefill 1x8; rules: the library's and `algebra-ac`; limits: the defaults "
         f"({limits.iterations} rounds, {limits.enodes:,} e-graph entries, "
-        f"{limits.seconds:g} s, {limits.memory_mb:g} MB).", "",
-        f"- stopped: **{r.stop_reason}** after {r.iterations} rounds; e-graph entries per "
-        f"round: {', '.join(f'{n:,}' for n in r.egraph_size_per_iteration)}",
+        f"{limits.seconds:g} s, {limits.memory_mb:g} MB)."), "",
+        (f"- stopped: **{r.stop_reason}** after {r.iterations} rounds; e-graph entries per "
+        f"round: {', '.join(f'{n:,}' for n in r.egraph_size_per_iteration)}"),
         f"- time: {total:.1f} s in all; " + ", ".join(
             f"{k} {v:.1f} s" for k, v in r.timings.items() if v >= 0.05),
         f"- peak RSS {peak_mb:,.0f} MB; max |optimized - eager| = {err:.1e}"])

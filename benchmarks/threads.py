@@ -61,12 +61,12 @@ def main() -> None:
                 rows.append((shape, n, shared, own))
                 print(f"{shape:9} {n} threads: shared {shared:8.1f} calls/s, arena per "
                       f"thread {own:8.1f} calls/s ({own / shared:.2f}x)", flush=True)
-    lines = [f"Command: `.venv/bin/python benchmarks/threads.py --threads "
+    lines = [(f"Command: `.venv/bin/python benchmarks/threads.py --threads "
              f"{' '.join(map(str, args.threads))} --seconds {args.seconds:g} --write` "
              f"({platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-             f"{torch.get_num_threads()} torch threads).", "",
-             "| shape | Python threads | one Compiled shared, calls/s | one per thread, calls/s "
-             "| per-thread / shared |", "|---|---|---|---|---|"]
+             f"{torch.get_num_threads()} torch threads)."), "",
+             ("| shape | Python threads | one Compiled shared, calls/s | one per thread, calls/s "
+             "| per-thread / shared |"), "|---|---|---|---|---|"]
     lines += [f"| {s} | {n} | {a:.1f} | {b:.1f} | {b / a:.2f} |" for s, n, a, b in rows]
     text = "\n".join(lines)
     print(text)

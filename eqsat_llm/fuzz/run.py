@@ -36,9 +36,9 @@ class FuzzResult:
     seconds: float = 0.0
 
     def summary(self) -> str:
-        lines = [f"{self.models} models ({self.steps} steps), seed {self.seed}, backends "
+        lines = [(f"{self.models} models ({self.steps} steps), seed {self.seed}, backends "
                  f"{', '.join(self.backends)}: {len(self.found)} failing, "
-                 f"{self.seconds:.0f} s"]
+                 f"{self.seconds:.0f} s")]
         for f in self.found:
             lines.append(f"model {f.index}: " + "; ".join(str(x) for x in f.failures))
             lines.append("  " + (f.shrunk or f.spec).describe().replace("\n", "\n  "))
