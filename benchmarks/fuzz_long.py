@@ -42,11 +42,11 @@ def summary(log: Path) -> str:
     by_backends: dict[str, list[dict]] = {}
     for r in rows:
         by_backends.setdefault(",".join(r["backends"]), []).append(r)
-    lines = [f"Command: `.venv/bin/python benchmarks/fuzz_long.py --seeds A B --backend ... "
+    lines = [(f"Command: `.venv/bin/python benchmarks/fuzz_long.py --seeds A B --backend ... "
              f"--log {log.name}` then `--write` ({platform.machine()}, 2 cores shared with "
              "other work, so seconds per model are upper bounds). Each model is optimized "
              "once and run on every backend of its row; a failing model is shrunk and saved "
-             "(docs/fuzzing.md).", "",
+             "(docs/fuzzing.md)."), "",
              "| backends | seeds | models | steps | failing models | seconds per model |",
              "|---|---|---|---|---|---|"]
     for backends, rs in by_backends.items():
