@@ -59,6 +59,11 @@ def _widened(t: ValueType) -> ValueType:
 
 
 def compute_in_float32(graph: Graph) -> Graph:
+    # A float32 model's explicit casts to half keep their rounding (the cast runs, as a torch
+    # step on C); a half model's (its inputs or weights half) are computed in float32, like
+    # the rest of it: within the dtype's tolerance of eager, and its kernels stay fused.
+    round_casts = not any(_is_half(n.type) for n in graph.nodes
+                          if n.op in ("input", "param", "const"))
     out = Graph(constants=dict(graph.constants))
     remap: dict[int, int] = {}
     for node in graph.nodes:
@@ -69,6 +74,14 @@ def compute_in_float32(graph: Graph) -> Graph:
                 "to_dtype", (leaf,), {"dtype": "float32"}, _widened(node.type))
             continue
         attrs = dict(node.attrs)
+        if round_casts and node.op == "to_dtype" and attrs.get("dtype") in HALF \
+                and not _is_half(graph.node(node.inputs[0]).type):
+            # an explicit cast down from float32 (float64, ints) rounds as eager's does:
+            # dropping it would change what a comparison of the result answers
+            half = out.append("to_dtype", inputs, attrs, node.type)
+            remap[node.id] = out.append("to_dtype", (half,), {"dtype": "float32"},
+                                        _widened(node.type))
+            continue
         if node.op in DTYPE_ATTR_OPS and attrs.get("dtype") in HALF:
             attrs["dtype"] = "float32"
         remap[node.id] = out.append(node.op, inputs, attrs, _widened(node.type))

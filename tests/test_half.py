@@ -86,3 +86,18 @@ def test_float32_model_with_half_values_keeps_them_half():
     with torch.no_grad():
         want, got = model(*inputs), exact(*inputs)
     assert (got - want).abs().max() <= 1e-4 * want.abs().max()
+
+
+def test_a_float32_models_explicit_cast_to_half_rounds_as_eager():
+    # found by the fuzzer: x == x.half().float() answered True everywhere when the cast pair
+    # was dropped; a float32 model's explicit cast keeps its rounding
+    class RoundTrip(torch.nn.Module):
+        def forward(self, x):
+            y = x.to(torch.float16).float()
+            return x == y, y - x
+
+    x = torch.randn(4, 8)
+    want = RoundTrip()(x)
+    for backend in ("c", "reference"):
+        got = optimize(RoundTrip(), (x,), backend=backend, measure_eager=False)(x)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

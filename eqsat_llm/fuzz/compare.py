@@ -9,8 +9,8 @@ scales with the output's largest exact magnitude, because a matmul's or a sum's 
 error is relative to its terms, not to an element that happens to cancel to near zero. rtol
 is that of the least precise float dtype the model computes in (`model_rtol`): a float32
 output computed from bfloat16 values carries bfloat16's rounding, which a compiled program
-may place differently (it computes half models in float32, dropping the rounding of an explicit
-cast: docs/decisions.md), so such a model's atol is a whole half rounding."""
+may place differently (it computes half models in float32: docs/decisions.md), so such a
+model's atol is a whole half rounding."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def mismatch(got: object, eager: torch.Tensor, exact: torch.Tensor,
     bad = nan_differs | inf_differs
     if finite.any():
         scale = x[torch.isfinite(x)].abs().max().item() if torch.isfinite(x).any() else 1.0
-        # a model computing in a half dtype may have a cast dropped (half models are computed
-        # in float32): one half rounding of the model's values, not a tenth of one
+        # a model computing in a half dtype rounds elsewhere than eager (half models are
+        # computed in float32): one half rounding of the model's values, not a tenth of one
         half = rtol > RTOL[eager.dtype]
         rtol = max(rtol, RTOL[eager.dtype])
         atol = rtol * max(scale, 1.0) * (1.0 if half else 0.1)
