@@ -8,7 +8,8 @@ each half output is converted back at the end, so the program takes and returns 
 does. Computing in float32 rounds once where eager rounds after every op: the results are
 within the dtype's own tolerance of eager's, not bit-identical (tests/test_half.py). The
 weights are then held as float32 (twice the checkpoint's bytes; `quantize=` stores them as
-int8/int4 instead).
+int8/int4 instead). A float32 model (no half input or weight) that casts to half explicitly
+keeps that cast's rounding: x.to(float16).float() is not x.
 """
 
 from __future__ import annotations
