@@ -1,0 +1,124 @@
+"""Repeated layers traced once (eqsat_llm/stamping.py): the IR is the full trace's, node for
+node; layers that may differ, keyword calls and layers that write state are traced in full."""
+
+import pytest
+import torch
+from torch import nn
+
+from eqsat_llm import optimize, stamping
+from eqsat_llm.frontend import capture, capture_plain
+from eqsat_llm.workloads import LlamaBlock, stacked_llama_blocks
+
+SMALL = {"d_model": 64, "n_heads": 2, "ffn": 128}
+DEPTH = stamping.MIN_LAYERS
+
+
+def canonical(graph):
+    """The live nodes in order, inputs as positions: equal for equal programs."""
+    live, index, out = graph.live_ids(), {}, []
+    for n in graph.nodes:
+        if n.id in live:
+            index[n.id] = len(index)
+            attrs = sorted((k, repr(v)) for k, v in n.attrs.items() if k not in ("key", "fn"))
+            out.append((n.op, tuple(index[i] for i in n.inputs), attrs, str(n.type)))
+    return out, [index[o] for o in graph.outputs]
+
+
+@pytest.mark.parametrize("block", [SMALL, {**SMALL, "n_kv_heads": 1},
+                                   {**SMALL, "device": "meta"}], ids=["mha", "gqa", "meta"])
+def test_stamped_ir_is_the_full_trace(block):
+    model = stacked_llama_blocks(DEPTH, **block)
+    x = torch.randn(1, 8, 64, device=block.get("device", "cpu"))
+    stamped = capture(model, (x,))
+    assert stamping.LAST == {"stamped_calls": DEPTH - 1, "fallback": None}
+    full = capture_plain(model, (x,))
+    assert canonical(stamped.graph) == canonical(full.graph)
+    assert stamped.aten_op_counts == full.aten_op_counts
+    assert stamped.graph.constants.keys() == full.graph.constants.keys()
+    assert "forward" not in vars(model.blocks[1])  # the layers' own forward is back
+
+
+def test_stamped_model_runs_like_eager():
+    model, x = stacked_llama_blocks(DEPTH, **SMALL), torch.randn(1, 8, 64)
+    compiled = optimize(model, (x,), backend="reference", measure_eager=False)
+    assert stamping.LAST["stamped_calls"] == DEPTH - 1
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)
+
+
+def test_same_function_reads_classes_weights_attributes_and_hooks():
+    a, b = LlamaBlock(**SMALL, seed=0).eval(), LlamaBlock(**SMALL, seed=1).eval()
+    assert stamping.same_function(a, b)  # other weights, same function
+    assert not stamping.same_function(a, LlamaBlock(**SMALL, eps=1e-5).eval())
+    assert not stamping.same_function(a, LlamaBlock(**{**SMALL, "ffn": 96}).eval())
+    b.register_forward_hook(lambda *args: None)
+    assert not stamping.same_function(a, b)
+    assert not stamping.same_function(a, LlamaBlock(**SMALL).train())
+    few = stacked_llama_blocks(DEPTH - 1, **SMALL)
+    assert stamping.repeated_layers(few) == []  # a template would cost more than it saves
+
+
+class ByKeyword(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh())
+                                    for _ in range(DEPTH))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(input=x)
+        return x
+
+
+def test_keyword_calls_are_traced_in_full():
+    torch.manual_seed(0)
+    model, x = ByKeyword().eval(), torch.randn(2, 16)
+    compiled = optimize(model, (x,), backend="reference", measure_eager=False)
+    assert stamping.LAST["stamped_calls"] == 0
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)
+
+
+class Counting(nn.Module):
+    """A layer that writes its own buffer in place: not a pure function of its inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1
+        return torch.tanh(self.proj(x))
+
+
+def test_a_layer_that_writes_state_is_traced_in_full():
+    torch.manual_seed(0)
+    model = nn.Sequential(*(Counting() for _ in range(DEPTH))).eval()
+    x = torch.randn(2, 16)
+    compiled = optimize(model, (x,), backend="reference", measure_eager=False)
+    assert "writes state" in stamping.LAST["fallback"]
+    with torch.no_grad():
+        want = model(x)  # eager writes the buffers once, the program once more
+        torch.testing.assert_close(compiled(x), want, atol=1e-5, rtol=0)
+    assert all(layer.calls.item() == 2 for layer in model)
+
+
+class Spectral(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.tanh(self.proj(x)) + torch.fft.rfft(x, dim=-1).abs().mean(-1, keepdim=True)
+
+
+def test_an_op_in_torch_inside_a_stamped_layer():
+    torch.manual_seed(0)
+    model, x = nn.Sequential(*(Spectral() for _ in range(DEPTH))).eval(), torch.randn(2, 16)
+    with pytest.warns(UserWarning, match="_fft_r2c"):
+        compiled = optimize(model, (x,), backend="reference", measure_eager=False)
+    assert stamping.LAST["stamped_calls"] == DEPTH - 1
+    assert compiled.graph.op_counts()["fallback"] == DEPTH
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)
