@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 PHASES = ("capture", "encode", "saturate", "serialize", "extract", "decode", "fold", "plan")
 SECTION = "## Scale: LLaMA-7B's layers on the meta device (benchmarks/scale.py)"
@@ -38,51 +39,72 @@ def _rss_mib() -> float:
 
 def measure(depth: int, seq: int) -> dict:
     """One depth, in this process: optimize the meta model, return the report's figures."""
-    import torch
+    from eqsat_llm import optimize, stamping
 
-    from eqsat_llm import optimize
-    from eqsat_llm.workloads import LLAMA_7B, stacked_llama_blocks
-
-    torch.set_num_threads(2)
-    model = stacked_llama_blocks(depth, **LLAMA_7B, device="meta")
-    x = torch.empty(1, seq, LLAMA_7B["d_model"], device="meta")
+    model, x = _meta_model(depth, seq)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     rss_before, cpu = _rss_mib(), _cpu_seconds()
     t = time.perf_counter()
     compiled = optimize(model, (x,))
     total, cpu = time.perf_counter() - t, _cpu_seconds() - cpu
     r = compiled.report
-    assert all(t.is_meta for t in model.parameters())  # nothing was materialised
+    assert all(p.is_meta for p in model.parameters())  # nothing was materialised
     return {"depth": depth, "total": total, "cpu": cpu,
             **{p: r.timings.get(p, 0.0) for p in PHASES},
             "ops_before": sum(r.op_counts_before.values()),
             "ops_after": sum(r.op_counts_after.values()), "enodes": r.enodes,
             "iterations": r.iterations, "stop": r.stop_reason,
+            "stamped": stamping.LAST["stamped_calls"],
             "arena_mib": compiled.plan.arena_bytes / 2**20, "weights_gib": weights / 2**30,
             "rss_before_mib": rss_before,
-            # ru_maxrss is KiB on Linux: the peak of this whole process
+            # ru_maxrss is KiB on Linux: this process's peak
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def measure_full_trace(depth: int, seq: int) -> float:
+    """Seconds of the same capture with every layer traced (no stamping), for comparison."""
+    from eqsat_llm.frontend import capture_plain
+
+    model, x = _meta_model(depth, seq)
+    t = time.perf_counter()
+    capture_plain(model, (x,))
+    return time.perf_counter() - t
+
+
+def _meta_model(depth: int, seq: int) -> tuple:
+    import torch
+
+    from eqsat_llm.workloads import LLAMA_7B, stacked_llama_blocks
+
+    torch.set_num_threads(2)
+    model = stacked_llama_blocks(depth, **LLAMA_7B, device="meta")
+    return model, torch.empty(1, seq, LLAMA_7B["d_model"], device="meta")
+
+
 def measure_fresh(depth: int, seq: int) -> dict:
-    """One depth in a fresh interpreter, so the peak RSS is that depth's alone."""
-    out = subprocess.run([sys.executable, __file__, "--one", str(depth), "--seq", str(seq)],
-                         capture_output=True, text=True, check=True,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """One depth in a fresh interpreter, so the peak RSS is that depth's alone; the full-trace
+    capture in another one, so that both start cold."""
+    def child(*args: str) -> Any:
+        out = subprocess.run([sys.executable, __file__, *args, str(depth), "--seq", str(seq)],
+                             capture_output=True, text=True, check=True,
+                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    return {**child("--one"), "full_trace": child("--full-trace")}
 
 
 def table(rows: list[dict]) -> str:
     head = ("| depth | weights (meta) GiB | ops before -> after | e-nodes | iterations | "
-            + " | ".join(f"{p} s" for p in PHASES)
-            + " | total s | CPU s | peak RSS MiB (before optimize) | arena MiB |")
+            "layers stamped | " + " | ".join(f"{p} s" for p in PHASES)
+            + " | total s | CPU s | peak RSS MiB (before optimize) | arena MiB | "
+            "capture, every layer traced s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         lines.append(f"| {r['depth']} | {r['weights_gib']:.1f} | {r['ops_before']} -> "
                      f"{r['ops_after']} | {r['enodes']} | {r['iterations']} ({r['stop']}) | "
-                     + " | ".join(f"{r[p]:.2f}" for p in PHASES)
+                     f"{r['stamped']} | " + " | ".join(f"{r[p]:.2f}" for p in PHASES)
                      + f" | {r['total']:.2f} | {r['cpu']:.2f} | {r['peak_rss_mib']:.0f} "
-                     f"({r['rss_before_mib']:.0f}) | {r['arena_mib']:.1f} |")
+                     f"({r['rss_before_mib']:.0f}) | {r['arena_mib']:.1f} | "
+                     f"{r['full_trace']:.2f} |")
     return "\n".join(lines)
 
 
@@ -100,9 +122,9 @@ def growth(rows: list[dict]) -> str:
     after = sum(c[p] for p in PHASES[1:])
     return (f"Seconds per added layer, depth {a['depth']}->{b['depth']} then "
             f"{b['depth']}->{c['depth']} (flat = linear): {cells}. At depth {c['depth']}, "
-            f"capture (torch.export and its core-ATen decomposition) takes {c['capture']:.1f} s "
-            f"of {c['total']:.1f} s ({c['capture'] / c['total']:.0%}); the phases after it "
-            f"{after:.1f} s.")
+            f"capture takes {c['capture']:.1f} s of {c['total']:.1f} s; the phases after it "
+            f"{after:.1f} s; tracing every layer would take {c['full_trace']:.1f} s instead of "
+            f"{c['capture']:.1f}.")
 
 
 def _load() -> str:
@@ -114,10 +136,14 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one depth
+    parser.add_argument("--full-trace", type=int, help=argparse.SUPPRESS)  # a child: capture
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     if args.one is not None:
         print(json.dumps(measure(args.one, args.seq)))
+        return
+    if args.full_trace is not None:
+        print(json.dumps(measure_full_trace(args.full_trace, args.seq)))
         return
     load_before, rows = _load(), []
     for d in args.depths:
@@ -131,7 +157,10 @@ def main() -> None:
             f"LLaMA-7B's block shapes (d 4096, FFN 11008, 32 heads of 128) stacked 1..32 deep "
             f"on the meta device, prefill 1x{args.seq}; defaults: all rule families, ILP "
             "extraction. No weight has storage: every phase up to the memory plan runs, no "
-            "code is generated (docs/memory.md). Each depth in a fresh process: *peak RSS* is "
+            "code is generated (docs/memory.md). *layers stamped*: layer calls traced once and "
+            "spliced (eqsat_llm/stamping.py); *capture, every layer traced*: the same capture "
+            "without stamping (frontend.capture_plain) in another fresh process, for "
+            "comparison. Each depth in a fresh process: *peak RSS* is "
             "that process's ru_maxrss (imports included), *before optimize* its RSS once "
             "torch, egglog and the meta model were loaded. *total* is optimize()'s wall time, "
             "*CPU* its process CPU time.\n\n" + table(rows) + "\n\n" + growth(rows))

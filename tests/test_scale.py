@@ -101,6 +101,8 @@ def test_benchmark_rows_and_table():
     scale = load_benchmark("scale")
     row = scale.measure(1, SEQ)  # in this process (the script runs each depth in a fresh one)
     assert row["depth"] == 1 and row["arena_mib"] > 0 and row["peak_rss_mib"] > 0
+    assert row["stamped"] == 0  # one layer: nothing to stamp
+    row["full_trace"] = 1.0  # (measured by measure_full_trace, in a process of its own)
     assert all(row[p] > 0 for p in scale.PHASES)
     assert scale.table([row]).count("\n") == 2  # head, separator, one row
 
