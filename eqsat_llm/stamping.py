@@ -232,6 +232,7 @@ def capture_stamped(model: Any, example_inputs: tuple,
                     example_kwargs: dict | None) -> Captured | None:
     """The model's capture with its repeated layers traced once; None where stamping does not
     apply or did not work out (the caller then captures in full)."""
+    LAST.update(stamped_calls=0, fallback=None)
     if not isinstance(model, nn.Module) or isinstance(model, torch.fx.GraphModule) or \
             _global_hooks():
         return None
@@ -239,7 +240,6 @@ def capture_stamped(model: Any, example_inputs: tuple,
     if not groups:
         return None
     stamps: dict[tuple, _Stamp | None] = {}
-    LAST.update(stamped_calls=0, fallback=None)
     try:
         with _stamped(groups, stamps):
             ep = export(model, example_inputs, example_kwargs)
