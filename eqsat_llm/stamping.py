@@ -295,7 +295,9 @@ def _splice(c: Any, node: Any, inputs: list, weights: list, key: int) -> tuple[i
             name = n.attrs["name"]
             remap[n.id] = by_name[name] if name in by_name else _shared(c, stamp, n)
         else:
-            attrs = dict(n.attrs, key=len(g.nodes)) if n.op == "fallback" else n.attrs
+            attrs = dict(n.attrs)  # each call's node its own attributes
+            if n.op == "fallback":  # fallbacks are found by key: one per node
+                attrs["key"] = len(g.nodes)
             remap[n.id] = g.append(n.op, tuple(remap[i] for i in n.inputs), attrs, n.type)
     # the report counts the layer's own ATen ops, not the placeholder and its getitems (the
     # getitems of its users are counted after this call: counted down ahead of them)
