@@ -81,7 +81,11 @@ def test_float32_model_with_half_values_keeps_them_half():
     exact = optimize(model.to(torch.bfloat16).float(), inputs, measure_eager=False)
     plain = optimize(build("llama", seq=1, size="small")[0], inputs, measure_eager=False)
     gemms = sum(n for op, n in exact.report.op_counts_after.items() if op.startswith("gemm"))
-    assert exact.report.weight_formats == {"bf16": gemms} and not exact.report.torch_ops
+    # a bf16 value in float16's range is exact in float16 too: the two formats cost the same,
+    # so which one a GEMM gets is a tie (broken by rule order); each weight keeps 2 bytes
+    formats = exact.report.weight_formats
+    assert set(formats) <= {"bf16", "fp16"} and sum(formats.values()) == gemms
+    assert not exact.report.torch_ops
     assert "bf16" not in plain.report.weight_formats  # ordinary float32 weights stay float32
     with torch.no_grad():
         want, got = model(*inputs), exact(*inputs)
