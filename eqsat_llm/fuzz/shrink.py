@@ -76,17 +76,12 @@ def _candidates(spec: Spec) -> Iterator[Spec]:
 
 def _shapes(spec: Spec) -> dict[str, tuple[tuple[int, ...], str]]:
     """Each value's shape and dtype (from one eager run)."""
-    from .spec import DTYPES, OPS
+    from .spec import DTYPES
 
     names = {d: n for n, d in DTYPES.items()}
-    model = FuzzModel(spec)
-    env: dict = {f"i{k}": x for k, x in enumerate(make_inputs(spec))}
-    env.update({f"p{k}": getattr(model, f"p{k}") for k in range(len(spec.params))})
-    env[None] = None
     with torch.no_grad():
-        for k, (op, refs, kw) in enumerate(spec.steps):
-            env[f"v{k}"] = OPS[op](*(env[r] for r in refs), **kw)
-    return {r: (tuple(v.shape), names[v.dtype]) for r, v in env.items() if r is not None}
+        env = FuzzModel(spec).values(*make_inputs(spec))
+    return {r: (tuple(v.shape), names[v.dtype]) for r, v in env.items()}
 
 
 def _with(spec: Spec, **changes) -> Spec:

@@ -194,12 +194,18 @@ class FuzzModel(nn.Module):
         return x.double() if wide else x
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        env = self.values(*inputs)
+        return tuple(env[r] for r in self.spec.outputs)
+
+    def values(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every value of the program by its ref: inputs, parameters, each step's result."""
         env: dict[str | None, Any] = {f"i{k}": self._widen(x) for k, x in enumerate(inputs)}
         env.update({f"p{k}": getattr(self, f"p{k}") for k in range(len(self.spec.params))})
         env[None] = None
         for k, (op, refs, kw) in enumerate(self.spec.steps):
             env[f"v{k}"] = self._widen(OPS[op](*(env[r] for r in refs), **kw))
-        return tuple(env[r] for r in self.spec.outputs)
+        del env[None]
+        return env
 
 
 def make_inputs(spec: Spec) -> tuple[torch.Tensor, ...]:
