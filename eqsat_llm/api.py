@@ -17,6 +17,7 @@ import torch.utils._pytree as pytree
 from . import extract as extractors
 from .cost import enode_cost_fn, program_cost
 from .costmodel import CostModel
+from .decisions import kernel_entries
 from .egraph.analysis import analysis
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import declared, encode, let_name
@@ -438,13 +439,15 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
     with _phase(timings, "decode"):
         class_types = {classes[let_name(n.id)]: n.type for n in graph.nodes
                        if let_name(n.id) in classes}
-        out, out_ids = decode(view, result.choices, roots, graph, class_types)
+        built: dict[str, int] = {}  # e-class -> decoded node id
+        out, out_ids = decode(view, result.choices, roots, graph, class_types, built)
         out.outputs = out_ids
     decoded = out  # before folding: rule results that fold into constants still show
     with _phase(timings, "fold"):
         if fold:  # refused before folding allocates what does not fit (memcheck.py)
             check_fits({"folded constants": fold_bytes(out, KEEP)}, "fold the constants")
-        folded = fold_constants(out) if fold else Folded(out, 0, 0)
+        folded = fold_constants(out) if fold else Folded(out, 0, 0, {i: i for i in
+                                                                      out.live_ids()})
         out = folded.graph
         report.folded_constants = folded.count
         report.folded_bytes = folded.nbytes
@@ -462,6 +465,8 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
     report.rules = [RuleStat(r.name, r.family, r.soundness, sat.matches.get(r.name, 0),
                              sat.matches.get(r.name, 0) > 0 and rule_used(r, graph, decoded))
                     for r in rules]
+    report.kernels = kernel_entries(out, model, {folded.remap[i]: cls for cls, i in built.items()
+                                                 if i in folded.remap})
     report.cost_before = program_cost(graph, model)
     report.cost_after = result.cost
     report.lower_bound = result.lower_bound

@@ -9,7 +9,7 @@ and the cost model counts them as free, so extraction prefers programs that fold
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,6 +26,7 @@ class Folded:
     graph: Graph
     count: int  # nodes evaluated at compile time
     nbytes: int  # bytes of the prepared constants they became
+    remap: dict[int, int] = field(default_factory=dict)  # node id before -> after, where kept
 
 
 def const_classes(serialized: dict[str, Any]) -> set[str]:
@@ -64,7 +65,9 @@ def fold_constants(graph: Graph) -> Folded:
             elif node.op == "scalar":
                 values[new] = evaluate("scalar", [], node.attrs)
     out.outputs = [remap[i] for i in graph.outputs]
-    return Folded(prune(out), count, nbytes)
+    pruned, kept = pruned_with_map(out)
+    return Folded(pruned, count, nbytes, {old: kept[new] for old, new in remap.items()
+                                          if new in kept})
 
 
 def _fold_value(node: Node, args: list[Any]) -> Any:
@@ -82,6 +85,11 @@ def _fold_value(node: Node, args: list[Any]) -> Any:
 def prune(graph: Graph) -> Graph:
     """The live part of a graph (folding leaves the intermediate constants dead), with only
     the constants it still reads."""
+    return pruned_with_map(graph)[0]
+
+
+def pruned_with_map(graph: Graph) -> tuple[Graph, dict[int, int]]:
+    """`prune`, and the new id of every node kept."""
     live = graph.live_ids()
     out = Graph()
     remap: dict[int, int] = {}
@@ -92,4 +100,4 @@ def prune(graph: Graph) -> Graph:
     out.outputs = [remap[i] for i in graph.outputs]
     used = {n.attrs["name"] for n in out.nodes if n.op in ("param", "const")}
     out.constants = {k: v for k, v in graph.constants.items() if k in used}
-    return out
+    return out, remap

@@ -71,6 +71,12 @@ class Report:
     weight_formats: dict[str, int] = field(default_factory=dict)
     # constants on the meta device (a model built there: planned only, not runnable; meta.py)
     meta_weights: int = 0
+    # one entry per kernel of the extracted program: what it is, its predicted (and, when
+    # profiled, measured) cost, the rules that built it, the alternatives it beat
+    # (decisions.py; docs/report.md gives the keys)
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    # predicted against measured time per backend kernel, when profiled (profile.py)
+    profile: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -110,15 +110,17 @@ def _literal(op: str, kind: str) -> Any:
 
 
 def decode(view: dict[str, Any], choices: dict[str, str], roots: list[str], source: Graph,
-           class_types: dict[str, ValueType]) -> tuple[Graph, list[int]]:
+           class_types: dict[str, ValueType],
+           class_ids: dict[str, int] | None = None) -> tuple[Graph, list[int]]:
     """Build the IR graph of the chosen program. `class_types` gives the known type of the
     classes that hold nodes of `source` (all nodes of a class have one type); a node of a new
-    class gets its type from the op's inference. Returns the graph and the ids of the roots."""
+    class gets its type from the op's inference. Returns the graph and the ids of the roots;
+    `class_ids`, when given, is filled with the IR id built for each e-class."""
     nodes = view["nodes"]
     by_key = {n.attrs["key"]: n for n in source.nodes if n.op == "fallback"}
     inputs_by_name = {n.attrs["name"]: n for n in source.nodes if n.op == "input"}
     out = Graph(constants=dict(source.constants))
-    built: dict[str, int] = {}  # e-class -> IR id
+    built: dict[str, int] = {} if class_ids is None else class_ids  # e-class -> IR id
 
     def node_of(cls: str) -> dict[str, Any]:
         try:
