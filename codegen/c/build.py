@@ -28,6 +28,9 @@ from .errors import CCompileError
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
           "-fno-math-errno", "-fno-trapping-math"]
 
+# the profiling build (emit.py): each kernel call adds its wall time to eq_profile[k]
+PROFILE_FLAG = "-DEQ_PROFILE"
+
 
 def compiler() -> str | None:
     cc = os.environ.get("CC", "cc")

@@ -8,7 +8,10 @@ Nodes the backend does not generate (ops outside SUPPORTED_OPS, fallbacks, dtype
 emitter declines) run in torch between compiled segments, on the same arena (`torch_steps`
 lists them): one ctypes call per segment, the torch steps (codegen/planned.py's ArenaSteps:
 out= writers into the planned buffers, copy-in, fallbacks) in between. Without them a call is
-one ctypes call of `eq_forward`. Construction raises `CCompileError` (naming the kernel and the
+one ctypes call of `eq_forward`. `profile=True` builds the same source with `-DEQ_PROFILE`
+(cached apart, as any other flags): each generated kernel then adds its seconds to
+`eq_profile` and each torch step is timed alone; `profile_reset()` and `profile_read()` give
+them. Construction raises `CCompileError` (naming the kernel and the
 compiler's message) when compiling fails: the caller then runs the reference runtime. The
 arena and the prepared weights are allocated once; the generated code allocates nothing. Not
 reentrant: one call at a time per CRuntime (they share the arena)."""
@@ -16,6 +19,7 @@ reentrant: one call at a time per CRuntime (they share the arena)."""
 from __future__ import annotations
 
 import ctypes
+import time
 from typing import Any
 
 import torch
@@ -27,7 +31,7 @@ from ...ops import evaluate
 from ...plan import COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan, plan_memory
 from ..planned import ArenaSteps, aligned_bytes
 from . import blas
-from .build import CFLAGS, build
+from .build import CFLAGS, PROFILE_FLAG, build
 from .emit import KernelHook, Program, emit_program
 from .errors import KernelIndexError
 
@@ -35,16 +39,20 @@ from .errors import KernelIndexError
 class CRuntime:
     def __init__(self, graph: Graph, plan: MemoryPlan | None = None, *,
                  use_blas: bool | None = None, flags: list[str] | None = None,
-                 kernel_hook: KernelHook | None = None, fuse_rope: bool = True):
+                 kernel_hook: KernelHook | None = None, fuse_rope: bool = True,
+                 profile: bool = False):
         self.graph = graph
         self.plan = plan = plan if plan is not None else plan_memory(graph)
+        self._options = {"use_blas": use_blas, "flags": flags, "kernel_hook": kernel_hook,
+                         "fuse_rope": fuse_rope}
         link = blas.link_flags() if use_blas is not False else []
         if use_blas and not link:
             raise GraphError("use_blas=True but scipy-openblas32 is not installed")
         self.uses_blas = bool(link)
         self.program = prog = emit_program(graph, plan, blas=self.uses_blas,
                                            kernel_hook=kernel_hook, fuse_rope=fuse_rope)
-        self.flags = (list(flags) if flags is not None else list(CFLAGS)) + link
+        self.flags = (list(flags) if flags is not None else list(CFLAGS)) + link + (
+            [PROFILE_FLAG] if profile else [])
         built = build(prog, self.flags)
         self.so_path, self.cache_hit, self.compile_seconds = (built.path, built.cache_hit,
                                                               built.seconds)
@@ -52,6 +60,10 @@ class CRuntime:
             blas.load_openblas()
         self._lib = ctypes.CDLL(str(built.path))
         self._index_error = ctypes.c_int.in_dll(self._lib, "eq_index_error")
+        # a profiling build's seconds per kernel (emit.py: EQ_T1) and per torch step
+        self._kernel_seconds = (ctypes.c_double * max(len(prog.kernels), 1)).in_dll(
+            self._lib, "eq_profile") if profile else None
+        self._step_seconds: dict[int, float] | None = {} if profile else None
         lay = prog.layout
         # refused before the arena and the prepared weights are allocated (memcheck.py)
         check_fits({"arena": plan.arena_bytes,
@@ -125,7 +137,10 @@ class CRuntime:
         for k, (a, b) in enumerate(self._phases):
             if self._c_segs[k]:
                 self._seg(k, *self._ptrs)
-            steps.run(values, ins, copies, a, b)
+            if self._step_seconds is None:
+                steps.run(values, ins, copies, a, b)
+            else:
+                timed_steps(steps, values, ins, copies, a, b, self._step_seconds)
         if self._c_segs[-1]:
             self._seg(len(self._phases), *self._ptrs)
         return None
@@ -207,6 +222,37 @@ class CRuntime:
     @property
     def source(self) -> str:
         return self.program.source
+
+    def profiling(self) -> CRuntime:
+        """The same program built for profiling (`profile=True`): its own arena and
+        weights, so that profiling leaves this runtime's state alone."""
+        return CRuntime(self.graph, self.plan, profile=True, **self._options)
+
+    def profile_reset(self) -> None:
+        """Zero a profiling build's accumulated times."""
+        if self._kernel_seconds is None or self._step_seconds is None:
+            raise GraphError("not a profiling build: construct CRuntime(..., profile=True)")
+        ctypes.memset(self._kernel_seconds, 0, ctypes.sizeof(self._kernel_seconds))
+        self._step_seconds.clear()
+
+    def profile_read(self) -> tuple[list[float], dict[int, float]]:
+        """Seconds since `profile_reset`: per generated kernel (`program.kernels` order) and per
+        torch step (by node id)."""
+        if self._kernel_seconds is None or self._step_seconds is None:
+            raise GraphError("not a profiling build: construct CRuntime(..., profile=True)")
+        return list(self._kernel_seconds)[:len(self.program.kernels)], dict(self._step_seconds)
+
+
+def timed_steps(steps: ArenaSteps, values: list[Any], ins: list[torch.Tensor],
+                copies: dict[int, torch.Tensor], start: int, stop: int,
+                seconds: dict[int, float]) -> None:
+    """Run steps [start, stop) one at a time, adding each one's wall time to
+    `seconds[node id]` (a profile of the torch side of a program)."""
+    for p in range(start, stop):
+        t = time.perf_counter()
+        steps.run(values, ins, copies, p, p + 1)
+        nid = steps.steps[p][0].id
+        seconds[nid] = seconds.get(nid, 0.0) + time.perf_counter() - t
 
 
 def prepared_bytes(weights: list[Any], constants: dict[str, torch.Tensor]) -> int:

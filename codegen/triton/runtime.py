@@ -13,6 +13,8 @@ of one per kernel, what a decode step's time is made of. Not reentrant: one call
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -119,7 +121,10 @@ class TritonRuntime:
         self._graph.replay()
         return [v.clone() if isinstance(v, torch.Tensor) else v for v in self._graph_out]
 
-    def _call(self, ins: list[torch.Tensor]) -> list[Any]:
+    def _call(self, ins: list[torch.Tensor],
+              timer: Callable[[int], AbstractContextManager[Any]] | None = None) -> list[Any]:
+        """One call, launch by launch; `timer(node id)` (profile.py) wraps each node's
+        launches or torch step."""
         steps = self._steps
         values = list(steps.static)
         copies: dict[int, torch.Tensor] = {}
@@ -128,11 +133,12 @@ class TritonRuntime:
             values[nid] = torch.empty_strided(t.shape, self.plan.strides[nid],
                                               dtype=dtype_of(t.dtype), device=self.device)
         for p, launches in self._actions:
-            if launches is None:
-                steps.run(values, ins, copies, p, p + 1)
-                continue
-            for launch in launches:
-                launch(values)
+            with timer(steps.steps[p][0].id) if timer else nullcontext():
+                if launches is None:
+                    steps.run(values, ins, copies, p, p + 1)
+                    continue
+                for launch in launches:
+                    launch(values)
             for i in steps.free_after[p]:
                 values[i] = None
         return [copies[i] if self.plan.kinds.get(i) == COPY_OUT and i in copies else values[i]
