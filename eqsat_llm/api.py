@@ -15,9 +15,10 @@ import torch
 import torch.utils._pytree as pytree
 
 from . import extract as extractors
+from .alternatives import ProgramChoices
 from .cost import enode_cost_fn, program_cost
 from .costmodel import CostModel
-from .decisions import kernel_entries
+from .decisions import Decisions, kernel_entries
 from .egraph.analysis import analysis
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import declared, encode, let_name
@@ -30,6 +31,8 @@ from .ir import Graph, TensorType, dtype_of
 from .memcheck import check_fits, fold_bytes
 from .meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
 from .plan import plan_memory
+from .provenance import read as read_provenance
+from .provenance import recording_ruleset, rules_used
 from .quant_formats import DYNAMIC
 from .quant_formats import FORMATS as QUANT_FORMATS
 from .quantization import (
@@ -41,8 +44,7 @@ from .quantization import (
     rule_families,
 )
 from .report import Report, RuleStat, memory_summary
-from .rule_usage import rule_used
-from .rulebook import Rule, as_ruleset, resolve
+from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
 from .state import write_state_in_place
 
@@ -419,7 +421,7 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
     timings = report.timings
     with _phase(timings, "encode"):
         # the rules declared before the program's lets (encode.declared: 9x faster at 32 layers)
-        egraph = declared(analysis, *([as_ruleset(rules)] if rules else []))
+        egraph = declared(analysis, *([recording_ruleset(rules)] if rules else []))
         enc = encode(graph, egraph=egraph, keep_float=keep_float, sparsity=sparsity)
     with _phase(timings, "saturate"):
         sat = saturate(enc.egraph, rules, limits or Limits(), progress)
@@ -442,7 +444,6 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
         built: dict[str, int] = {}  # e-class -> decoded node id
         out, out_ids = decode(view, result.choices, roots, graph, class_types, built)
         out.outputs = out_ids
-    decoded = out  # before folding: rule results that fold into constants still show
     with _phase(timings, "fold"):
         if fold:  # refused before folding allocates what does not fit (memcheck.py)
             check_fits({"folded constants": fold_bytes(out, KEEP)}, "fold the constants")
@@ -462,11 +463,16 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
     report.egraph_size_per_iteration = sat.enodes_per_iteration
     report.eclasses = len(egraph.classes)
     report.enodes = len(egraph.nodes)
-    report.rules = [RuleStat(r.name, r.family, r.soundness, sat.matches.get(r.name, 0),
-                             sat.matches.get(r.name, 0) > 0 and rule_used(r, graph, decoded))
-                    for r in rules]
-    report.kernels = kernel_entries(out, model, {folded.remap[i]: cls for cls, i in built.items()
-                                                 if i in folded.remap})
+    with _phase(timings, "explain"):
+        made, merged = read_provenance(serialized)
+        used = rules_used(result.choices, made, merged)
+        report.rules = [RuleStat(r.name, r.family, r.soundness, sat.matches.get(r.name, 0),
+                                 r.name in used) for r in rules]
+        ids = {cls: folded.remap[i] for cls, i in built.items() if i in folded.remap}
+        program = ProgramChoices(egraph, result.choices, extractors.node_costs(egraph, cost_fn),
+                                 roots)
+        report.kernels = kernel_entries(out, model, {i: cls for cls, i in ids.items()},
+                                        Decisions(program, made, ids))
     report.cost_before = program_cost(graph, model)
     report.cost_after = result.cost
     report.lower_bound = result.lower_bound

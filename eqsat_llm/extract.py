@@ -39,11 +39,13 @@ __all__ = [
     "ENode",
     "Extraction",
     "ExtractionError",
+    "cheapest_trees",
     "check_extraction",
     "dag_cost",
     "extract_dag_greedy",
     "extract_tree_greedy",
     "load_egraph",
+    "node_costs",
     "reachable_classes",
     "tree_cost",
 ]
@@ -428,8 +430,15 @@ def extract_tree_greedy(
     start = time.perf_counter()
     root_list = root_classes(egraph, roots)
     node_cost = node_costs(egraph, cost)
-    nodes = egraph.nodes
+    choice, _ = cheapest_trees(egraph, node_cost, set(root_list))
+    return _finish(egraph, root_list, choice, node_cost, "tree-greedy", start)
 
+
+def cheapest_trees(egraph: EGraph, node_cost: Mapping[str, float],
+                   until: set[str] | None = None) -> tuple[dict[str, str], dict[str, float]]:
+    """Each class's node of least tree cost, and that cost: for every class that has an
+    acyclic program, or (``until``) as soon as those classes are final."""
+    nodes = egraph.nodes
     # pending: node -> number of distinct child classes not final yet. Ties in the heap
     # break by insertion order (``seq``).
     pending, parents, ready = acyclic_worklist(nodes, node_cost)
@@ -439,15 +448,16 @@ def extract_tree_greedy(
 
     best: dict[str, float] = {}
     choice: dict[str, str] = {}
-    todo = set(root_list)
-    while heap and todo:
+    todo = set(until) if until is not None else None
+    while heap and (todo is None or todo):
         total, _, nid = heapq.heappop(heap)
         cls = nodes[nid].eclass
         if cls in best:
             continue
         best[cls] = total
         choice[cls] = nid
-        todo.discard(cls)
+        if todo is not None:
+            todo.discard(cls)
         for p in parents.get(cls, ()):
             left = pending[p] - 1
             pending[p] = left
@@ -457,7 +467,7 @@ def extract_tree_greedy(
                     t = node_cost[p] + sum(best[k] for k in pnode.children)
                     heapq.heappush(heap, (t, seq, p))
                     seq += 1
-    return _finish(egraph, root_list, choice, node_cost, "tree-greedy", start)
+    return choice, best
 
 
 # --------------------------------------------------------------------------- DAG greedy

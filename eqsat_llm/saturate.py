@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from egglog import EGraph
 
 from .egraph.analysis import analysis
-from .rulebook import Rule, as_ruleset
+from .provenance import MADE, instrumented, recording_ruleset
+from .rulebook import Rule
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,9 @@ class SaturationResult:
 
 
 def egraph_size(egraph: EGraph) -> int:
-    return sum(size for _, size in egraph.all_function_sizes())
+    """Tuples in all tables of the program and its analyses (provenance rows not counted)."""
+    return sum(size for fn, size in egraph.all_function_sizes()
+               if not str(fn).startswith(MADE))
 
 
 def resident_mb() -> float:
@@ -83,14 +86,14 @@ def saturate(egraph: EGraph, rules: list[Rule], limits: Limits | None = None,
              progress: Callable[[str], None] | None = None) -> SaturationResult:
     limits = limits or Limits()
     start = time.perf_counter()
-    by_key = {r.key: r.name for r in rules}
+    by_key = {instrumented(r).decl: r.name for r in rules}
     result = SaturationResult(0, "saturated")
     egraph.run(analysis.saturate())
     result.enodes_per_iteration.append(egraph_size(egraph))
     if not rules:
         result.seconds = time.perf_counter() - start
         return result
-    rewrites = as_ruleset(rules)
+    rewrites = recording_ruleset(rules)
     while True:
         if result.iterations >= limits.iterations:
             result.stop_reason = "iteration_limit"
