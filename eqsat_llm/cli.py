@@ -1,4 +1,5 @@
-"""The `eqsat-llm` command: demo, optimize, generate, calibrate, rules, extract, fuzz."""
+"""The `eqsat-llm` command: demo, optimize, explain, report diff, generate, calibrate, rules,
+extract, fuzz."""
 
 from __future__ import annotations
 
@@ -106,7 +107,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     import torch
 
     from . import optimize
-    from .profile import kernel_table
     from .report_html import render
 
     model, inputs = load_case(args.model)
@@ -118,6 +118,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     pairs = zip(expected if isinstance(expected, tuple) else (expected,),
                 got if isinstance(got, tuple) else (got,))
     err = max((a - b).abs().max().item() for a, b in pairs)
+    if args.profile:
+        _profile(compiled, inputs)
     print(compiled.report.summary())
     print(f"\nmax |eqsat - eager| = {err:.2e}")
     if args.json:
@@ -125,13 +127,67 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             json.dump(compiled.report.to_dict(), f, indent=1, default=str)
         print(f"report written to {args.json}")
     if args.report:
-        kernels = kernel_table(compiled.graph, compiled.cost_model,
-                               list(inputs) if args.profile else None)
-        page = render(compiled.report, compiled.captured.graph, compiled.graph, kernels,
-                      title=f"eqsat-llm: {args.model}")
+        page = render(compiled.report, compiled.captured.graph, compiled.graph,
+                      title=f"eqsat-llm: {args.model}", cost_model=compiled.cost_model)
         with open(args.report, "w") as f:
             f.write(page)
         print(f"HTML report written to {args.report}")
+    return 0
+
+
+def _profile(compiled: object, inputs: object) -> None:
+    """Time each backend kernel of the program on the inputs, into its report."""
+    from .profile import attach_profile, profile_program
+
+    print("profiling each kernel of the program ...", flush=True)
+    attach_profile(compiled.report, profile_program(compiled, list(inputs)))
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Why the optimized program has a kernel: its cost, the rules that built it, what it was
+    chosen over. MODEL is a workload (optimized now) or a report's JSON file."""
+    from .errors import EqsatError
+    from .explain import explain
+
+    if args.model.endswith(".json"):
+        with open(args.model) as f:
+            report = json.load(f)
+    else:
+        from . import optimize
+
+        model, inputs = load_case(args.model)
+        rules = args.rules.split(",") if args.rules else None
+        compiled = optimize(model, inputs, rules=rules, extractor=args.extractor,
+                            measure_eager=False, **_program_options(args))
+        if args.profile:
+            _profile(compiled, inputs)
+        report = compiled.report.to_dict()
+    try:
+        print(explain(report, args.op))
+    except EqsatError as exc:
+        print(f"eqsat-llm explain: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_report_diff(args: argparse.Namespace) -> int:
+    """What changed between two saved reports (`optimize --json`)."""
+    from .explain import diff
+
+    reports = []
+    for path in (args.a, args.b):
+        try:
+            with open(path) as f:
+                reports.append(json.load(f))
+        except (OSError, ValueError) as exc:
+            print(f"eqsat-llm report diff: cannot read {path}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        print(diff(reports[0], reports[1], (args.a, args.b)))
+    except KeyError as exc:
+        print(f"eqsat-llm report diff: {args.a} or {args.b} is not an eqsat-llm report "
+              f"(no key {exc})", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -271,10 +327,25 @@ def main(argv: list[str] | None = None) -> int:
     opt.add_argument("--report", metavar="OUT.html", help="write the HTML cost report")
     opt.add_argument("--json", metavar="OUT.json", help="write the report as JSON")
     opt.add_argument("--profile", action="store_true",
-                     help="measure each kernel's time for the HTML report")
+                     help="measure each backend kernel's time beside its prediction")
     opt.add_argument("--verbose", action="store_true")
     _add_program_options(opt)
     opt.set_defaults(fn=cmd_optimize)
+    exp = sub.add_parser("explain", help="why the optimized program has a kernel")
+    exp.add_argument("model", help="a workload, package.module:function, or a report's JSON")
+    exp.add_argument("--op", required=True,
+                     help="the kernel: an op (attention), a label (gemm[rms_norm]) or an id (%%12)")
+    exp.add_argument("--rules", help="comma-separated rule families (default: all)")
+    exp.add_argument("--extractor", choices=["tree", "dag", "ilp"], default="ilp")
+    exp.add_argument("--profile", action="store_true", help="also measure the kernels")
+    _add_program_options(exp)
+    exp.set_defaults(fn=cmd_explain)
+    rep = sub.add_parser("report", help="saved reports")
+    rep_sub = rep.add_subparsers(dest="report_command", required=True)
+    rdiff = rep_sub.add_parser("diff", help="what changed between two reports (--json files)")
+    rdiff.add_argument("a")
+    rdiff.add_argument("b")
+    rdiff.set_defaults(fn=cmd_report_diff)
     gen = sub.add_parser("generate", help="compile a causal LM for text generation; tokens/s")
     gen.add_argument("model", help="a model-matrix family (llama, gpt2:medium, ...), "
                      "tinyllama[:layers], or package.module:function returning the model")
