@@ -4,7 +4,6 @@ zoomable drawings present, and the page run in headless Chromium with no script 
 import html
 import re
 import shutil
-import statistics
 import subprocess
 from html.parser import HTMLParser
 
@@ -12,6 +11,7 @@ import pytest
 import torch
 
 from eqsat_llm import optimize
+from eqsat_llm.profile import attach_profile, profile_program
 from eqsat_llm.report import Report
 from eqsat_llm.report_html import SECTIONS, dot_titles, graph_dot, layered_svg, render
 from eqsat_llm.units import fmt_bytes, fmt_count, fmt_seconds, fmt_us
@@ -22,48 +22,19 @@ SECTION_IDS = [sid for sid, _ in SECTIONS]
 
 @pytest.fixture(scope="module")
 def block():
-    """The LLaMA-style block at decode, small (d_model 64) to keep the tests quick."""
+    """The LLaMA-style block at decode, small (d_model 64) to keep the tests quick, profiled
+    on the C backend (few repeats: the figures are rendered, not judged)."""
     model = LlamaBlock(d_model=64, n_heads=2, ffn=128, max_seq=16).eval()
-    compiled = optimize(model, (torch.randn(1, 1, 64),), measure_eager=False)
+    x = torch.randn(1, 1, 64)
+    compiled = optimize(model, (x,), measure_eager=False)
+    attach_profile(compiled.report, profile_program(compiled, [x], repeats=3))
     return compiled
-
-
-def schema_profile(kernels):
-    """A profile dict of the shape profile.py produces, made up for these tests (NOT a
-    measurement): each non-free kernel is a backend kernel with the free views before it,
-    measured at a fixed multiple of its prediction, one in three off by 2.4x."""
-    groups, pending = [], []
-    for k in kernels:
-        pending.append(k)
-        if k["bound"] != "free":
-            groups.append(pending)
-            pending = []
-    entries = []
-    for n, group in enumerate(groups):
-        predicted = sum(k["predicted_us"] for k in group)
-        ratio = 2.4 if n % 3 == 0 else 1.1
-        entries.append({"name": f"k{group[-1]['id']}_{group[-1]['op']}",
-                        "node_ids": [k["id"] for k in group],
-                        "ops": "+".join(k["label"] for k in group), "predicted_us": predicted,
-                        "measured_us": predicted * ratio, "ratio": ratio,
-                        "flagged": ratio > 1.5, "reason": "made up for the test"})
-    ratios = [e["ratio"] for e in entries]
-    return {"backend": "c", "repeats": 20, "statistic": "median", "reason": None,
-            "kernels": entries, "median_ratio": statistics.median(ratios),
-            "worst_ratio": max(ratios), "worst_kernel": entries[0]["name"],
-            "flagged": sum(e["flagged"] for e in entries),
-            "total_predicted_us": sum(e["predicted_us"] for e in entries),
-            "total_measured_us": sum(e["measured_us"] for e in entries)}
 
 
 @pytest.fixture(scope="module")
 def page(block):
-    block.report.profile = schema_profile(block.report.kernels)
-    try:
-        return render(block.report, block.captured.graph, block.graph, title="block decode",
-                      cost_model=block.cost_model)
-    finally:
-        block.report.profile = None
+    return render(block.report, block.captured.graph, block.graph, title="block decode",
+                  cost_model=block.cost_model)
 
 
 class _Collect(HTMLParser):
@@ -94,9 +65,11 @@ def test_page_is_self_contained_with_every_section_and_kernel(block, page):
     assert kernel_ids and {f"kernel-{i}" for i in kernel_ids} <= parser.ids
     assert "addEventListener('wheel'" in page and page.count('class="viewer"') == 2
     assert 'svg xmlns="http://www.w3.org/2000/svg" class="chart accuracy"' in page
-    assert "measured / predicted: median <b>1.10x</b>" in page  # the summary's model error
+    profile = block.report.profile
+    assert f"measured / predicted: median <b>{profile['median_ratio']:.2f}x</b>" in page
     assert page.count('class="off"') == sum(  # flagged rows highlighted
-        k["flagged"] * len(k["node_ids"]) for k in schema_profile(block.report.kernels)["kernels"])
+        k["flagged"] * len(k["node_ids"]) for k in profile["kernels"])
+    assert page.count('<g class="row') == len(profile["kernels"])  # a row per backend kernel
 
 
 def test_decisions_show_the_alternatives_of_the_merged_qkv_and_attention(block, page):
@@ -121,7 +94,7 @@ def test_drawings_have_hover_titles_and_fused_outlines(block, page):
     titles = re.findall(r'class="node"[^>]*><title>([^<]*)</title>', page)
     assert len(titles) == drawn
     assert all("dtype" in t and "cost:" in t for t in titles)
-    fused = [k for k in schema_profile(block.report.kernels)["kernels"] if len(k["node_ids"]) > 1]
+    fused = [k for k in block.report.profile["kernels"] if len(k["node_ids"]) > 1]
     assert fused and all(f"backend kernel {k['name']}:" in page for k in fused)
 
 
