@@ -283,18 +283,19 @@ def alternatives_table(k: dict[str, Any]) -> str:
     alts = sorted(k.get("alternatives") or [],
                   key=lambda a: (a.get("delta_us") is None, a.get("delta_us") or 0.0))
     top = max([abs(a.get("delta_us") or 0.0) for a in alts] + [1e-9])
+    notes = any(a.get("note") for a in alts)  # a column only when some alternative has one
     rows = [["<b>chosen</b>", f"<code>{esc(k.get('label') or k.get('op'))}</code>",
-             fmt_us(k.get("predicted_us")), "0", ""]]
+             fmt_us(k.get("predicted_us")), "0"] + [""] * notes]
     for a in alts:
         delta = a.get("delta_us")
         rows.append([esc(a.get("op", "")), f"<code>{esc(a.get('term', ''))}</code>",
                      fmt_us(a.get("own_us")),
                      fmt_delta(delta) + " " + bar(abs(delta or 0.0) / top,
-                                                  "neg" if (delta or 0) < 0 else ""),
-                     esc(a.get("note") or "")])
+                                                  "neg" if (delta or 0) < 0 else "")]
+                    + [esc(a.get("note") or "")] * notes)
     attrs = [' class="chosen"'] + [""] * len(alts)
-    return table(["op", "term", "own predicted cost", "program cost if chosen", "note"],
-                 rows, attrs, cls="alts")
+    head = ["op", "term", "own predicted cost", "program cost if chosen"] + ["note"] * notes
+    return table(head, rows, attrs, cls="alts")
 
 
 def decisions_section(d: dict[str, Any]) -> str:
@@ -307,8 +308,15 @@ def decisions_section(d: dict[str, Any]) -> str:
              "alternative's own predicted cost, and the change of the whole program's predicted "
              "cost had it been chosen instead (what extraction compares: an alternative may "
              "cost less alone and more in the program, when it needs inputs nothing else "
-             "computes).</p>")
-    return intro + "".join(decision(k) for k in chosen)
+             "computes; <i>cycle</i>: choosing it would make the program depend on "
+             "itself).</p>")
+    # the kernels that compute come first; views, slices and permutes below, folded
+    layout = [k for k in chosen if category(k.get("op", "")) == "layout"]
+    compute = [k for k in chosen if k not in layout]
+    folded = (f"<details><summary>{len(layout)} layout kernels (views, slices, permutes) "
+              "chosen among alternatives</summary>" + "".join(decision(k) for k in layout)
+              + "</details>") if layout else ""
+    return intro + "".join(decision(k) for k in compute) + folded
 
 
 def decision(k: dict[str, Any]) -> str:
@@ -808,7 +816,7 @@ th{background:#eee;position:sticky;top:30px}
 table.summary td:first-child{font-weight:bold;white-space:nowrap}
 table.kernels tr.off td{background:#fde2e2}
 table.alts tr.chosen td{background:#e2f0d9}
-code{font-size:12px}.dim{color:#777}.caption{max-width:1000px}
+code{font-size:12px}table.kernels code{white-space:nowrap}.dim{color:#777}.caption{max-width:1000px}
 .badge{font-size:10px;border-radius:3px;padding:0 4px;margin-left:4px;color:#fff}
 .badge.compute{background:#c55a11}.badge.memory{background:#2e75b6}
 .badge.overhead{background:#7f6000}.badge.free{background:#999}

@@ -80,6 +80,8 @@ def test_decisions_show_the_alternatives_of_the_merged_qkv_and_attention(block, 
         k = next(k for k in block.report.kernels if k["label"] == label)
         assert k["alternatives"], label
         assert f"decision-{k['id']}" in parser.ids
+        before = page[:page.index(f'id="decision-{k["id"]}"')]
+        assert before.count("<details") == before.count("</details>")  # shown, not folded
         box = page[page.index(f'id="decision-{k["id"]}"'):]
         box = box[:box.index("</table>")]
         for alt in k["alternatives"]:
