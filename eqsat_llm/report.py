@@ -88,6 +88,14 @@ class Report:
         d["quantization"] = self.quantization and self.quantization.to_dict()
         return d
 
+    def explain(self, kernel: int | str) -> str:
+        """Why the program has this kernel (an id such as 12 or "%12", a label such as
+        "gemm[rms_norm]", or an op such as "attention"): its cost, the rules that built it, the
+        alternatives it beat and by how much (explain.py)."""
+        from .explain import explain
+
+        return explain(self.to_dict(), kernel)
+
     def summary(self) -> str:
         lines = ["eqsat-llm report", "================"]
         before, after = sum(self.op_counts_before.values()), sum(self.op_counts_after.values())
