@@ -93,7 +93,7 @@ def test_drawings_have_hover_titles_and_fused_outlines(block, page):
                 for n in g.nodes if n.id in g.live_ids() and n.op != "scalar")
     if shutil.which("dot") is None:  # the embedded drawing: a <g class="node"> per node
         assert page.count('<g class="node"') == drawn
-    titles = re.findall(r'class="node"[^>]*><title>([^<]*)</title>', page)
+    titles = re.findall(r'class="node"[^>]*>\s*<title>([^<]*)</title>', page)
     assert len(titles) == drawn
     assert all("dtype" in t and "cost:" in t for t in titles)
     fused = [k for k in block.report.profile["kernels"] if len(k["node_ids"]) > 1]
