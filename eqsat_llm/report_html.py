@@ -19,14 +19,13 @@ import math
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from typing import Any
 
-from .costmodel import CostError
+from .costmodel import CostError, nbytes
 from .ir import VALUE_LEAVES, Graph, Node, TensorType, node_label
+from .profile import FLAG_RATIO  # off by more than this factor: flagged, in red
 from .units import fmt_bytes, fmt_count, fmt_seconds, fmt_us
-
-# a kernel the cost model predicts within this factor of its measured time is "on target"
-FLAG_RATIO = 1.5
 
 SECTIONS = (("summary", "Summary"), ("kernels", "Kernels"), ("decisions", "Decisions"),
             ("accuracy", "Predicted against measured"), ("rules", "Rules"),
@@ -104,12 +103,13 @@ def measured_of(kernel: dict[str, Any], pk: dict[str, Any] | None) -> tuple[Any,
 
 def table(head: list[str], rows: list[list[str]], row_attrs: list[str] | None = None,
           cls: str = "") -> str:
-    """A table of already-escaped cells."""
+    """A table of already-escaped cells; no header row when `head` is empty."""
     attrs = row_attrs or [""] * len(rows)
     cells = "".join(f"<th>{esc(c)}</th>" for c in head)
+    thead = f"<thead><tr>{cells}</tr></thead>" if head else ""
     body = "".join(f"<tr{a}>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>"
                    for r, a in zip(rows, attrs))
-    return f'<table class="{cls}"><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>'
+    return f'<table class="{cls}">{thead}<tbody>{body}</tbody></table>'
 
 
 def fmt_type(t: str) -> str:
@@ -150,7 +150,7 @@ def summary_section(d: dict[str, Any]) -> str:
                       ("weight_formats", "GEMM weight formats")):
         if d.get(key):
             rows.append([name, esc(counts_text(d[key]))])
-    return table(["", ""], [[esc(k), v] for k, v in rows], cls="summary")
+    return table([], [[esc(k), v] for k, v in rows], cls="summary")
 
 
 def counts_text(value: Any) -> str:
@@ -233,7 +233,7 @@ def inputs_cell(k: dict[str, Any], row_ids: set[int]) -> str:
     for t, i in zip(types, operands):
         ref = ("" if i is None or t.startswith("py_") else
                f'<a href="#kernel-{i}">%{i}</a> ' if i in row_ids else f'<span class="dim">%{i}</span> ')
-        cells.append(ref + fmt_type(t))
+        cells.append(f'<span class="nw">{ref}{fmt_type(t)}</span>')
     return "<br>".join(cells)
 
 
@@ -436,22 +436,28 @@ def dumbbell_chart(kernels: list[dict[str, Any]]) -> str:
         v = min(max(us or lo, lo), hi)
         return left + pw * math.log10(v / lo) / math.log10(hi / lo)
 
-    parts = [svg_open(w, h, "chart accuracy", "predicted against measured time")]
-    decade = lo
-    while decade <= hi * 1.0001:
-        for m in (1, 2, 5):
-            if decade * m <= hi * 1.0001:
-                cls = "grid" if m == 1 else "grid minor"
-                parts.append(f'<line x1="{x(decade * m):.1f}" x2="{x(decade * m):.1f}" '
-                             f'y1="{top - 6}" y2="{h - bottom}" class="{cls}"/>')
-        parts.append(f'<text x="{x(decade):.1f}" y="{h - bottom + 18}" text-anchor="middle">'
-                     f"{fmt_us(decade)}</text>")
-        decade *= 10
+    parts = [svg_open(w, h, "chart accuracy", "predicted against measured time"),
+             log_grid(lo, hi, x, top - 6, h - bottom)]
     for i, pk in enumerate(kernels):
         parts.append(dumbbell_row(pk, top + row * i, row, w, x))
     parts.append(legend(left, top - 12))
     parts.append(axes(w, h, left, right, top, bottom, "time per call (log scale)", ""))
     return "".join(parts) + "</svg>"
+
+
+def log_grid(lo: float, hi: float, x: Any, y0: float, y1: float) -> str:
+    """Vertical lines at 1, 2 and 5 times each decade from lo to hi, decades labelled."""
+    parts, decade = [], lo
+    while decade <= hi * 1.0001:
+        for m in (1, 2, 5):
+            if decade * m <= hi * 1.0001:
+                cls = "grid" if m == 1 else "grid minor"
+                parts.append(f'<line x1="{x(decade * m):.1f}" x2="{x(decade * m):.1f}" '
+                             f'y1="{y0}" y2="{y1}" class="{cls}"/>')
+        parts.append(f'<text x="{x(decade):.1f}" y="{y1 + 18}" text-anchor="middle">'
+                     f"{fmt_us(decade)}</text>")
+        decade *= 10
+    return "".join(parts)
 
 
 def legend(x: float, y: float) -> str:
@@ -549,9 +555,8 @@ def node_lines(n: Node, cost: str) -> list[str]:
 def node_title(n: Node, cost: str, group: dict[str, Any] | None) -> str:
     """The hover text: id, op, shape, dtype, cost and the backend kernel it runs in."""
     t = n.type
-    kind = (f"shape [{', '.join(map(str, t.shape))}], dtype {t.dtype}, "
-            f"{fmt_bytes(t.numel * dtype_bytes(t.dtype))}" if isinstance(t, TensorType)
-            else f"tuple {t}")
+    kind = (f"shape [{', '.join(map(str, t.shape))}], dtype {t.dtype}, {fmt_bytes(size(t))}"
+            if isinstance(t, TensorType) else f"tuple {t}")
     lines = [f"#{n.id} {node_label(n)}", kind, f"cost: {cost}"]
     if group is not None:
         lines.append(f"backend kernel {group.get('name')}: measured "
@@ -559,9 +564,11 @@ def node_title(n: Node, cost: str, group: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
-def dtype_bytes(dtype: str) -> int:
-    return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2,
-            "int16": 2, "int8": 1, "uint8": 1, "bool": 1}.get(dtype, 4)
+def size(t: TensorType) -> float | None:
+    try:
+        return nbytes(t)
+    except CostError:  # a dtype without an element size: the hover text says "-"
+        return None
 
 
 def before_costs(graph: Graph, cost_model: Any) -> dict[int, str]:
@@ -605,7 +612,7 @@ def after_costs(graph: Graph, d: dict[str, Any]) -> dict[int, str]:
 
 
 def graph_svg(graph: Graph, title: str, costs: dict[int, str],
-              groups: list[dict[str, Any]] = ()) -> str:
+              groups: Sequence[dict[str, Any]] = ()) -> str:
     """SVG of the program: graphviz if `dot` is on PATH, else a layered drawing of our own.
     Either way each node carries a hover `<title>` and fused groups are outlined."""
     dot = shutil.which("dot")
@@ -619,7 +626,7 @@ def graph_svg(graph: Graph, title: str, costs: dict[int, str],
     return layered_svg(graph, costs, groups)
 
 
-def group_of(groups: list[dict[str, Any]]) -> dict[int, tuple[int, dict[str, Any]]]:
+def group_of(groups: Sequence[dict[str, Any]]) -> dict[int, tuple[int, dict[str, Any]]]:
     """Node id -> (index, group); a node in two groups keeps its first (outlines are
     disjoint)."""
     out: dict[int, tuple[int, dict[str, Any]]] = {}
@@ -636,7 +643,7 @@ def group_title(g: dict[str, Any]) -> str:
 
 
 def graph_dot(graph: Graph, title: str, costs: dict[int, str],
-              groups: list[dict[str, Any]] = ()) -> str:
+              groups: Sequence[dict[str, Any]] = ()) -> str:
     nodes = drawn_nodes(graph)
     member = group_of(groups)
     lines = [f'digraph "{title}" {{', ("rankdir=TB; node [shape=box, style=\"filled,rounded\", "
@@ -659,7 +666,7 @@ def graph_dot(graph: Graph, title: str, costs: dict[int, str],
 
 
 def dot_titles(svg: str, graph: Graph, costs: dict[int, str],
-               groups: list[dict[str, Any]]) -> str:
+               groups: Sequence[dict[str, Any]]) -> str:
     """Graphviz titles a node by its name (n12) and a cluster by its (cluster_3): replace them
     with the hover text."""
     member = group_of(groups)
@@ -721,7 +728,7 @@ def positions(graph: Graph) -> dict[int, tuple[float, float]]:
 
 
 def layered_svg(graph: Graph, costs: dict[int, str] | None = None,
-                groups: list[dict[str, Any]] = ()) -> str:
+                groups: Sequence[dict[str, Any]] = ()) -> str:
     costs = costs or {}
     nodes = drawn_nodes(graph)
     pos = positions(graph)
@@ -816,7 +823,7 @@ th{background:#eee;position:sticky;top:30px}
 table.summary td:first-child{font-weight:bold;white-space:nowrap}
 table.kernels tr.off td{background:#fde2e2}
 table.alts tr.chosen td{background:#e2f0d9}
-code{font-size:12px}table.kernels code{white-space:nowrap}.dim{color:#777}.caption{max-width:1000px}
+code{font-size:12px}table.kernels code,.nw{white-space:nowrap}.dim{color:#777}.caption{max-width:1000px}
 .badge{font-size:10px;border-radius:3px;padding:0 4px;margin-left:4px;color:#fff}
 .badge.compute{background:#c55a11}.badge.memory{background:#2e75b6}
 .badge.overhead{background:#7f6000}.badge.free{background:#999}
