@@ -108,6 +108,16 @@ def test_unprofiled_report_without_alternatives_renders(block):
     assert set(SECTION_IDS) <= _parsed(page).ids
     assert "Not profiled" in page and "No fused groups outlined" in page
     assert "No kernel's e-class held an alternative" in page
+    untimed = {"backend": "triton", "repeats": 20, "statistic": "median",
+               "reason": "under Triton's interpreter nothing is timed", "median_ratio": None,
+               "worst_ratio": None, "worst_kernel": None, "flagged": 0,
+               "total_predicted_us": 1.0, "total_measured_us": None,
+               "kernels": [{"name": "k1", "node_ids": [bare.kernels[0]["id"]], "ops": "gemm",
+                            "predicted_us": 1.0, "measured_us": None, "ratio": None,
+                            "flagged": False, "reason": None}]}
+    bare.profile = untimed
+    page = render(bare, block.captured.graph, block.graph)
+    assert "nothing is timed" in page and page.count('<g class="row') == 1
 
 
 def test_graphviz_titles_replace_node_names(block):
