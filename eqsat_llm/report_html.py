@@ -22,8 +22,10 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
+from .cost import constant_nodes
 from .costmodel import CostError, nbytes
 from .ir import VALUE_LEAVES, Graph, Node, TensorType, node_label
+from .ops import REGISTRY
 from .profile import FLAG_RATIO  # off by more than this factor: flagged, in red
 from .units import fmt_bytes, fmt_count, fmt_seconds, fmt_us
 
@@ -538,8 +540,6 @@ def drawn_nodes(graph: Graph) -> list[Node]:
 
 
 def category(op: str) -> str:
-    from .ops import REGISTRY
-
     return REGISTRY[op].category if op in REGISTRY else "fallback"
 
 
@@ -574,8 +574,6 @@ def size(t: TensorType) -> float | None:
 def before_costs(graph: Graph, cost_model: Any) -> dict[int, str]:
     """Cost text per node of the captured program: the model's prediction, when one is given;
     constant subgraphs are folded at compile time (as the report's cost_before counts them)."""
-    from .cost import constant_nodes
-
     const = constant_nodes(graph)
     out = {}
     for n in drawn_nodes(graph):
