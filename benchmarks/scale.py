@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-PHASES = ("capture", "encode", "saturate", "serialize", "extract", "decode", "fold", "plan")
+PHASES = ("capture", "encode", "saturate", "serialize", "extract", "decode", "fold", "explain",
+          "plan")
 SECTION = "## Scale: LLaMA-7B's layers on the meta device (benchmarks/scale.py)"
 
 

@@ -32,7 +32,7 @@ from .memcheck import check_fits, fold_bytes
 from .meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
 from .plan import plan_memory
 from .provenance import read as read_provenance
-from .provenance import recording_ruleset, rules_used
+from .provenance import recording_ruleset, rules_in_classes, rules_used
 from .quant_formats import DYNAMIC
 from .quant_formats import FORMATS as QUANT_FORMATS
 from .quantization import (
@@ -466,8 +466,9 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
     with _phase(timings, "explain"):
         made, merged = read_provenance(serialized)
         used = rules_used(result.choices, made, merged)
+        in_classes = rules_in_classes(egraph, result.choices, made)
         report.rules = [RuleStat(r.name, r.family, r.soundness, sat.matches.get(r.name, 0),
-                                 r.name in used) for r in rules]
+                                 r.name in used, r.name in in_classes) for r in rules]
         ids = {cls: folded.remap[i] for cls, i in built.items() if i in folded.remap}
         program = ProgramChoices(egraph, result.choices, extractors.node_costs(egraph, cost_fn),
                                  roots)

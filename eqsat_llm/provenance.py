@@ -169,3 +169,11 @@ def rules_used(choices: dict[str, str], made: dict[str, tuple[str, ...]],
     merged-away term, `x * 1` of `x * 1 -> x`, now reads its own class: never chosen)."""
     used = {r for node in choices.values() for r in made.get(node, ())}
     return used | {r for cls, rules in merged.items() if cls in choices for r in rules}
+
+
+def rules_in_classes(egraph: Any, choices: dict[str, str],
+                     made: dict[str, tuple[str, ...]]) -> set[str]:
+    """The rules that built any e-node of the program's e-classes: besides those it uses,
+    the rules whose results a later rule matched to build what it uses (`mm-as-matmul`
+    building the matmul that `rms-norm-matmul` fused), and alternatives it did not choose."""
+    return {r for cls in choices for node in egraph.classes[cls] for r in made.get(node, ())}

@@ -10,9 +10,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-
-def _kib(n: int) -> str:
-    return f"{n / 1024:.1f} KiB"
+from .units import fmt_bytes, fmt_seconds, fmt_us
 
 
 def memory_summary(plan: Any, copy_in_ops: Any) -> dict[str, Any]:
@@ -29,7 +27,10 @@ class RuleStat:
     family: str
     soundness: str
     matches: int
-    used: bool = False  # the extracted program uses its result (see rule_usage.py)
+    used: bool = False  # it built an e-node of the extracted program (provenance.py)
+    # it built an e-node of an e-class of the program: a result a later rule matched (or an
+    # alternative not chosen)
+    in_classes: bool = False
 
 
 @dataclass
@@ -101,8 +102,10 @@ class Report:
         before, after = sum(self.op_counts_before.values()), sum(self.op_counts_after.values())
         bound = ("" if self.lower_bound is None else
                  f", lower bound {self.lower_bound:g}, gap {self.cost_after - self.lower_bound:g}")
-        lines.append(f"ops: {before} -> {after}    predicted time: {self.cost_before:.1f} us -> "
-                     f"{self.cost_after:.1f} us ({self.extraction_method} extraction{bound})")
+        lines.append(f"ops: {before} -> {after}    predicted time: {fmt_us(self.cost_before)} -> "
+                     f"{fmt_us(self.cost_after)} ({self.extraction_method} extraction{bound})")
+        if self.profile:
+            lines.append(_profile_line(self.profile))
         lines.append(f"e-graph: {self.eclasses} classes, {self.enodes} nodes after "
                      f"{self.iterations} iterations; stopped: {self.stop_reason}")
         if self.folded_constants:
@@ -138,19 +141,59 @@ class Report:
             m = self.memory
             eager = m.get("eager_peak_bytes")
             lines.append("")
-            lines.append(f"memory: arena {_kib(m['arena_bytes'])} (liveness lower bound "
-                         f"{_kib(m['lower_bound_bytes'])}, naive sum {_kib(m['naive_bytes'])}"
-                         + (f", eager peak {_kib(eager)}" if eager is not None else "") + "); "
-                         f"{m['inplace']} in place, {m['views']} views")
+            lines.append(f"memory: arena {fmt_bytes(m['arena_bytes'])} (liveness lower bound "
+                         f"{fmt_bytes(m['lower_bound_bytes'])}, naive sum "
+                         f"{fmt_bytes(m['naive_bytes'])}"
+                         + (f", eager peak {fmt_bytes(eager)}" if eager is not None else "")
+                         + f"); {m['inplace']} in place, {m['views']} views")
+        lines += _decision_lines(self.kernels)
         fired = [r for r in self.rules if r.matches]
         lines.append("")
         lines.append(f"rules fired ({len(fired)} of {len(self.rules)}; "
                      f"{sum(r.used for r in fired)} used by the extracted program):")
-        for r in sorted(fired, key=lambda r: (not r.used, -r.matches)):
-            used = "used" if r.used else "not used"
+        for r in sorted(fired, key=lambda r: (not r.used, not r.in_classes, -r.matches)):
+            used = "used" if r.used else "in the program's classes" if r.in_classes \
+                else "not used"
             lines.append(f"  {r.name:<24}{r.family:<10}{r.soundness:<14}{r.matches:>6} matches"
                          f"  {used}")
         lines.append("")
-        lines.append("time per phase: " + ", ".join(f"{k} {v * 1000:.0f} ms"
+        lines.append("time per phase: " + ", ".join(f"{k} {fmt_seconds(v)}"
                                                    for k, v in self.timings.items()))
         return "\n".join(lines)
+
+
+def _profile_line(p: dict[str, Any]) -> str:
+    priced = [k for k in p["kernels"] if k["ratio"] is not None]
+    return (f"measured ({p['backend']}, {p['statistic']} of {p['repeats']} calls): "
+            f"{fmt_us(p['total_measured_us'])}; cost model off by median "
+            f"{p['median_ratio']:.2f}x, worst {p['worst_ratio']:.2f}x ({p['worst_kernel']}); "
+            f"{p['flagged']} of {len(priced)} kernels off by more than 1.5x")
+
+
+DECISIONS_SHOWN = 8
+
+
+def _decision_lines(kernels: list[dict[str, Any]]) -> list[str]:
+    """The costliest kernels that had alternatives: the margin each choice won by."""
+    chosen = sorted((k for k in kernels if k["alternatives"] or k.get("sharing")),
+                    key=lambda k: -(k["predicted_us"] or 0.0))
+    if not chosen:
+        return []
+    lines = ["", ("decisions (margin: what the best alternative would add to the program; "
+             "report.explain(kernel) tells more):")]
+    for k in chosen[:DECISIONS_SHOWN]:
+        deltas = [a["delta_us"] for a in k["alternatives"] if a["delta_us"] is not None]
+        margin = f"margin {_signed(min(deltas))}" if deltas else "no acyclic alternative"
+        share = k.get("sharing")
+        if share:
+            margin += (f"; shared by {len(share['consumers'])}, not sharing "
+                       f"{_signed(share['unshared_delta_us'])}")
+        lines.append(f"  %{k['id']:<5}{k['label']:<20}{fmt_us(k['predicted_us']):>9}  "
+                     f"{k['alternatives_total']} alternatives, {margin}")
+    if len(chosen) > DECISIONS_SHOWN:
+        lines.append(f"  ... and {len(chosen) - DECISIONS_SHOWN} more kernels with alternatives")
+    return lines
+
+
+def _signed(us: float) -> str:
+    return f"{'+' if us >= 0 else '-'}{fmt_us(abs(us))}"

@@ -212,3 +212,12 @@ def test_cli_explains_a_saved_report_and_diffs_two(prefill, tmp_path, capsys):
     bad.write_text("{}")
     assert main(["report", "diff", str(a), str(bad)]) == 2
     assert "is not an eqsat-llm report" in capsys.readouterr().err
+
+
+def test_summary_lists_the_decisions_and_the_rules_that_prepared_a_match(prefill):
+    text = prefill.report.summary()
+    assert "decisions (margin" in text and "shared by 3, not sharing +" in text
+    rules = {r.name: r for r in prefill.report.rules}
+    # mm-as-matmul built the matmul that rms-norm-matmul fused: in the program's classes
+    assert rules["mm-as-matmul"].in_classes and not rules["mm-as-matmul"].used
+    assert rules["rms-norm-matmul"].used

@@ -74,6 +74,9 @@ def test_both_programs_run_in_c_and_write_the_cache_in_place(family_generator):
         assert report.state_in_place == 2 * layers  # every K and V write: no copy back
         assert set(report.torch_ops) == {"aten.index_put_.default"}, report.torch_ops
         assert report.op_counts_after.get("attention") == layers
+        # the report format optimize() gives: each kernel with the rules that built it
+        attention = [k for k in report.kernels if k["op"] == "attention"]
+        assert len(attention) == layers and all(k["rules"] for k in attention)
     # the two programs hold one copy of the weights they prepare alike
     decode = {w.untyped_storage().data_ptr() for w in gen.decode_program._runtime.weights}
     prefill = {w.untyped_storage().data_ptr() for w in gen.prefill_program._runtime.weights}
