@@ -13,6 +13,10 @@ a program from it here. Two greedy extractors are provided:
 
 Every algorithm here is iterative: e-graphs can be thousands of levels deep, far beyond
 Python's recursion limit.
+
+The building blocks the ILP extractor (:mod:`eqsat_llm.ilp`) shares with these are public:
+:func:`root_classes`, :func:`node_costs`, :func:`chosen_children`, :func:`chosen_cycles`,
+:func:`acyclic_worklist` and :func:`break_cycles`.
 """
 
 from __future__ import annotations
@@ -39,14 +43,19 @@ __all__ = [
     "ENode",
     "Extraction",
     "ExtractionError",
+    "acyclic_worklist",
+    "break_cycles",
     "cheapest_trees",
     "check_extraction",
+    "chosen_children",
+    "chosen_cycles",
     "dag_cost",
     "extract_dag_greedy",
     "extract_tree_greedy",
     "load_egraph",
     "node_costs",
     "reachable_classes",
+    "root_classes",
     "tree_cost",
 ]
 
@@ -214,6 +223,8 @@ def _parse(data: Any, src: str) -> EGraph:
 
 
 def root_classes(egraph: EGraph, roots: Iterable[str] | None) -> list[str]:
+    """The root classes to extract: ``roots``, or the e-graph's own when None. Raises
+    :class:`ExtractionError` when there are none or one is not a class of the e-graph."""
     result = list(egraph.roots if roots is None else roots)
     if not result:
         raise ExtractionError("no roots: roots must be given (the e-graph has no root_eclasses)")
@@ -268,7 +279,8 @@ def chosen_cycles(
     roots: Iterable[str], children_of: Callable[[str], Iterable[str]], limit: int
 ) -> list[list[str]]:
     """Up to ``limit`` cycles (lists of classes) of the chosen program reachable from
-    ``roots``, as :func:`_chosen_dfs` meets them."""
+    ``roots``, in the order a depth-first walk meets them. ``children_of(cls)`` gives a
+    class's child classes under the choice (see :func:`chosen_children`)."""
     cycles: list[list[str]] = []
 
     def found(cycle: list[str]) -> bool:
@@ -282,8 +294,9 @@ def chosen_cycles(
 def chosen_children(
     egraph: EGraph, choices: Mapping[str, str]
 ) -> Callable[[str], tuple[str, ...]]:
-    """``children_of`` for :func:`_chosen_dfs` that validates each class's choice: raises
-    :class:`ExtractionError` when it is missing or not a node of that class."""
+    """A ``children_of`` for walks of the chosen program (:func:`chosen_cycles`): a class's
+    child classes through its chosen node. Raises :class:`ExtractionError` when a class's
+    choice is missing or not a node of that class."""
     nodes = egraph.nodes
 
     def children_of(cls: str) -> tuple[str, ...]:
@@ -651,7 +664,7 @@ def break_cycles(
 ) -> None:
     """Make the choices reachable from ``roots`` acyclic, in place.
 
-    Each round switches one class on a cycle to its :func:`_safe_choices` node. Safe
+    Each round switches one class on a cycle to its safe node (:func:`_safe_choices`). Safe
     edges go strictly earlier in the Kahn order, so a cycle always contains an unsafe
     choice, and every round fixes one class for good: at most one round per class.
     Picks the switch that raises the class's own node cost least. Normally no round runs.

@@ -36,7 +36,10 @@ from .extract import (
     chosen_cycles,
     dag_cost,
     extract_dag_greedy,
+    extract_tree_greedy,
+    load_egraph,
     node_costs,
+    reachable_classes,
     root_classes,
 )
 
@@ -331,8 +334,6 @@ def extract_ilp(
 
 
 def _reachable(egraph: EGraph, roots: list[str], choice: Mapping[str, str]) -> dict[str, str]:
-    from .extract import reachable_classes
-
     return {c: choice[c] for c in reachable_classes(egraph, choice, roots)}
 
 
@@ -366,8 +367,6 @@ def _main(argv: list[str] | None = None) -> int:
     """``python -m eqsat_llm.ilp DIR [--time-limit S] [--out FILE]``: ILP vs greedy table."""
     import argparse
     from pathlib import Path
-
-    from .extract import extract_tree_greedy, load_egraph
 
     ap = argparse.ArgumentParser(description=_main.__doc__)
     ap.add_argument("directory")
