@@ -56,6 +56,7 @@ def test_every_kernel_of_the_program_has_an_entry_in_the_documented_schema(prefi
         for a in k["alternatives"]:
             assert set(a) == {"op", "term", "own_us", "delta_us"}
         assert k["alternatives_total"] >= len(k["alternatives"])
+    assert report["unpriced_enodes"] == {}  # (the analysis's vec_gather is not the op gather)
     priced = sum(k["predicted_us"] for k in report["kernels"])
     assert priced == pytest.approx(report["cost_after"], rel=1e-6)  # the extracted cost
 

@@ -62,13 +62,18 @@ def bcast(a: Vec[i64], b: Vec[i64]) -> Vec[i64]:
     """The broadcast of two shapes (set by the step rules)."""
 
 
-# gather(s, idx): [s[idx[0]], s[idx[1]], ...] (permutation)
+# vec_gather(s, idx): [s[idx[0]], s[idx[1]], ...] (permutation)
 gather_step = relation("gather_step", Vec[i64], Vec[i64], i64, Vec[i64])
 
 
+# (not named `gather`: the serialized e-graph names a node by its function's name, and the
+# program view keeps the nodes named as a registry op, such as the op `gather`)
 @function(merge=lambda old, new: old)
-def gather(s: Vec[i64], idx: Vec[i64]) -> Vec[i64]:
+def vec_gather(s: Vec[i64], idx: Vec[i64]) -> Vec[i64]:
     """Elements of s at the positions idx."""
+
+
+gather = vec_gather  # the name the layout rules use
 
 
 # reduce(s, dims, keep): s with the dims in `dims` dropped (keep=0) or set to 1 (keep=1)
@@ -136,7 +141,7 @@ def vector_functions(a: Vec[i64], b: Vec[i64], s: Vec[i64], idx: Vec[i64], acc: 
     yield rule(gather_step(s, idx, i, acc), i < idx.length()).then(
         gather_step(s, idx, i + 1, acc.push(s[idx[i]])))
     yield rule(gather_step(s, idx, i, acc), eq(i).to(idx.length())).then(
-        set_(gather(s, idx)).to(acc))
+        set_(vec_gather(s, idx)).to(acc))
     # reduce
     yield rule(reduce_step(s, dims, k, i, acc), i < s.length(), dims.not_contains(i)).then(
         reduce_step(s, dims, k, i + 1, acc.push(s[i])))
@@ -196,7 +201,7 @@ def _shape_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
         yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"]))).then(
             gather_step(s0, p["dims"], i64(0), Vec[i64].empty()))
         yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
-                   eq(out).to(gather(s0, p["dims"]))).then(set_(shape(y)).to(out))
+                   eq(out).to(vec_gather(s0, p["dims"]))).then(set_(shape(y)).to(out))
     elif kind == "transpose":
         d0, d1 = p["dim0"], p["dim1"]
         yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"]))).then(
