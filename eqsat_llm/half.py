@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import torch
 
+from .half_formats import FORMAT_OF, WEIGHT_FORMATS
 from .ir import Graph, TensorType, ValueType
 
-HALF = frozenset({"bfloat16", "float16"})
-# gemm weight formats that store a weight's values in half precision, unchanged (ops.py's
-# gemm; rules/half_weights.py), by the dtype that holds them
-WEIGHT_FORMATS = {"fp16": "float16", "bf16": "bfloat16"}
-FORMAT_OF = {dt: fmt for fmt, dt in WEIGHT_FORMATS.items()}
+__all__ = ["FORMAT_OF", "HALF", "WEIGHT_FORMATS", "compute_in_float32", "exact_half_dtypes",
+           "has_half"]
+
+HALF = frozenset(WEIGHT_FORMATS.values())
 DTYPE_ATTR_OPS = frozenset({"to_dtype", "full", "arange"})
 
 

@@ -5,6 +5,9 @@ A `Graph` is a list of `Node`s in topological order. Each node names an op of th
 values: ints, floats, strings, tuples) and its inferred `TensorType`. Graph inputs, weights and
 constants are leaf nodes (`input`, `param`, `const`); the tensors behind `param`/`const` live
 in `Graph.constants`, apart from the program.
+
+The IR depends on the registry (a node's type is inferred by its op's rule); the registry and
+the weight formats never import the IR: they read `tensor_type.py`, re-exported here.
 """
 
 from __future__ import annotations
@@ -16,33 +19,25 @@ from typing import Any
 import torch
 
 from .errors import GraphError
+from .ops import get_op
+from .tensor_type import TensorType, ValueType, dtype_name, dtype_of
 
-
-@dataclass(frozen=True)
-class TensorType:
-    """Static shape and dtype of a value. `dtype` is torch's name ("float32", "int64", "bool");
-    scalars folded into the graph use the weak dtypes "py_float", "py_int", "py_bool"."""
-
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    def __str__(self) -> str:
-        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+__all__ = [
+    "GEMM_DESCRIPTOR",
+    "VALUE_LEAVES",
+    "Graph",
+    "Node",
+    "TensorType",
+    "ValueType",
+    "contiguous_strides",
+    "dtype_name",
+    "dtype_of",
+    "node_label",
+]
 
 
 # Ops that compute nothing at run time: bound inputs, weights, constants, Python numbers.
 VALUE_LEAVES = frozenset({"input", "param", "const", "scalar"})
-
-# A node's value: one tensor, or a tuple of tensors (only fallback nodes produce tuples;
-# `getitem` takes them apart).
-ValueType = TensorType | tuple[TensorType, ...]
 
 
 @dataclass
@@ -71,14 +66,12 @@ class Graph:
 
     def add(self, op: str, inputs: tuple[int, ...] | list[int] = (), **attrs: Any) -> int:
         """Append a node, inferring its type with the op's registered rule. Returns its id."""
-        from .ops import get_op
-
         inputs = tuple(inputs)
         for i in inputs:
             if i not in self._by_id:
                 raise GraphError(f"{op}: input %{i} is not an earlier node of the graph")
         opdef = get_op(op)
-        node_type = opdef.infer_type([self._by_id[i].type for i in inputs], attrs, self)
+        node_type = opdef.infer_type([self._by_id[i].type for i in inputs], attrs)
         return self.append(op, inputs, attrs, node_type)
 
     def append(self, op: str, inputs: tuple[int, ...], attrs: dict[str, Any],
@@ -142,18 +135,6 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(n, 1)
     return tuple(reversed(strides))
-
-
-def dtype_of(name: str) -> torch.dtype:
-    """torch dtype for a dtype name of the IR (raises GraphError for weak scalar dtypes)."""
-    dt = getattr(torch, name, None)
-    if not isinstance(dt, torch.dtype):
-        raise GraphError(f"{name!r} is not a torch dtype")
-    return dt
-
-
-def dtype_name(dt: torch.dtype) -> str:
-    return str(dt).removeprefix("torch.")
 
 
 GEMM_DESCRIPTOR = (("prologue", "none"), ("weight", "float"), ("epilogue", "none"),

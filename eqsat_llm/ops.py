@@ -21,8 +21,7 @@ import torch.nn.functional as F
 
 from . import sparse_formats
 from .errors import GraphError
-from .half import WEIGHT_FORMATS as HALF_FORMATS
-from .ir import TensorType, dtype_name, dtype_of
+from .half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from .quant_formats import (
     DYNAMIC,
     FORMATS,
@@ -31,6 +30,7 @@ from .quant_formats import (
     quantize,
     quantized_types,
 )
+from .tensor_type import TensorType, dtype_name, dtype_of
 
 aten = torch.ops.aten
 
@@ -56,7 +56,7 @@ class OpDef:
     # which gives torch's own shape and dtype rules exactly.
     infer: Callable[[list[TensorType], dict[str, Any]], TensorType] | None = None
 
-    def infer_type(self, input_types: list, attrs: dict[str, Any], graph: Any = None):
+    def infer_type(self, input_types: list, attrs: dict[str, Any]):
         self.check_attrs(attrs)
         if self.infer is not None:
             return self.infer(input_types, attrs)
@@ -439,8 +439,8 @@ register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype=
 #             dequantize(w, w_scale), w holding the integers and w_scale the scales | a sparse
 #             format (sparse_formats.FORMATS): W is unpack(w, w_scale), w holding the stored
 #             values and w_scale (here not scales) their positions | a half format
-#             (half.WEIGHT_FORMATS: "fp16", "bf16"): W is w, held in that dtype (w_scale unused)
-#             | "int8_dynamic": W as "int8", and x's rows coded in 7 bits and decoded first
+#             (half_formats.WEIGHT_FORMATS: "fp16", "bf16"): W is w, held in that dtype
+#             (w_scale unused) | "int8_dynamic": W as "int8", and x's rows coded in 7 bits and decoded first
 #             (quant_formats.coded_activations: the integer product's result)
 #   epilogue  "none" | "add": + addend (it broadcasts into the product) | "bias":
 #             torch.addmm(addend, x, W, beta, alpha) (x 2-D) | "swiglu": W = [Wg | Wu] with n

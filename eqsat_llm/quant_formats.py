@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from .errors import GraphError
-from .ir import TensorType
+from .tensor_type import TensorType
 
 FORMATS = ("int8", "int4_g32", "int4_g64", "int4_g128")
 DYNAMIC = "int8_dynamic"  # int8 weights (stored as "int8"), activations coded per row

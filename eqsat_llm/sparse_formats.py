@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import GraphError
-from .ir import TensorType
+from .tensor_type import TensorType
 
 FORMATS = ("sparse24", "bsr16")
 BLOCK = 16

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...half import WEIGHT_FORMATS as HALF_FORMATS
+from ...half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from ...ops import ACTIVATIONS
 from ...quant_formats import DYNAMIC, format_group
 from ...sparse_formats import FORMATS as SPARSE_FORMATS

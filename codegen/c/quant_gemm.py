@@ -11,7 +11,7 @@ q the stored integers):
   and row 2 k2 + 1 in its high one (group is even: a byte never straddles two groups);
   W = q[k, n] * scale[k / group, n].
 An all-zero column (group) gets scale 1, so that it dequantizes to exactly 0.
-- "fp16", "bf16" (half.WEIGHT_FORMATS): W's values held as float16 / bfloat16 [K, N], no
+- "fp16", "bf16" (half_formats.WEIGHT_FORMATS): W's values held as float16 / bfloat16 [K, N], no
   scales (what a half-precision model's weights are). They take the int8 path below with two
   bytes a value, widened by F16C's vcvtph2ps (float16) or a 16-bit shift (bfloat16).
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from ...half import WEIGHT_FORMATS as HALF_FORMATS
+from ...half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from ...ir import Node
 from ...ops import GEMM_DEFAULTS
 from ...quant_formats import DYNAMIC, FORMATS, format_group
