@@ -2,11 +2,13 @@
 
 A rule module defines families as generator functions, in the style of egglog-python's own
 rule modules: the parameters are the pattern variables (typed by their annotations), and each
-yielded line is one identity:
+yielded line is one identity, `guarded(lhs, rhs, *conditions)` where it holds only under
+conditions:
 
     @family("layout")
-    def layout(x: Tensor, s: Vec[i64], t: Vec[i64]):
+    def layout(x: Tensor, y: Tensor, s: Vec[i64], t: Vec[i64]):
         yield exact("view-view", rewrite(E.view(E.view(x, s), t)).to(E.view(x, t)))
+        yield exact("view-noop", guarded(E.view(x, s), x, eq(shape(x)).to(s)))
 
 Soundness classes: "exact" (bit-identical results), "reassociates" (equal in real arithmetic;
 floating-point rounding may differ), "approximate" (within a stated tolerance).
@@ -21,8 +23,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
-from egglog import RewriteOrRule, Ruleset, ruleset, var
+from egglog import Fact, RewriteOrRule, Ruleset, eq, rule, ruleset, union, var
 
+from .egraph.language import Tensor
 from .errors import RuleError
 
 SOUNDNESS = ("exact", "reassociates", "approximate")
@@ -70,6 +73,15 @@ def reassociates(name: str, command: RewriteOrRule, note: str = "") -> _Pending:
 def approximate(name: str, command: RewriteOrRule, tolerance: float, note: str = "",
                 check_dims: tuple[int, ...] = ()) -> _Pending:
     return _Pending(name, "approximate", command, tolerance, note, check_dims, None)
+
+
+def guarded(lhs: Tensor, rhs: Tensor, *conditions: Fact) -> RewriteOrRule:
+    """lhs -> rhs where the conditions hold: rule(eq(y).to(lhs), *conditions).then(union(y)
+    .with_(rhs)). Unlike rewrite(lhs).to(rhs, *conditions), the conditions can read facts of
+    the matched term itself (shape(y), dtype(y)): it is the variable y, a family's parameter
+    `y: Tensor`."""
+    y = var("y", Tensor)
+    return rule(eq(y).to(lhs), *conditions).then(union(y).with_(rhs))
 
 
 LIBRARY_PACKAGE = "eqsat_llm.rules"

@@ -6,32 +6,39 @@ The fused ops' reference semantics spell out the decomposition they replace (ops
 recognising rules are exact.
 """
 
-from egglog import String, Vec, eq, f64, i64, rewrite, rule, set_, subsume, union
+from egglog import String, Vec, eq, f64, i64, rewrite, rule, set_, subsume, union, var
 
 from eqsat_llm.egraph.analysis import hi_id, is_const, is_float_dtype, lo_id
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
 from eqsat_llm.ops import ACTIVATIONS
-from eqsat_llm.rulebook import exact, family, reassociates
+from eqsat_llm.rulebook import exact, family, guarded, reassociates
 
 
 @family("fusion")
-def fusion(x: Tensor, y: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: Tensor,
+def fusion(x: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: Tensor,
            v: Tensor, bias: Tensor, eps: f64, al: f64, k1: String, k2: String, d: Vec[i64],
            sx: Vec[i64], sw: Vec[i64]):
     inv_rms = E.rsqrt(E.add(E.mean(E.pow(x, E.scalar(2.0, k1)), d, i64(1)), E.scalar(eps, k2)))
-    last_dim = (eq(sx).to(shape(x)), eq(d).to(Vec[i64](sx.length() - 1)), eq(sw).to(shape(w)), eq(sw).to(Vec[i64](sx[sx.length() - 1])))
-    yield exact("rms-norm", rule(eq(y).to(E.mul(E.mul(x, inv_rms), w)), *last_dim).then(union(y).with_(E.rms_norm(x, w, eps))))
-    yield exact("rms-norm-weight-first", rule(eq(y).to(E.mul(w, E.mul(x, inv_rms))), *last_dim).then(union(y).with_(E.rms_norm(x, w, eps))))
+    last_dim = (eq(sx).to(shape(x)), eq(d).to(Vec[i64](sx.length() - 1)), eq(sw).to(shape(w)),
+                eq(sw).to(Vec[i64](sx[sx.length() - 1])))
+    norm = E.rms_norm(x, w, eps)
+    yield exact("rms-norm", guarded(E.mul(E.mul(x, inv_rms), w), norm, *last_dim))
+    yield exact("rms-norm-weight-first", guarded(E.mul(w, E.mul(x, inv_rms)), norm, *last_dim))
     yield exact("swiglu", rewrite(E.mul(E.mul(g, E.sigmoid(g)), u)).to(E.swiglu(g, u)))
-    yield exact("silu-mul", rewrite(E.mul(E.silu(g), u)).to(E.swiglu(g, u)), note="silu(g) = g * sigmoid(g) up to rounding of torch's fused silu")
+    yield exact("silu-mul", rewrite(E.mul(E.silu(g), u)).to(E.swiglu(g, u)),
+                note="silu(g) = g * sigmoid(g) up to rounding of torch's fused silu")
     scores = E.matmul(q, E.permute(k, Vec[i64](0, 1, 3, 2)), al)
     blind = "where every key is -inf, attention's row is 0 (as sdpa's) and the formula's NaN"
-    yield exact("attention", rewrite(E.matmul(E.softmax(E.add(scores, bias), i64(3)), v, f64(1.0))).to(E.attention(q, k, v, bias, al)), note=blind)
-    yield exact("attention-no-bias", rewrite(E.matmul(E.softmax(scores, i64(3)), v, f64(1.0))).to(E.attention(q, k, v, E.scalar(0.0, "float"), al)), note="s + 0.0 = s; " + blind)
+    yield exact("attention",
+                rewrite(E.matmul(E.softmax(E.add(scores, bias), i64(3)), v, f64(1.0)))
+                .to(E.attention(q, k, v, bias, al)), note=blind)
+    yield exact("attention-no-bias",
+                rewrite(E.matmul(E.softmax(scores, i64(3)), v, f64(1.0)))
+                .to(E.attention(q, k, v, E.scalar(0.0, "float"), al)), note="s + 0.0 = s; " + blind)
 
 
 @family("fusion")
-def sdpa_attention(y: Tensor, q: Tensor, k: Tensor, v: Tensor, m: Tensor, al: f64,
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, m: Tensor, al: f64,
                    sq: Vec[i64], sk: Vec[i64], dt: String):
     # scaled_dot_product_attention (kept whole by the frontend) as the one attention op: no
     # mask, is_causal (the top-left causal bias, -inf above the diagonal: a constant that
@@ -39,12 +46,22 @@ def sdpa_attention(y: Tensor, q: Tensor, k: Tensor, v: Tensor, m: Tensor, al: f6
     # additive float mask. torch's sdpa kernel rounds differently from the formula.
     zero, ninf = E.scalar(0.0, "float"), E.scalar(f64(float("-inf")), "float")
     note = "torch's sdpa kernel sums in another order"
-    yield reassociates("sdpa-as-attention", rewrite(E.sdpa(q, k, v, i64(0), al)).to(E.attention(q, k, v, zero, al)), note=note)
+    yield reassociates("sdpa-as-attention",
+                       rewrite(E.sdpa(q, k, v, i64(0), al)).to(E.attention(q, k, v, zero, al)),
+                       note=note)
     sizes = (eq(sq).to(shape(q)), eq(sk).to(shape(k)), eq(dt).to(dtype(q)), is_float_dtype(dt))
-    causal = E.triu(E.full(Vec[i64](sq[sq.length() - 2], sk[sk.length() - 2]), f64(float("-inf")), dt), i64(1))
-    yield reassociates("sdpa-causal-as-attention", rule(eq(y).to(E.sdpa(q, k, v, i64(1), al)), *sizes).then(union(y).with_(E.attention(q, k, v, causal, al))), note=note)
-    yield reassociates("sdpa-bool-mask-as-attention", rule(eq(y).to(E.sdpa_masked(q, k, v, m, al)), eq(dtype(m)).to(String("bool"))).then(union(y).with_(E.attention(q, k, v, E.where(m, zero, ninf), al))), note=note)
-    yield reassociates("sdpa-float-mask-as-attention", rule(eq(y).to(E.sdpa_masked(q, k, v, m, al)), is_float_dtype(dtype(m))).then(union(y).with_(E.attention(q, k, v, m, al))), note=note)
+    lq_lk = Vec[i64](sq[sq.length() - 2], sk[sk.length() - 2])
+    causal = E.triu(E.full(lq_lk, f64(float("-inf")), dt), i64(1))
+    masked = E.sdpa_masked(q, k, v, m, al)
+    yield reassociates("sdpa-causal-as-attention",
+                       guarded(E.sdpa(q, k, v, i64(1), al), E.attention(q, k, v, causal, al),
+                               *sizes), note=note)
+    yield reassociates("sdpa-bool-mask-as-attention",
+                       guarded(masked, E.attention(q, k, v, E.where(m, zero, ninf), al),
+                               eq(dtype(m)).to(String("bool"))), note=note)
+    yield reassociates("sdpa-float-mask-as-attention",
+                       guarded(masked, E.attention(q, k, v, m, al), is_float_dtype(dtype(m))),
+                       note=note)
 
 
 @family("fusion")
@@ -62,8 +79,11 @@ def grouped_query_attention(y: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Te
     k_rep = E.view(E.expand(E.view(k, s1), s2), s3)
     v_rep = E.view(E.expand(E.view(v, s1), s2), s3)
     with_k, with_v = E.attention(q, k_rep, v, bias, al), E.attention(q, k, v_rep, bias, al)
-    yield exact("attention-gqa-k", rule(eq(y).to(with_k), *repeat).then(union(y).with_(E.attention(q, k, v, bias, al)), subsume(with_k)))
-    yield exact("attention-gqa-v", rule(eq(y).to(with_v), eq(sk).to(shape(v)), *repeat[1:]).then(union(y).with_(E.attention(q, k, v, bias, al)), subsume(with_v)))
+    grouped = E.attention(q, k, v, bias, al)
+    yield exact("attention-gqa-k", rule(eq(y).to(with_k), *repeat)
+                .then(union(y).with_(grouped), subsume(with_k)))
+    yield exact("attention-gqa-v", rule(eq(y).to(with_v), eq(sk).to(shape(v)), *repeat[1:])
+                .then(union(y).with_(grouped), subsume(with_v)))
 
 
 @family("fusion")
@@ -72,11 +92,21 @@ def merge_parallel(x: Tensor, p: Tensor, q: Tensor, wa: Tensor, wb: Tensor, al: 
     # x @ Wa and x @ Wb -> one x @ [Wa | Wb], each product a slice of it. Constant weights only
     # (their concatenation is folded once at compile time), concatenated in increasing weight
     # order (analysis.lo_id/hi_id) so that each concatenation is built once.
-    both = (eq(p).to(E.matmul(x, wa, al)), eq(q).to(E.matmul(x, wb, al)), is_const(wa), is_const(wb), eq(la).to(lo_id(wa)), eq(ha).to(hi_id(wa)), eq(lb).to(lo_id(wb)), eq(hb).to(hi_id(wb)), ha < lb, eq(sx).to(shape(x)), eq(sa).to(shape(wa)), eq(sb).to(shape(wb)), eq(sa.length()).to(i64(2)), eq(sb.length()).to(i64(2)))
+    both = (eq(p).to(E.matmul(x, wa, al)), eq(q).to(E.matmul(x, wb, al)),
+            is_const(wa), is_const(wb),
+            eq(la).to(lo_id(wa)), eq(ha).to(hi_id(wa)), eq(lb).to(lo_id(wb)), eq(hb).to(hi_id(wb)),
+            ha < lb,
+            eq(sx).to(shape(x)), eq(sa).to(shape(wa)), eq(sb).to(shape(wb)),
+            eq(sa.length()).to(i64(2)), eq(sb.length()).to(i64(2)))
     weights = E.cat(Vec[Tensor](wa, wb), i64(1))
     merged = E.matmul(x, weights, al)
     last = sx.length() - 1
-    yield reassociates("merge-parallel-matmul", rule(*both).then(set_(lo_id(weights)).to(la), set_(hi_id(weights)).to(hb), union(p).with_(E.slice(merged, last, i64(0), sa[1], i64(1))), union(q).with_(E.slice(merged, last, sa[1], sa[1] + sb[1], i64(1)))), note="a GEMM of another width may block its sums differently")
+    left = E.slice(merged, last, i64(0), sa[1], i64(1))
+    right = E.slice(merged, last, sa[1], sa[1] + sb[1], i64(1))
+    yield reassociates("merge-parallel-matmul",
+                       rule(*both).then(set_(lo_id(weights)).to(la), set_(hi_id(weights)).to(hb),
+                                        union(p).with_(left), union(q).with_(right)),
+                       note="a GEMM of another width may block its sums differently")
 
 
 NONE = E.scalar(0.0, "float")  # a gemm operand its descriptor does not use
@@ -89,17 +119,20 @@ def gemm(x, w, n, *, alpha=1.0, beta=1.0, eps=0.0, norm=NONE, addend=NONE, prolo
                   String("float"), String(epilogue), String(act))
 
 
-def stored_weight_rules(fmt: str, stored: Tensor, aux: Tensor, facts: list, y: Tensor,
-                        x: Tensor, w: Tensor, sw: Vec[i64], g: tuple) -> tuple:
+def stored_weight_rules(fmt: str, stored: Tensor, aux: Tensor, facts: list, x: Tensor,
+                        w: Tensor, sw: Vec[i64]) -> tuple:
     """The two rewrites that store a GEMM's weight w in the format `fmt` as (stored, aux) where
-    `facts` hold: a plain matmul x @ w, and a float gemm (its other operands and attributes
-    g = (ws, norm, addend, n, alpha, beta, eps, prologue, epilogue, act)) keeping them."""
-    ws, norm, addend, n, al, be, eps, pro, epi, act = g
-    plain = E.gemm(x, stored, aux, NONE, NONE, sw[1], al, 1.0, 0.0, String("none"), String(fmt), String("none"), String("none"))
+    `facts` hold: a plain matmul x @ w, and a float gemm keeping its other operands and
+    attributes (variables of their own: no fact reads them)."""
+    ws, norm, addend = var("ws", Tensor), var("norm", Tensor), var("addend", Tensor)
+    n, al, be, eps = var("n", i64), var("al", f64), var("be", f64), var("eps", f64)
+    pro, epi, act = var("pro", String), var("epi", String), var("act", String)
+    none = String("none")
+    plain = E.gemm(x, stored, aux, NONE, NONE, sw[1], al, 1.0, 0.0, none, String(fmt), none, none)
     fused = E.gemm(x, w, ws, norm, addend, n, al, be, eps, pro, String("float"), epi, act)
     stored_fused = E.gemm(x, stored, aux, norm, addend, n, al, be, eps, pro, String(fmt), epi, act)
-    return (rule(eq(y).to(E.matmul(x, w, al)), *facts).then(union(y).with_(plain)),
-            rule(eq(y).to(fused), *facts).then(union(y).with_(stored_fused)))
+    return (guarded(E.matmul(x, w, al), plain, *facts),
+            guarded(fused, stored_fused, *facts))
 
 
 @family("fusion")
@@ -111,29 +144,32 @@ def matmul_epilogue(y: Tensor, m: Tensor, x: Tensor, w: Tensor, r: Tensor, al: f
     same = (eq(m).to(E.matmul(x, w, al)), eq(s).to(shape(y)), eq(s).to(shape(m)),
             eq(dt).to(dtype(m)), eq(dt).to(dtype(r)))
     fused = gemm(x, w, s[s.length() - 1], alpha=al, addend=r, epilogue="add")
-    yield exact("matmul-add", rule(eq(y).to(E.add(m, r)), *same).then(union(y).with_(fused)))
-    yield exact("add-matmul", rule(eq(y).to(E.add(r, m)), *same).then(union(y).with_(fused)), note="r + p = p + r: float addition commutes")
+    yield exact("matmul-add", guarded(E.add(m, r), fused, *same))
+    yield exact("add-matmul", guarded(E.add(r, m), fused, *same),
+                note="r + p = p + r: float addition commutes")
 
 
 @family("fusion")
-def norm_matmul(y: Tensor, x: Tensor, g: Tensor, w: Tensor, eps: f64, al: f64, sw: Vec[i64]):
+def norm_matmul(x: Tensor, g: Tensor, w: Tensor, eps: f64, al: f64, sw: Vec[i64]):
     # An RMSNorm feeding a matmul against a 2-D weight (the merged QKV and gate/up projections)
     # is the GEMM's prologue: the normalised rows are never written out and read
     # back; with g and w constant the C backend folds g into w's rows and scales each row.
     two_d = (eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)))
     fused = gemm(x, w, sw[1], alpha=al, eps=eps, norm=g, prologue="rms_norm")
-    yield exact("rms-norm-matmul", rule(eq(y).to(E.matmul(E.rms_norm(x, g, eps), w, al)), *two_d).then(union(y).with_(fused)))
+    yield exact("rms-norm-matmul", guarded(E.matmul(E.rms_norm(x, g, eps), w, al), fused, *two_d))
 
 
 @family("fusion")
-def swiglu_epilogue(y: Tensor, x: Tensor, wg: Tensor, wu: Tensor, sw: Vec[i64]):
+def swiglu_epilogue(x: Tensor, wg: Tensor, wu: Tensor, sw: Vec[i64]):
     # The gate and up projections and the SwiGLU that joins them as one GEMM against [wg | wu]:
     # each output tile's two products are combined as they are stored. The merged
     # gate/up matmul's slices are equal to the two products, so this matches after
     # merge-parallel-matmul too (and the concatenation is then the merged weight).
     same_2d = (eq(sw).to(shape(wg)), eq(sw).to(shape(wu)), eq(sw.length()).to(i64(2)))
     both = E.cat(Vec[Tensor](wg, wu), i64(1))
-    yield exact("matmul-swiglu", rule(eq(y).to(E.swiglu(E.matmul(x, wg, 1.0), E.matmul(x, wu, 1.0))), *same_2d).then(union(y).with_(gemm(x, both, sw[1], epilogue="swiglu"))), note="the gate and up products as column slices of one weight")
+    pair = E.swiglu(E.matmul(x, wg, 1.0), E.matmul(x, wu, 1.0))
+    yield exact("matmul-swiglu", guarded(pair, gemm(x, both, sw[1], epilogue="swiglu"), *same_2d),
+                note="the gate and up products as column slices of one weight")
 
 
 @family("fusion")
@@ -141,12 +177,16 @@ def activations(x: Tensor, k: String):
     # GPT-2's gelu_new, 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))), is one gelu;
     # written the same way in docs/examples/gelu_tanh_rule.py, the rule-authoring guide's example
     cube = E.pow(x, E.scalar(3.0, k))
-    inner = E.mul(E.add(x, E.mul(cube, E.scalar(0.044715, "float"))), E.scalar(0.7978845608028654, "float"))
-    yield reassociates("gelu-tanh", rewrite(E.mul(E.mul(x, E.scalar(0.5, "float")), E.add(E.tanh(inner), E.scalar(1.0, "float")))).to(E.gelu(x, "tanh")), note="torch's fused kernel rounds differently")
+    inner = E.mul(E.add(x, E.mul(cube, E.scalar(0.044715, "float"))),
+                  E.scalar(0.7978845608028654, "float"))
+    written_out = E.mul(E.mul(x, E.scalar(0.5, "float")),
+                        E.add(E.tanh(inner), E.scalar(1.0, "float")))
+    yield reassociates("gelu-tanh", rewrite(written_out).to(E.gelu(x, "tanh")),
+                       note="torch's fused kernel rounds differently")
 
 
 @family("fusion")
-def linear_activation(y: Tensor, b: Tensor, x: Tensor, w: Tensor, be: f64, al: f64,
+def linear_activation(b: Tensor, x: Tensor, w: Tensor, be: f64, al: f64,
                       s: Vec[i64], sw: Vec[i64]):
     # linear + bias + activation as one GEMM: act(addmm(b, x, w)), the bias and the
     # activation applied in the epilogue. addmm is 2-D and the models 3-D, so the activation
@@ -160,12 +200,13 @@ def linear_activation(y: Tensor, b: Tensor, x: Tensor, w: Tensor, be: f64, al: f
         def act(t: Tensor, spec=spec) -> Tensor:  # the activation's op, as the graph has it
             return getattr(E, spec.op)(t, *(v for _, v in spec.attrs))
         fused = gemm(x, w, sw[1], alpha=al, beta=be, addend=b, epilogue="bias", act=act_name)
-        yield exact(f"addmm-{name}", rule(eq(y).to(act(mm)), weight).then(union(y).with_(fused)))
-        yield exact(f"addmm-view-{name}", rule(eq(y).to(act(E.view(mm, s))), weight).then(union(y).with_(E.view(fused, s))), note="an elementwise op commutes with a reshape")
+        yield exact(f"addmm-{name}", guarded(act(mm), fused, weight))
+        yield exact(f"addmm-view-{name}", guarded(act(E.view(mm, s)), E.view(fused, s), weight),
+                    note="an elementwise op commutes with a reshape")
 
 
 @family("fusion")
-def rotary(y: Tensor, x: Tensor, cos: Tensor, sin: Tensor, h: i64, h1: i64, h2: i64, dd: i64,
+def rotary(x: Tensor, cos: Tensor, sin: Tensor, h: i64, h1: i64, h2: i64, dd: i64,
            sx: Vec[i64], dt: String):
     # The rotary embedding x * cos + rotate_half(x) * sin, rotate_half(x) = cat([-x2, x1])
     # with x1, x2 the two halves of the last dim, is one elementwise kernel. The
@@ -181,7 +222,10 @@ def rotary(y: Tensor, x: Tensor, cos: Tensor, sin: Tensor, h: i64, h1: i64, h2: 
               eq(dt).to(dtype(cos)), eq(dt).to(dtype(sin)))
     fused = E.rope(x, cos, sin)
     note = "float multiplication and addition commute exactly"
-    yield exact("rope", rule(eq(y).to(E.add(E.mul(x, cos), E.mul(rot, sin))), *halves).then(union(y).with_(fused)))
-    yield exact("rope-sin-first", rule(eq(y).to(E.add(E.mul(x, cos), E.mul(sin, rot))), *halves).then(union(y).with_(fused)), note=note)
-    yield exact("rope-cos-first", rule(eq(y).to(E.add(E.mul(cos, x), E.mul(rot, sin))), *halves).then(union(y).with_(fused)), note=note)
-    yield exact("rope-rot-first", rule(eq(y).to(E.add(E.mul(rot, sin), E.mul(x, cos))), *halves).then(union(y).with_(fused)), note=note)
+    yield exact("rope", guarded(E.add(E.mul(x, cos), E.mul(rot, sin)), fused, *halves))
+    yield exact("rope-sin-first", guarded(E.add(E.mul(x, cos), E.mul(sin, rot)), fused, *halves),
+                note=note)
+    yield exact("rope-cos-first", guarded(E.add(E.mul(cos, x), E.mul(rot, sin)), fused, *halves),
+                note=note)
+    yield exact("rope-rot-first", guarded(E.add(E.mul(rot, sin), E.mul(x, cos)), fused, *halves),
+                note=note)

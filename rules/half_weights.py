@@ -7,7 +7,7 @@ model prices their 2 bytes a weight, so at decode, where reading the weight is w
 extraction takes the half weight. Exact: the values are unchanged."""
 
 import torch
-from egglog import String, Vec, eq, f64, i64
+from egglog import String, Vec, eq, i64
 
 from eqsat_llm.egraph.analysis import HALF_EXACT, is_const, is_float_dtype
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
@@ -25,14 +25,13 @@ def _rounded_to(dt: str):
 
 
 @family("half-weights")
-def half_weights(y: Tensor, x: Tensor, w: Tensor, ws: Tensor, norm: Tensor, addend: Tensor,
-                 n: i64, al: f64, be: f64, eps: f64, pro: String, epi: String, act: String,
-                 sw: Vec[i64]):
+def half_weights(x: Tensor, w: Tensor, sw: Vec[i64]):
     for fmt, dt in WEIGHT_FORMATS.items():
         # W: a constant float matrix [K, N] (x @ W) whose values all fit dt
-        weight = [is_const(w), HALF_EXACT[dt](w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)), is_float_dtype(dtype(w))]
+        weight = [is_const(w), HALF_EXACT[dt](w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)),
+                  is_float_dtype(dtype(w))]
         h = E.to_dtype(w, String(dt))
         note, check = f"W stored as {dt}: its values unchanged", {"check_weights": _rounded_to(dt)}
-        matmul, gemm = stored_weight_rules(fmt, h, NONE, weight, y, x, w, sw, (ws, norm, addend, n, al, be, eps, pro, epi, act))
+        matmul, gemm = stored_weight_rules(fmt, h, NONE, weight, x, w, sw)
         yield exact(f"{fmt}-matmul", matmul, note, **check)
         yield exact(f"{fmt}-gemm", gemm, note, **check)

@@ -12,7 +12,7 @@ where it pays (prefill) and the int8 GEMV where reading the weight is what costs
 Approximate rules: their tolerance, relative to the largest output, is what `rules check`
 verifies on random instances."""
 
-from egglog import String, Vec, eq, f64, i64
+from egglog import Vec, eq, i64
 
 from eqsat_llm.egraph.analysis import is_const, is_float_dtype, quantizable
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
@@ -34,9 +34,7 @@ def _family(fmt: str):
     stored = "int8" if fmt == DYNAMIC else fmt
     group = format_group(stored)
 
-    def rules(y: Tensor, x: Tensor, w: Tensor, ws: Tensor, norm: Tensor, addend: Tensor,
-              n: i64, al: f64, be: f64, eps: f64, pro: String, epi: String, act: String,
-              sw: Vec[i64]):
+    def rules(x: Tensor, w: Tensor, sw: Vec[i64]):
         # W: a constant float32 matrix the encoder let be quantized, whole groups of rows
         weight = [is_const(w), quantizable(w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)),
                   is_float_dtype(dtype(w))]
@@ -46,7 +44,7 @@ def _family(fmt: str):
         tol, note = TOLERANCE[fmt], f"W stored as {stored}: each weight within half a step" + (
             "; x coded per row in 7 bits" if fmt == DYNAMIC else "")
         dims = (group, 2 * group) if group else ()  # (rules check: whole groups of rows)
-        matmul, gemm = stored_weight_rules(fmt, q, s, weight, y, x, w, sw, (ws, norm, addend, n, al, be, eps, pro, epi, act))
+        matmul, gemm = stored_weight_rules(fmt, q, s, weight, x, w, sw)
         yield approximate(f"quantize-matmul-{fmt}", matmul, tol, note, dims)
         yield approximate(f"quantize-gemm-{fmt}", gemm, tol, note, dims)
 

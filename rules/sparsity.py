@@ -9,7 +9,7 @@ the constants' values when optimize(sparsity="auto") asks: an opt-in family, not
 Exact: the zeros skipped add nothing."""
 
 import torch
-from egglog import String, Vec, eq, f64, i64
+from egglog import Vec, eq, i64
 
 from eqsat_llm.egraph.analysis import is_const, is_float_dtype, stored_blocks, two_four
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
@@ -39,16 +39,16 @@ def pruned(w: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 
 @family("sparsity")
-def sparsity(y: Tensor, x: Tensor, w: Tensor, ws: Tensor, norm: Tensor, addend: Tensor, n: i64,
-             al: f64, be: f64, eps: f64, pro: String, epi: String, act: String, sw: Vec[i64],
-             b: i64):
+def sparsity(x: Tensor, w: Tensor, sw: Vec[i64], b: i64):
     # W: a constant float matrix [K, N] (x @ W) whose values have the format's structure
-    weight = [is_const(w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)), is_float_dtype(dtype(w))]
+    weight = [is_const(w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(2)),
+              is_float_dtype(dtype(w))]
     structures = {"sparse24": ([two_four(w, i64(0))], i64(0)),
                   "bsr16": ([eq(b).to(stored_blocks(w))], b)}
     for fmt, (has, blocks) in structures.items():
         vals, index = E.sparse_values(w, fmt, blocks), E.sparse_index(w, fmt, blocks)
-        note, check = f"W stored as {fmt}: its zeros skipped", {"check_dims": (16, 32), "check_weights": pruned}
-        matmul, gemm = stored_weight_rules(fmt, vals, index, [*weight, *has], y, x, w, sw, (ws, norm, addend, n, al, be, eps, pro, epi, act))
+        note = f"W stored as {fmt}: its zeros skipped"
+        check = {"check_dims": (16, 32), "check_weights": pruned}
+        matmul, gemm = stored_weight_rules(fmt, vals, index, [*weight, *has], x, w, sw)
         yield exact(f"{fmt}-matmul", matmul, note, **check)
         yield exact(f"{fmt}-gemm", gemm, note, **check)
