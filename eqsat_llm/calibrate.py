@@ -24,10 +24,12 @@ import torch
 
 from .cache import base_dir, write_atomic
 from .costmodel import DEFAULT, EXP_FLOPS, CostError, Machine
+from .errors import EqsatError
+from .ir import Graph, TensorType
 from .ops import evaluate
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -39,7 +41,7 @@ def _cpu_model() -> str:
 
 def machine_key() -> str:
     """File-name-safe identity of this machine as the cost model sees it."""
-    raw = f"{platform.node()}-{_cpu_model()}-{torch.get_num_threads()}t"
+    raw = f"{platform.node()}-{cpu_model()}-{torch.get_num_threads()}t"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_")
 
 
@@ -107,11 +109,13 @@ def _cache_size(index: int, default: int) -> int:
 L3_CAP = 32 << 20
 
 
-def _probes(quick: bool, threads: int) -> tuple[dict[str, tuple[Callable[[], object], float]],
-                                                 int, int]:
-    """The timed probes: name -> (call, work), work being the flops or bytes of one call;
-    and the L2 and L3 sizes."""
-    probes: dict[str, tuple[Callable[[], object], float]] = {}
+# A probe: name -> (call, work): `call` runs it once; work is the flops or bytes of one call.
+Probes = dict[str, tuple[Callable[[], object], float]]
+
+
+def _probes(quick: bool, threads: int) -> tuple[Probes, int, int]:
+    """The timed probes of torch ops, and the L2 and L3 sizes."""
+    probes: Probes = {}
     one = torch.rand(1)  # tiny ops, as the reference runtime runs them
     probes["overhead"] = (lambda: evaluate("add", [one, one], {}), 0.0)
     a1, b1 = torch.rand(1, 64), torch.rand(64, 64)
@@ -136,31 +140,112 @@ def _probes(quick: bool, threads: int) -> tuple[dict[str, tuple[Callable[[], obj
     return probes, l2, l3
 
 
-def calibrate(quick: bool = False, passes: int | None = None) -> Machine:
+# builds a one-node program in a graph: (its output node, the inputs to call it with)
+Build = Callable[[Graph], tuple[int, list[torch.Tensor]]]
+
+
+class KernelProbe:
+    """A one-node program on the C backend, built for profiling: calling it runs the program
+    once; `seconds` is the generated kernel's own time per call (its `eq_profile`), without
+    the runtime's per-call work (ctypes, output tensors), which a program pays once."""
+
+    def __init__(self, build: Build):
+        from .codegen.c import CRuntime
+
+        g = Graph()
+        out, self.inputs = build(g)
+        g.outputs = [out]
+        self.rt = CRuntime(g, profile=True)
+
+    def __call__(self) -> object:
+        return self.rt.run(self.inputs)
+
+    def seconds(self, repeats: int, batch_s: float = 1e-3) -> float:
+        """The kernel's time per call: the minimum over `repeats` batches of ~batch_s."""
+        self()
+        t = time.perf_counter()
+        self()
+        inner = max(1, min(1000, int(batch_s / max(time.perf_counter() - t, 1e-6))))
+        best = math.inf
+        for _ in range(repeats):
+            self.rt.profile_reset()
+            for _ in range(inner):
+                self()
+            best = min(best, sum(self.rt.profile_read()[0]) / inner)
+        return best
+
+
+def _kernel_probes(quick: bool) -> dict[str, tuple[KernelProbe, float]]:
+    """Probes of the kernels the C backend generates (GEMMs against a packed constant
+    weight, as a model's linear layers are; exp; a one-element add), or none when they
+    cannot be built (no C compiler): the fused cost model prices these kernels."""
+    from .codegen.c import CCompileError
+
+    def mm(m: int, k: int, n: int) -> Build:
+        def build(g: Graph) -> tuple[int, list[torch.Tensor]]:
+            x = _input(g, (m, k))
+            g.constants["w"] = torch.rand(k, n)
+            w = g.append("const", (), {"name": "w"}, TensorType((k, n), "float32"))
+            return g.add("mm", (x, w), alpha=1.0), [torch.rand(m, k)]
+        return build
+
+    def unary(op: str, n: int, arity: int = 1) -> Build:
+        def build(g: Graph) -> tuple[int, list[torch.Tensor]]:
+            xs = [_input(g, (n,)) for _ in range(arity)]
+            return g.add(op, tuple(xs)), [torch.rand(n) for _ in xs]
+        return build
+
+    shapes = [(256, 512, 512)] if quick else [(512, 512, 512), (128, 512, 1536)]
+    builds = {f"c gemm {m}x{k}x{n}": (mm(m, k, n), 2.0 * m * k * n) for m, k, n in shapes}
+    builds.update({"c gemv": (mm(1, 512, 1024), 2.0 * 512 * 1024),
+                   "c gemm_overhead": (mm(1, 64, 64), 0.0),
+                   "c vector": (unary("exp", 1 << 16), EXP_FLOPS * (1 << 16)),
+                   "c overhead": (unary("add", 1, 2), 0.0)})
+    try:
+        return {name: (KernelProbe(build), work) for name, (build, work) in builds.items()}
+    except (CCompileError, EqsatError, OSError):
+        return {}
+
+
+def _input(g: Graph, shape: tuple[int, ...]) -> int:
+    k = sum(n.op == "input" for n in g.nodes)
+    return g.append("input", (), {"name": f"x{k}", "index": k}, TensorType(shape, "float32"))
+
+
+def calibrate(quick: bool = False, passes: int | None = None, kernels: bool = True) -> Machine:
     """Measure GEMM and GEMV rates, the vector rate, bandwidth at L2/L3/DRAM-sized working
-    sets and the per-call overheads, with torch at its current thread count. Each probe is
-    timed in `passes` interleaved passes (default 3 quick, 5 full) and its fastest time kept:
-    other processes only ever slow a probe down. `quick` takes about a second."""
+    sets and the per-call overheads at torch's current thread count. The rates and the
+    generated kernels' overheads are measured on kernels the C backend generates (the fused
+    model prices those) when `kernels` and a C compiler allow (`rates_from="c"`), else on
+    torch's ops; bandwidths and torch's per-op overhead on torch's ops. Each probe is timed in
+    `passes` interleaved passes (default 3 quick, 5 full) and its fastest time kept: other
+    processes only ever slow a probe down. `quick` takes about a second once the probes'
+    programs are compiled (cached)."""
     passes = passes or (3 if quick else 5)
     reps = 7 if quick else 15
     threads = torch.get_num_threads()
     with torch.no_grad():
         probes, l2, l3 = _probes(quick, threads)
-        best = dict.fromkeys(probes, math.inf)
+        gen = _kernel_probes(quick) if kernels else {}
+        best = dict.fromkeys([*probes, *gen], math.inf)
         for _ in range(passes):
-            for name, (fn, _work) in probes.items():
-                big = probes[name][1] > 1e8
-                best[name] = min(best[name], time_call(fn, 3 if big else reps))
+            for name, (fn, work) in probes.items():
+                best[name] = min(best[name], time_call(fn, 3 if work > 1e8 else reps))
+            for name, (probe, work) in gen.items():
+                best[name] = min(best[name], probe.seconds(3 if work > 1e8 else reps))
+    works = {name: work for name, (_fn, work) in [*probes.items(), *gen.items()]}
+    prefix = "c " if gen else ""
     overhead = best["overhead"]
-    gemm_overhead = max(best["gemm_overhead"], overhead)
+    kernel_overhead = best[f"{prefix}overhead"]
+    gemm_overhead = max(best[f"{prefix}gemm_overhead"], kernel_overhead)
 
     def rate(name: str, minus: float) -> float:
         t = best[name]
-        return probes[name][1] / max(t - minus, t / 10)
+        return works[name] / max(t - minus, t / 10)
 
-    gemm = max(rate(n, gemm_overhead) for n in probes if n.startswith("gemm "))
+    gemm = max(rate(n, gemm_overhead) for n in best if n.startswith(f"{prefix}gemm "))
     # the bandwidth probes, inverted through the model's level rule (Machine.memory_time)
-    moved = {n: probes[n][1] for n in ("l2_bw", "l3_bw", "dram_bw")}
+    moved = {n: works[n] for n in ("l2_bw", "l3_bw", "dram_bw")}
     seconds = {n: max(best[n] - overhead, best[n] / 10) for n in moved}
     l2_bw = moved["l2_bw"] / seconds["l2_bw"]
     t_l2 = l2 / l2_bw
@@ -168,10 +253,11 @@ def calibrate(quick: bool = False, passes: int | None = None) -> Machine:
     dram_bw = _level_bw(moved["dram_bw"] - l3, seconds["dram_bw"] - t_l2 - (l3 - l2) / l3_bw,
                         l3_bw)
     return replace(DEFAULT, name=machine_key(), gemm_flops=gemm,
-                   gemv_flops=min(rate("gemv", gemm_overhead), gemm),
-                   vector_flops=rate("vector", overhead), l2_bytes=l2, l2_bw=l2_bw,
-                   l3_bytes=l3, l3_bw=l3_bw, dram_bw=dram_bw, call_overhead=overhead,
-                   threads=threads, gemm_overhead=gemm_overhead)
+                   gemv_flops=min(rate(f"{prefix}gemv", gemm_overhead), gemm),
+                   vector_flops=rate(f"{prefix}vector", kernel_overhead), l2_bytes=l2,
+                   l2_bw=l2_bw, l3_bytes=l3, l3_bw=l3_bw, dram_bw=dram_bw,
+                   call_overhead=overhead, threads=threads, gemm_overhead=gemm_overhead,
+                   kernel_overhead=kernel_overhead, rates_from="c" if gen else "torch")
 
 
 def _level_bw(nbytes: float, seconds: float, faster: float) -> float:
@@ -233,8 +319,9 @@ def describe(m: Machine) -> str:
         f"L2            {m.l2_bw / 1e9:8.1f} GB/s up to {m.l2_bytes / mib:g} MiB",
         f"L3            {m.l3_bw / 1e9:8.1f} GB/s up to {m.l3_bytes / mib:g} MiB",
         f"DRAM          {m.dram_bw / 1e9:8.1f} GB/s",
-        f"call overhead {m.call_overhead * 1e6:8.2f} us, {m.gemm_overhead * 1e6:.2f} us per "
-        + "matmul/attention call",
+        f"call overhead {m.call_overhead * 1e6:8.2f} us per torch op, {m.kernel_overhead * 1e6:.2f}"
+        + f" us per generated kernel, {m.gemm_overhead * 1e6:.2f} us per matmul/attention call",
+        f"rates from    {m.rates_from}",
     ])
 
 

@@ -46,9 +46,14 @@ class Machine:
     l3_bytes: int  # ... the next, up to l3_bytes, at l3_bw; the rest at dram_bw
     l3_bw: float
     dram_bw: float
-    call_overhead: float  # seconds per kernel call (dispatch, allocation, thread wake-up)
+    call_overhead: float  # seconds per torch op call (dispatch, allocation, thread wake-up)
     threads: int = 2
     gemm_overhead: float = 1.3e-6  # seconds per matmul/attention call (BLAS dispatch)
+    # seconds per call of a generated (fused-backend) kernel that is not a GEMM: no
+    # dispatcher, no allocation; a machine file without it (older calibrations) gets 1 us
+    kernel_overhead: float = 1.0e-6
+    # what the rates were measured on: "c" (kernels the C backend generates) or "torch"
+    rates_from: str = "torch"
 
     def gemm_rate(self, m: int) -> float:
         """FLOP/s of a GEMM whose smallest dimension is `m`: gemm_flops * m / (m + h), with h
@@ -95,7 +100,9 @@ class Machine:
 # fp32 GEMM figure is near the 2 cores' FMA peak (2 x 16 lanes x 2 flops x ~3 GHz x 2 cores);
 # a GEMV reaches an eighth of it. Bandwidths count bytes read + written by `out = a + b`.
 # The L3 size is a generic figure (a VM reports the host's). Overheads are torch eager's:
-# one small op through the reference runtime, and one small matmul.
+# one small op through the reference runtime, and one small matmul. These are torch's rates
+# (`rates_from="torch"`: the generated kernels were not measured on that machine), and a
+# generated kernel is charged a torch op's overhead.
 DEFAULT = Machine(
     name="default-2core-avx512",
     gemm_flops=380e9,
@@ -109,6 +116,8 @@ DEFAULT = Machine(
     call_overhead=1.0e-6,
     threads=2,
     gemm_overhead=1.3e-6,
+    kernel_overhead=1.0e-6,
+    rates_from="torch",
 )
 
 
@@ -290,6 +299,14 @@ class CostModel:
         extra = FALLBACK_SECONDS if op in FRONTEND_FORMS else 0.0
         return self._roofline(mm_flops, vec, read, written, m_eff, gemm=True, extra=extra)
 
+    def overhead(self, gemm: bool) -> float:
+        """Seconds charged per call: a matmul/attention's, else a generated kernel's (fused
+        backend) or a torch op's (reference backend)."""
+        mc = self.machine
+        if gemm:
+            return mc.gemm_overhead
+        return mc.kernel_overhead if self.backend == "fused" else mc.call_overhead
+
     def _roofline(self, mm_flops: float, vec_flops: float, read: float, written: float,
                   m_eff: int = 1, extra: float = 0.0, slowdown: float = 1.0,
                   gemm: bool = False) -> KernelCost:
@@ -303,8 +320,7 @@ class CostModel:
             bound = "overhead"
         else:
             bound = "compute" if compute >= memory else "memory"
-        overhead = mc.gemm_overhead if gemm else mc.call_overhead
-        seconds = max(compute, memory) + overhead + extra
+        seconds = max(compute, memory) + self.overhead(gemm) + extra
         return KernelCost(mm_flops + vec_flops, read, written, seconds, bound)
 
 

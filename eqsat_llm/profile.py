@@ -26,8 +26,9 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from .calibrate import CpuShare
 from .codegen import ReferenceRuntime
-from .costmodel import CostError, CostModel, KernelCost
+from .costmodel import KIND, CostError, CostModel, KernelCost
 from .errors import EqsatError
 from .frontend import run_fallback
 from .ir import VALUE_LEAVES, Graph, Node, TensorType, node_label
@@ -63,21 +64,21 @@ def profile_program(compiled: Any, inputs: Any, repeats: int = 20,
         raise EqsatError(f"unknown statistic {statistic!r}; one of {sorted(STATISTICS)}")
     backend = compiled.report.backend
     args = _runtime_inputs(compiled, inputs)
+    if backend not in PROFILERS:
+        raise EqsatError(f"cannot profile a program on the {backend!r} backend")
     with torch.no_grad():
-        if backend == "c":
-            groups, samples, why = *_profile_c(compiled, args, repeats), None
-        elif backend == "reference":
-            groups, samples, why = *_profile_reference(compiled, args, repeats), None
-        elif backend == "triton":
-            groups, samples, why = _profile_triton(compiled, args, repeats)
-        else:
-            raise EqsatError(f"cannot profile a program on the {backend!r} backend")
+        groups, call, why = PROFILERS[backend](compiled, args)
+        share = CpuShare()
+        samples = _repeat(call, repeats) if call is not None else {}
+        busy = share.others()
     pick = STATISTICS[statistic]
     model = compiled.cost_model or CostModel()
     kernels = [_entry(compiled.graph, model, g,
                       pick(samples[g.name]) * 1e6 if samples.get(g.name) else None, why)
                for g in groups]
-    return _summary(backend, repeats, statistic, kernels, why)
+    result = _summary(backend, repeats, statistic, kernels, why)
+    result["other_cpu"] = busy  # others' share of the CPUs while timing: noise
+    return result
 
 
 def attach_profile(report: Any, result: dict[str, Any]) -> None:
@@ -94,6 +95,9 @@ def attach_profile(report: Any, result: dict[str, Any]) -> None:
 
 # --- running the program, kernel by kernel ----------------------------------------------------
 Samples = dict[str, list[float]]
+Call = Callable[[], dict[str, float]]  # one call of the program: seconds by kernel name
+# a backend's kernels, the timed call (None: not timed) and why not
+Profiler = tuple[list[Group], Call | None, str | None]
 
 
 def _runtime_inputs(compiled: Any, inputs: Any) -> list[Any]:
@@ -104,7 +108,7 @@ def _runtime_inputs(compiled: Any, inputs: Any) -> list[Any]:
         s.clone() for s in getattr(compiled, "_state", [])]
 
 
-def _repeat(call: Callable[[], dict[str, float]], repeats: int) -> Samples:
+def _repeat(call: Call, repeats: int) -> Samples:
     """`call` runs the program once and returns seconds by kernel name: `repeats` samples each,
     after WARMUP_CALLS untimed calls."""
     for _ in range(WARMUP_CALLS):
@@ -116,7 +120,7 @@ def _repeat(call: Callable[[], dict[str, float]], repeats: int) -> Samples:
     return samples
 
 
-def _profile_c(compiled: Any, args: list[Any], repeats: int) -> tuple[list[Group], Samples]:
+def _profile_c(compiled: Any, args: list[Any]) -> Profiler:
     """A profiling build of the program's C source: seconds per generated kernel from
     `eq_profile`, per torch step from the runtime's timer."""
     rt = compiled._runtime.profiling()
@@ -133,11 +137,10 @@ def _profile_c(compiled: Any, args: list[Any], repeats: int) -> tuple[list[Group
         times.update({steps[nid]: s for nid, s in stepped.items() if nid in steps})
         return times
 
-    return _in_plan_order(compiled, groups), _repeat(call, repeats)
+    return _in_plan_order(compiled, groups), call, None
 
 
-def _profile_reference(compiled: Any, args: list[Any], repeats: int
-                       ) -> tuple[list[Group], Samples]:
+def _profile_reference(compiled: Any, args: list[Any]) -> Profiler:
     """The reference runtime's planned torch steps (a fresh runtime on the same plan), each
     timed alone: one kernel per IR node."""
     from .codegen.c.runtime import timed_steps
@@ -153,11 +156,10 @@ def _profile_reference(compiled: Any, args: list[Any], repeats: int
         timed_steps(steps, list(steps.static), args, {}, 0, len(steps.steps), seconds)
         return {names[nid]: s for nid, s in seconds.items() if nid in names}
 
-    return groups, _repeat(call, repeats)
+    return groups, call, None
 
 
-def _profile_triton(compiled: Any, args: list[Any], repeats: int
-                    ) -> tuple[list[Group], Samples, str | None]:
+def _profile_triton(compiled: Any, args: list[Any]) -> Profiler:
     """Each node's launches (a fused group's at its root) and each torch step, timed with
     CUDA events on a GPU. Under Triton's interpreter nothing is timed. (Written without a
     GPU to run it on: untested there.)"""
@@ -168,7 +170,7 @@ def _profile_triton(compiled: Any, args: list[Any], repeats: int
     groups += [Group(f"torch:{op}#{nid}", [nid], runs="torch") for nid, op in rt.torch_steps]
     groups = _in_plan_order(compiled, groups)
     if os.environ.get("TRITON_INTERPRET") == "1" or rt.device.type != "cuda":
-        return groups, {}, ("not measured: Triton's interpreter (TRITON_INTERPRET=1) runs the "
+        return groups, None, ("not measured: Triton's interpreter (TRITON_INTERPRET=1) runs the "
                             "kernels on the CPU in numpy; their times say nothing of a GPU's")
     names = {g.node_ids[-1]: g.name for g in groups}
 
@@ -179,7 +181,7 @@ def _profile_triton(compiled: Any, args: list[Any], repeats: int
         return {names[nid]: sum(a.elapsed_time(b) for a, b in pairs) / 1e3
                 for nid, pairs in events.items() if nid in names}
 
-    return groups, _repeat(call, repeats), None
+    return groups, call, None
 
 
 def _cuda_timer(events: dict[int, list[Any]]) -> Callable[[int], Any]:
@@ -197,6 +199,10 @@ def _cuda_timer(events: dict[int, list[Any]]) -> Callable[[int], Any]:
 def _in_plan_order(compiled: Any, groups: list[Group]) -> list[Group]:
     pos = {nid: p for p, nid in enumerate(compiled.plan.order)}
     return sorted(groups, key=lambda g: max(pos.get(i, -1) for i in g.node_ids))
+
+
+PROFILERS: dict[str, Callable[[Any, list[Any]], Profiler]] = {
+    "c": _profile_c, "reference": _profile_reference, "triton": _profile_triton}
 
 
 def _label(node: Node) -> str:
@@ -244,31 +250,34 @@ def _entry(graph: Graph, model: CostModel, g: Group, measured: float | None,
 def _reason(graph: Graph, model: CostModel, g: Group, costs: list[KernelCost],
             measured_us: float, ratio: float | None) -> str:
     """Why a flagged kernel's time is off the model's, in words: how it runs, or what it
-    achieved against what the model assumed."""
+    achieved against what the model assumed (its rate, bandwidth or fixed per-call charge)."""
+    ops = "+".join(graph.node(i).op for i in g.node_ids)
     if g.runs == "torch":
-        return ("runs in torch: a torch step between the C segments (no kernel generated for "
-                "it); the model prices a generated kernel")
+        return (f"runs in torch: no kernel is generated for {ops}, so it runs as a torch step "
+                f"between the C segments ({measured_us:.1f} us); the model prices a generated "
+                "kernel")
     if g.copy_out:
         return ("not priced: copies an output that is a view of the arena into the caller's "
                 "tensor; the model charges views nothing")
     if ratio is None:
-        return (f"not priced: the model charges {'+'.join(graph.node(i).op for i in g.node_ids)}"
-                " nothing (a view), but this backend runs a copy for it")
-    flops = sum(c.flops for c in costs)
-    moved = sum(c.bytes_read + c.bytes_written for c in costs)
+        return f"not priced: the model charges {ops} nothing (a view), but it runs a copy"
+    predicted = sum(c.seconds for c in costs)
     secs = measured_us * 1e-6
-    side = "slower" if ratio > 1 else "faster"
+    head = f"{ratio:.2f}x {'slower' if ratio > 1 else 'faster'} than predicted"
+    fixed = sum(model.overhead(KIND.get(graph.node(i).op) in ("matmul", "attention"))
+                for i in g.node_ids if graph.node(i).op not in VALUE_LEAVES)
+    if fixed >= predicted / 2:
+        return (f"overhead-dominated, {head}: {fixed * 1e6:.2f} of the predicted "
+                f"{predicted * 1e6:.2f} us is the model's fixed per-call charge; the kernel's "
+                "own fixed costs (thread start, setup) differ")
     bound = max(costs, key=lambda c: c.seconds).bound
     if bound == "compute":
-        return (f"compute-bound, {ratio:.2f}x {side} than predicted: ran at "
-                f"{flops / secs / 1e9:.1f} GFLOP/s; the model assumed "
-                f"{flops / (sum(c.seconds for c in costs)) / 1e9:.1f}")
-    if bound == "memory":
-        return (f"memory-bound, {ratio:.2f}x {side} than predicted: moved "
-                f"{moved / secs / 1e9:.1f} GB/s; the model assumed "
-                f"{moved / sum(c.seconds for c in costs) / 1e9:.1f}")
-    return (f"overhead-dominated, {ratio:.2f}x {side} than predicted: the model charges "
-            f"{sum(c.micros for c in costs):.2f} us, mostly its per-call overhead")
+        flops = sum(c.flops for c in costs)
+        return (f"compute-bound, {head}: ran at {flops / secs / 1e9:.1f} GFLOP/s; the model "
+                f"assumed {flops / predicted / 1e9:.1f} (its rate at this shape)")
+    moved = sum(c.bytes_read + c.bytes_written for c in costs)
+    return (f"memory-bound, {head}: moved {moved / secs / 1e9:.1f} GB/s; the model assumed "
+            f"{moved / predicted / 1e9:.1f} (its bandwidth for {moved / 2**20:.2f} MiB)")
 
 
 def _summary(backend: str, repeats: int, statistic: str, kernels: list[dict[str, Any]],
