@@ -1,0 +1,327 @@
+"""What a random instance draws: the shapes an op demands of its inputs, the targets of views
+and expands, and attribute values.
+
+Types flow bottom-up (each node is type-checked by Graph.add as it is built) and demands flow
+down: an op asks for input types that fit the inputs it already has (mm's second input starts
+with the first one's last dim), and a view asked for a type takes it as its target shape and
+asks its own input for the same numel (so view -> bmm -> view chains type-check and fire); an
+expand asked for a type takes it as its target and asks its input for it with dims set to 1.
+A view or expand tells the one just below what it made of the shape (Instance.unview), so
+view(expand(view(k))) chains (transformers' repeat_kv) are built as often as they fire.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from ..ir import Graph, TensorType
+from ..ops import GEMM_ACTS, GEMM_PROLOGUES, REGISTRY
+
+DIMS = (1, 2, 3, 4)
+DRAW = {"dims": DIMS}  # the sizes drawn: DIMS, or a rule's own (Rule.check_dims)
+RANKS = (0, 1, 2, 2, 3, 3, 4)
+SCALARS = (0.0, 1.0, -1.0, 2.0, 0.5)
+
+
+class Retry(Exception):
+    """This instance cannot be completed (no valid attribute, ill-typed); draw another."""
+
+
+Want = tuple[TensorType, int | None]  # a demanded type, and for int64 indices their bound
+
+
+def draw_shape(rng: random.Random, rank: int | None = None) -> tuple[int, ...]:
+    rank = rng.choice(RANKS) if rank is None else rank
+    return tuple(rng.choice(DRAW["dims"]) for _ in range(rank))
+
+
+def input_demand(rng: random.Random, op: str, pos: int,
+                 built: dict[int, TensorType]) -> Want | None:
+    """A type for input `pos` of `op` that fits the inputs already built (by position); None:
+    any type. Inputs that are sub-patterns are built before fresh leaves, so leaves adapt."""
+    f, d = "float64", rng.choice(DRAW["dims"])
+    b = {i: t.shape for i, t in built.items()}
+
+    def rank(*ranks: int) -> Want:
+        return TensorType(draw_shape(rng, rng.choice(ranks)), f), None
+
+    try:
+        if op == "mm" or (op == "addmm" and pos > 0):
+            i, j = (0, 1) if op == "mm" else (1, 2)
+            if pos == i:
+                return (TensorType((d, b[j][0]), f), None) if j in b else rank(2)
+            return (TensorType((b[i][1], d), f), None) if i in b else rank(2)
+        if op == "addmm":  # the bias
+            return (TensorType((b[2][1],), f), None) if 2 in b else rank(1, 2)
+        if op == "bmm":
+            if pos == 0:
+                return (TensorType((b[1][0], d, b[1][1]), f), None) if 1 in b else rank(3)
+            return (TensorType((b[0][0], b[0][2], d), f), None) if 0 in b else rank(3)
+        if op == "matmul":
+            if pos == 0:
+                return (TensorType((*b[1][:-2], d, b[1][-2]), f), None) if 1 in b else rank(2, 3)
+            batch = b[0][:-2] if rng.random() < 0.25 else ()
+            return (TensorType((*batch, b[0][-1], d), f), None) if 0 in b else rank(2)
+        if op in ("linear", "linear_bias"):
+            if pos == 0:
+                return (TensorType((*draw_shape(rng, rng.choice((0, 1, 2))), b[1][1]), f), None) \
+                    if 1 in b else rank(1, 2, 3)
+            if pos == 1:
+                return TensorType((b[2][0] if 2 in b else d, b[0][-1] if 0 in b else d), f), None
+            return TensorType((b[1][0] if 1 in b else d,), f), None
+        if op == "embedding":
+            if pos == 0:
+                return rank(2)
+            bound = b[0][0] if 0 in b else 1  # (the indices' bound: the table's rows)
+            return TensorType(draw_shape(rng, rng.choice((1, 2))), "int64"), bound
+        if op == "index_select" and pos == 1:
+            return TensorType(draw_shape(rng, 1), "int64"), min(b[0]) if 0 in b else 1
+        if op in ("sdpa", "sdpa_masked", "attention"):
+            return _attention_input(rng, op, pos, b)
+        if op == "gemm":  # x [M, K], w [K, N] (N even half the time: a SwiGLU pair), the
+            # norm weight [K], the addend [N] (a bias or a residual row); w_scale unused
+            k, n = (b[1][0], b[1][1]) if 1 in b else (b[0][-1] if 0 in b else d, d)
+            n = 2 * n if 1 not in b and rng.random() < 0.5 else n
+            shapes = {0: (rng.choice(DRAW["dims"]), k), 1: (k, n), 2: (), 3: (k,), 4: (n,)}
+            return TensorType(shapes[pos], f), None
+        if op in ("layer_norm", "rms_norm"):  # (rms_norm: x, g)
+            if pos > 0:
+                return (TensorType(b[0][-1:], f), None) if 0 in b else rank(1)
+            return (TensorType((*draw_shape(rng, rng.choice((0, 1, 2))), b[1][0]), f), None) \
+                if 1 in b else None
+        boolean = op.startswith(("logical_", "bitwise_")) or (op == "where" and pos == 0)
+        like = [s for i, s in b.items() if not (op == "where" and i == 0)] or list(b.values())
+        if REGISTRY[op].category == "elementwise" and like and rng.random() < 0.75:
+            s = rng.choice(like)
+            how = rng.random()  # the same shape, or one that broadcasts against it
+            if 0.5 <= how < 0.75:
+                s = s[-1:]
+            elif how >= 0.75:
+                s = tuple(1 if rng.random() < 0.5 else n for n in s[rng.randrange(len(s) + 1):])
+            return TensorType(s, "bool" if boolean else f), None
+        if boolean:
+            return TensorType(draw_shape(rng), "bool"), None
+    except (IndexError, KeyError, ValueError, TypeError):
+        pass
+    return None
+
+
+def _attention_input(rng: random.Random, op: str, pos: int,
+                     b: dict[int, tuple[int, ...]]) -> Want:
+    """Input `pos` of sdpa / sdpa_masked / attention (q, k, v, mask or bias), 4-D and
+    consistent with the inputs already built: q [B, H, Lq, E], k [B, Hk, Lk, E],
+    v [B, Hk, Lk, Ev], with Hk = H or (k and v fresh, a fifth of the time) a divisor of H
+    (grouped-query attention), H (the first input built) 4 or 6 half the time so that heads
+    can be grouped; a mask or bias of rank 2 to 4 that broadcasts to [B, H, Lq, Lk] (often
+    [Lq, Lk]), sdpa_masked's a bool mask (True = attend) half the time."""
+    q, k, v = b.get(0), b.get(1), b.get(2)
+    kv = k if k is not None else v
+
+    def first(*dims: int | None) -> int:
+        return next((n for n in dims if n is not None), rng.choice(DRAW["dims"]))
+
+    def at(s: tuple[int, ...] | None, i: int) -> int | None:
+        return None if s is None else s[i]
+
+    batch, lq, lk = first(at(q, 0), at(kv, 0)), first(at(q, 2)), first(at(kv, 2))
+    heads, e = first(at(q, 1), at(kv, 1)), first(at(q, 3), at(k, 3))
+    if q is None and kv is None and rng.random() < 0.5:
+        heads = rng.choice((4, 6))  # heads that grouped-query attention can group
+    if pos == 0:
+        return TensorType((batch, heads, lq, e), "float64"), None
+    if pos in (1, 2):
+        if kv is not None:
+            heads = kv[1]
+        elif rng.random() < 0.2:
+            heads = rng.choice([n for n in DRAW["dims"] if heads % n == 0])
+        return TensorType((batch, heads, lk, e if pos == 1 else first(at(v, 3))), "float64"), None
+    full = (batch, heads, lq, lk)
+    mask = full[-rng.choice((2, 2, 2, 3, 4)):]  # (torch's sdpa rejects a 1-D mask)
+    mask = tuple(1 if rng.random() < 0.25 else n for n in mask)
+    boolean = op == "sdpa_masked" and rng.random() < 0.5
+    return TensorType(mask, "bool" if boolean else "float64"), None
+
+
+def unexpand(rng: random.Random, x: tuple[int, ...],
+              split: tuple[int, ...] = ()) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """An input shape that expands to x, and the dims the expand broadcasts (from 1). Under a
+    view that split one dim of x into two (`split`, dims i and i + 1: the view merges them),
+    mostly one of those two (the inner one two times in three: k[:, :, None].expand(b, h, n,
+    s, d).reshape(b, h * n, s, d) as transformers' repeat_kv, or a factor already 1, kept 1);
+    else x itself a fifth of the time (a no-op expand), or x with one dim (often) or several
+    set to 1; a leading dim dropped (expand adds leading dims) a sixth of the time."""
+    how = rng.random()
+    if split and how < 0.8:
+        i = split[1] if rng.random() < 2 / 3 else split[0]
+        out = [1 if j == i else n for j, n in enumerate(x)]
+        return tuple(out), (i,)
+    if how < 0.2 or not x:
+        return x, ()
+    if how < 0.8:
+        i = rng.choice([i for i, n in enumerate(x) if n > 1] or range(len(x)))
+        out = [1 if j == i else n for j, n in enumerate(x)]
+    else:
+        out = [1 if rng.random() < 0.5 else n for n in x]
+    dims = [i for i, (a, b) in enumerate(zip(out, x)) if a != b]
+    if rng.random() < 1 / 6:
+        out, dims = out[1:], [i - 1 for i in dims if i > 0]
+    return tuple(out), tuple(dims)
+
+
+def _undo(x: tuple[int, ...], pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(dim, first factor) splits of x that undo a merge of two dims (`pairs`)."""
+    return [(i, u) for i, n in enumerate(x) for u, v in pairs if u * v == n]
+
+
+def _split(rng: random.Random, x: tuple[int, ...], pairs: list[tuple[int, int]]) -> list[int]:
+    """x with one dim split in two: undoing a merge of the instance where one fits, else the
+    leading dim half the time (torch.export merges batch and heads)."""
+    return split_at(rng, x, pairs)[0]
+
+
+def split_at(rng: random.Random, x: tuple[int, ...],
+              pairs: list[tuple[int, int]]) -> tuple[list[int], int]:
+    """_split, and the dim it split (dims i and i + 1 of the result)."""
+    fits = _undo(x, pairs)
+    if fits:
+        i, u = rng.choice(fits)
+    else:
+        i = 0 if rng.random() < 0.5 else rng.randrange(len(x))
+        factors = [f for f in DRAW["dims"] if x[i] % f == 0]
+        proper = [f for f in factors if 1 < f < x[i]]  # (n = 1 * n: an unsqueeze)
+        u = rng.choice(proper if proper and rng.random() < 2 / 3 else factors)
+    return [*x[:i], u, x[i] // u, *x[i + 1:]], i
+
+
+def _view_shape(rng: random.Random, x: tuple[int, ...], seen: list[tuple[int, ...]],
+                pairs: list[tuple[int, int]]) -> list[int]:
+    """A target shape for a view of x: one dim split to undo a merge of the instance, x itself,
+    two adjacent dims merged, one dim split, another shape of the instance with the same numel,
+    or a random factorisation."""
+    n = TensorType(x, "").numel
+    how = rng.random()
+    if how < 0.5 and _undo(x, pairs):
+        return _split(rng, x, pairs)
+    same = [t for t in seen if t != x and TensorType(t, "").numel == n]
+    how = rng.random()
+    if how < 0.2:
+        return list(x)
+    if how < 0.5 and len(x) >= 2:
+        i = rng.randrange(len(x) - 1)
+        return [*x[:i], x[i] * x[i + 1], *x[i + 2:]]
+    if how < 0.7 and x:
+        return _split(rng, x, pairs)
+    if how < 0.8 and same:
+        return list(rng.choice(same))
+    return _factorise(rng, n)
+
+
+def _factorise(rng: random.Random, n: int) -> list[int]:
+    rank = rng.choice((0, 1, 2) if n == 1 else (1, 2, 2, 3, 3, 4))
+    dims = [1] * rank
+    p = 2
+    while n > 1:
+        while n % p == 0:
+            dims[rng.randrange(rank)] *= p
+            n //= p
+        p += 1
+    return dims
+
+
+def sample_attr(rng: random.Random, op: str, name: str, kind: str, types: list[TensorType],
+                 attrs: dict[str, Any], graph: Graph) -> Any:
+    """A random value for attribute `name` of `op`, knowing its input types and the attributes
+    drawn before it. Raises Retry when no valid value exists for these inputs."""
+    x = types[0].shape if types else ()
+    r = len(x)
+    try:
+        if op == "scalar":
+            return rng.choice((*SCALARS, round(rng.uniform(-3, 3), 3))) if name == "value" \
+                else "float"
+        if op == "view":
+            seen = [n.type.shape for n in graph.nodes if isinstance(n.type, TensorType)]
+            return _view_shape(rng, x, seen, merges(graph))
+        if op == "expand":
+            if rng.random() < 0.25:
+                return list(x)
+            new = [rng.choice((1, 2, 3)) if n == 1 and rng.random() < 0.5 else n for n in x]
+            return ([rng.choice(DRAW["dims"])] if rng.random() < 0.25 else []) + new
+        if op == "permute":
+            perm = list(range(r))
+            if rng.random() >= 0.25:
+                rng.shuffle(perm)
+            return perm
+        if op == "unsqueeze":
+            return rng.randrange(r + 1)
+        if name == "dims":  # reductions: the last dim half the time, else a non-empty set
+            if r == 0:
+                raise Retry("a reduction of a 0-d tensor")
+            if rng.random() < 0.5:
+                return [r - 1]
+            return sorted(rng.sample(range(r), rng.randint(1, r)))
+        if kind == "bool":
+            return rng.random() < 0.5
+        if op == "slice" and name != "dim":
+            size = x[attrs["dim"]]
+            if name == "start":
+                return rng.randrange(size)
+            return rng.randint(attrs["start"] + 1, size) if name == "end" else rng.choice((1, 2))
+        if op == "select" and name == "index":
+            return rng.randrange(x[attrs["dim"]])
+        if op == "cat":
+            ok = [d for d in range(r) if all(len(t.shape) == r and all(
+                a == b for i, (a, b) in enumerate(zip(t.shape, x)) if i != d) for t in types)]
+            return rng.choice(ok)
+        if name in ("dim", "dim0", "dim1"):
+            if r == 0:
+                raise Retry(f"{op}.{name} of a 0-d tensor")
+            return r - 1 if rng.random() < 0.5 else rng.randrange(r)
+        if name in ("alpha", "beta"):
+            return 1.0 if rng.random() < 0.5 else round(rng.uniform(-2, 2), 3)
+        if name == "diagonal":
+            return rng.choice((-1, 0, 1))
+        if name == "normalized_shape":
+            return list(types[1].shape) if len(types) > 1 else list(x[-1:])
+        if name == "eps":
+            return 1e-5
+        if name == "scale":
+            return round(rng.uniform(0.1, 1.0), 3)
+        if name == "approximate":
+            return rng.choice(("none", "tanh"))
+        if op == "gemm":
+            return _gemm_attr(rng, name, types, attrs)
+        if name == "dtype":
+            return rng.choice(("float64", "float64", "float32"))
+    except (IndexError, ValueError, KeyError) as exc:
+        raise Retry(f"no valid {op}.{name} for inputs {types}") from exc
+    defaults = {"int": lambda: rng.randrange(3), "float": lambda: rng.choice(SCALARS),
+                "ints": lambda: list(draw_shape(rng)), "str": lambda: "float64"}
+    return defaults[kind]()
+
+
+def _gemm_attr(rng: random.Random, name: str, types: list[TensorType],
+               attrs: dict[str, Any]) -> Any:
+    """A gemm descriptor that fits its operands (input_demand): n is the weight's width, or half of
+    it for the SwiGLU epilogue."""
+    width = types[1].shape[-1]
+    if name == "n":
+        return width // 2 if width % 2 == 0 and rng.random() < 0.3 else width
+    if name == "prologue":
+        return rng.choice(GEMM_PROLOGUES)
+    if name == "epilogue":
+        return "swiglu" if attrs["n"] != width else rng.choice(("none", "add", "bias"))
+    if name == "act":
+        return rng.choice(GEMM_ACTS)
+    raise Retry(f"gemm.{name}")
+
+
+def merges(graph: Graph) -> list[tuple[int, int]]:
+    """The pairs of adjacent dims that views of the graph merged into one."""
+    out = []
+    for n in graph.nodes:
+        if n.op == "view":
+            x, y = graph.type_of(n.inputs[0]).shape, tuple(n.attrs["shape"])
+            out += [(x[i], x[i + 1]) for i in range(len(x) - 1)
+                    if y == (*x[:i], x[i] * x[i + 1], *x[i + 2:])]
+    return out

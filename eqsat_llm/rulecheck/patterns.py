@@ -1,0 +1,92 @@
+"""A rule's left-hand side(s), read from its egglog declaration: the op patterns it matches,
+and the tensor variables its facts bind to patterns. Every other fact is a condition, which
+egglog evaluates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from egglog.declarations import (
+    BiRewriteDecl,
+    CallDecl,
+    EqDecl,
+    ExprDecl,
+    ExprFactDecl,
+    FunctionRef,
+    LitDecl,
+    RewriteDecl,
+    RuleDecl,
+    UnboundVarDecl,
+)
+
+from ..egraph import language
+from ..ops import REGISTRY
+from ..rulebook import Rule
+
+
+class Unsupported(Exception):
+    """The checker cannot instantiate this pattern at all."""
+
+
+@dataclass
+class Pattern:
+    roots: list[ExprDecl]  # op-call patterns the rule matches
+    bound: dict[str, ExprDecl]  # tensor variable -> the pattern a fact eq(var).to(...) binds
+
+
+def is_op(e: ExprDecl) -> bool:
+    return (isinstance(e, CallDecl) and isinstance(e.callable, FunctionRef)
+            and e.callable.ident.module == language.__name__
+            and e.callable.ident.name in REGISTRY)
+
+
+def variables(e: ExprDecl) -> set[str]:
+    if isinstance(e, UnboundVarDecl):
+        return {e.name}
+    if isinstance(e, CallDecl):
+        return set().union(*(variables(a.expr) for a in e.args))
+    return set()
+
+
+def show(e: ExprDecl) -> str:
+    if isinstance(e, UnboundVarDecl):
+        return e.name
+    if isinstance(e, LitDecl):
+        return repr(e.value)
+    if isinstance(e, CallDecl):
+        ref = e.callable
+        name = getattr(ref, "method_name", None) or getattr(getattr(ref, "ident", None),
+                                                             "name", "?")
+        return f"{name}({', '.join(show(a.expr) for a in e.args)})"
+    return type(e).__name__
+
+
+def _scan(roots: list[ExprDecl], facts: Iterable[Any]) -> Pattern:
+    bound: dict[str, ExprDecl] = {}
+    for f in facts:
+        if isinstance(f, EqDecl):
+            left, right = f.left, f.right
+            if isinstance(left, UnboundVarDecl) and is_op(right):
+                bound[left.name] = right
+            elif isinstance(right, UnboundVarDecl) and is_op(left):
+                bound[right.name] = left
+            else:
+                roots.extend(e for e in (left, right) if is_op(e))
+        elif isinstance(f, ExprFactDecl) and is_op(f.typed_expr.expr):
+            roots.append(f.typed_expr.expr)
+    used = set().union(set(), *(variables(p) for p in [*roots, *bound.values()]))
+    roots.extend(p for v, p in bound.items() if v not in used)
+    return Pattern(roots, bound)
+
+
+def read_patterns(rule: Rule) -> list[Pattern]:
+    decl = rule.command.decl
+    if isinstance(decl, BiRewriteDecl):
+        return [_scan([side], decl.conditions) for side in (decl.lhs, decl.rhs)]
+    if isinstance(decl, RewriteDecl):
+        return [_scan([decl.lhs], decl.conditions)]
+    if isinstance(decl, RuleDecl):
+        return [_scan([], decl.body)]
+    raise Unsupported(f"a {type(decl).__name__} is not a rewrite or a rule")
