@@ -54,7 +54,7 @@ from eqsat_llm.calibrate import (
     save,
     time_call,
 )
-from eqsat_llm.costmodel import CostModel
+from eqsat_llm.costmodel import CostModel, Machine
 from eqsat_llm.ir import TensorType, dtype_of
 from eqsat_llm.ops import WEAK_DTYPES, evaluate, get_op
 from eqsat_llm.profile import FLAG_RATIO
@@ -254,11 +254,12 @@ def program_cases(families: list[str]) -> list[tuple[str, Callable[[], Any]]]:
     return cases
 
 
-def profile_programs(families: list[str], rounds: int, stat: str,
-                     idle_wait: float = 60.0) -> list[dict[str, Any]]:
-    """Each case optimized for the C backend and profiled: {"program", "profile"}."""
+def profile_programs(families: list[str], rounds: int, stat: str, idle_wait: float = 60.0,
+                     baseline: Machine | None = None) -> list[dict[str, Any]]:
+    """Each case optimized for the C backend and profiled: {"program", "profile"}; with a
+    `baseline` machine, also "baseline_ratios": the same measurements against its prices."""
     import eqsat_llm
-    from eqsat_llm.profile import profile_program
+    from eqsat_llm.profile import node_costs, profile_program
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out = []
@@ -272,7 +273,14 @@ def profile_programs(families: list[str], rounds: int, stat: str,
         busy = result["other_cpu"] or 0.0
         print(f"{name}: {describe_error(program_ratios([result]))} (waited {waited:.0f} s for "
               f"an idle machine; others used {busy:.0%} of the CPUs meanwhile)", flush=True)
-        out.append({"program": name, "profile": result})
+        run = {"program": name, "profile": result}
+        if baseline is not None:
+            model = CostModel(baseline)
+            run["baseline_ratios"] = [
+                k["measured_us"] / p for k in result["kernels"]
+                if (p := sum(c.micros for c in node_costs(compiled.graph, model, k["node_ids"])))
+                > 0 and k["measured_us"]]
+        out.append(run)
     return out
 
 
@@ -312,6 +320,12 @@ def programs_text(runs: list[dict[str, Any]], stat: str, rounds: int) -> str:
                     f"{r['profile']['total_measured_us']:.0f} us; other processes used "
                     f"{r['profile']['other_cpu'] or 0:.0%} of the CPUs meanwhile" for r in runs)
     every = program_ratios([r["profile"] for r in runs])
+    base = [x for r in runs for x in r.get("baseline_ratios", [])]
+    if base:
+        per += (f"\n\nThe same measurements against the baseline machine's prices "
+                f"({runs[0]['baseline']}): {describe_error(base)}; per program: "
+                + "; ".join(f"{r['program']} {describe_error(r['baseline_ratios'])}"
+                            for r in runs) + ".")
     return (f"### Whole programs on the C backend (`--programs`)\n\nEach program optimized "
             "for the C backend and profiled with `eqsat_llm.profile.profile_program`: a "
             "`-DEQ_PROFILE` build of its C source times every generated kernel (torch steps "
@@ -339,6 +353,8 @@ def main() -> None:
                         help="model-matrix families for --programs (default: all)")
     parser.add_argument("--idle-wait", type=float, default=60.0,
                         help="seconds to wait for an idle machine before each program")
+    parser.add_argument("--baseline", help="a machine JSON file (eqsat-llm calibrate's) to "
+                        "price the programs' kernels with too, for comparison")
     parser.add_argument("--json", help="write the raw rows and profiles here")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
@@ -356,12 +372,20 @@ def main() -> None:
     if args.programs:
         from eqsat_llm.model_matrix import FAMILIES
 
+        baseline = Machine.from_dict(json.loads(Path(args.baseline).read_text())) \
+            if args.baseline else None
+
         runs = profile_programs(args.families if args.families is not None
-                                else sorted(FAMILIES), args.rounds, args.stat, args.idle_wait)
+                                else sorted(FAMILIES), args.rounds, args.stat, args.idle_wait,
+                                baseline)
+        for r in runs:
+            r["baseline"] = args.baseline
     warning = share.warning()
     mc = model.machine
     source = f"calibrated ({cache_path().name})" if calibrated else "DEFAULT (not calibrated)"
-    text = (f"{SECTION}\n\nCommand: `.venv/bin/python benchmarks/cost_fidelity.py "
+    env = f"XDG_CACHE_HOME={os.environ['XDG_CACHE_HOME']} " if "XDG_CACHE_HOME" in os.environ \
+        else ""
+    text = (f"{SECTION}\n\nCommand: `{env}.venv/bin/python benchmarks/cost_fidelity.py "
             f"{'--calibrate ' if args.calibrate else ''}--threads {args.threads} "
             f"--stat {args.stat} --rounds {args.rounds} {program_flags(args)}--write` "
             f"({platform.machine()}, {cpu_model()}, "

@@ -8,8 +8,6 @@ reference backend, each planned torch step; on Triton, each node's launches with
 (not run on a GPU yet; under Triton's interpreter nothing is timed). Each kernel is listed with
 the IR nodes it computes and the cost model's prediction for them. `attach_profile` stores the
 result on the report.
-
-`kernel_table` is the older per-node table (each node's reference semantics timed alone).
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import statistics
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,12 +24,9 @@ import torch
 import torch.utils._pytree as pytree
 
 from .calibrate import CpuShare
-from .codegen import ReferenceRuntime
 from .costmodel import KIND, CostError, CostModel, KernelCost
 from .errors import EqsatError
-from .frontend import run_fallback
 from .ir import VALUE_LEAVES, Graph, Node, TensorType, node_label
-from .ops import evaluate
 
 # a kernel whose measured time is off the prediction by more than this factor is flagged
 FLAG_RATIO = 1.5
@@ -216,7 +210,7 @@ def _name(nid: int, label: str) -> str:
 
 
 # --- predicted against measured ---------------------------------------------------------------
-def _costs(graph: Graph, model: CostModel, ids: list[int]) -> list[KernelCost]:
+def node_costs(graph: Graph, model: CostModel, ids: list[int]) -> list[KernelCost]:
     """The cost model's price of each node it can price (types known)."""
     out = []
     for nid in ids:
@@ -233,7 +227,7 @@ def _costs(graph: Graph, model: CostModel, ids: list[int]) -> list[KernelCost]:
 
 def _entry(graph: Graph, model: CostModel, g: Group, measured: float | None,
            why: str | None) -> dict[str, Any]:
-    costs = _costs(graph, model, g.node_ids)
+    costs = node_costs(graph, model, g.node_ids)
     predicted = sum(c.micros for c in costs)
     ratio = measured / predicted if measured is not None and predicted > 0 else None
     labels = "+".join(_label(graph.node(i)) for i in g.node_ids)
@@ -294,44 +288,3 @@ def _summary(backend: str, repeats: int, statistic: str, kernels: list[dict[str,
         "flagged": sum(k["flagged"] for k in kernels),
         "total_predicted_us": sum(k["predicted_us"] for k in kernels),
         "total_measured_us": sum(measured) if measured else None}
-
-
-# --- the per-node table (reference semantics) -------------------------------------------------
-def kernel_table(graph: Graph, model: Any = None, inputs: list[torch.Tensor] | None = None,
-                 repeats: int = 20) -> list[dict[str, Any]]:
-    """One row per kernel of the program; `measured_s` when inputs are given; `flops`,
-    `bytes` and `predicted_s` when a cost model is given (CostModel.kernel)."""
-    values = ReferenceRuntime(graph).run_all(inputs) if inputs is not None else {}
-    rows = []
-    live = graph.live_ids()
-    for node in graph.nodes:
-        if node.id not in live or node.op in VALUE_LEAVES:
-            continue
-        ins = [graph.node(i).type for i in node.inputs]
-        row: dict[str, Any] = {
-            "id": node.id, "op": node.op,
-            "inputs": ", ".join(str(t) for t in ins), "output": str(node.type)}
-        if model is not None and isinstance(node.type, TensorType) and all(
-                isinstance(t, TensorType) for t in ins):
-            k = model.kernel(node.op, node.attrs, ins, node.type)
-            row.update(flops=k.flops, bytes=k.bytes_read + k.bytes_written,
-                       predicted_s=k.seconds)
-        if values:
-            xs = [values[i] for i in node.inputs]
-            row["measured_s"] = _time(node.op, node.attrs, xs, repeats)
-        rows.append(row)
-    return rows
-
-
-def _time(op: str, attrs: dict[str, Any], xs: list[Any], repeats: int) -> float:
-    def run() -> Any:
-        return run_fallback(attrs, xs) if op == "fallback" else evaluate(op, xs, attrs)
-
-    with torch.no_grad():
-        run()
-        samples = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            run()
-            samples.append(time.perf_counter() - t)
-    return statistics.median(samples)
