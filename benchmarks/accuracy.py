@@ -19,9 +19,10 @@ skips training.
 Systems, each compiled once with `eqsat_llm.optimize(model, (input_ids,), quantize=...,
 measure_eager=False)` on the first held-out batch (4 x 128 bytes) and run on every held-out
 batch (8 of them: 4096 positions); `model` is the torch.export capture that optimize makes
-itself (eqsat_llm.frontend.export, once per weights: it is most of a compile's time here): eager fp32, eqsat fp32, int8, int4 (= int4_g32),
-int4_g64, int4_g128, int8 with keep_float=["lm_head"], and int8_dynamic (activations coded
-per row in 7 bits too: the 4 x 128 batch is prefill-sized, so its GEMMs multiply integers).
+itself (eqsat_llm.frontend.export, once per weights: it is most of a compile's time here):
+eager fp32, eqsat fp32, int8, int4 (= int4_g32), int4_g64, int4_g128, int8 with
+keep_float=["lm_head"], and int8_dynamic (activations coded per row in 7 bits too: the 4 x 128
+batch is prefill-sized, so its GEMMs multiply integers).
 Per system: top-1 next-byte
 agreement with eager fp32 over all positions, the largest and the mean |logit error| over the
 largest |eager logit|, the held-out cross-entropy (nats and bits per byte), next-byte accuracy,
@@ -67,6 +68,7 @@ STEPS, STEPS_QUICK = 300, 20
 EVAL = {"batch": 4, "seq": 128, "batches": 8}
 EVAL_QUICK = {"batch": 2, "seq": 64, "batches": 1}
 HOLD_OUT_EVERY = 10  # every 10th file (sorted by path) is held out
+CACHED_NOTE = " (when it was trained; loaded from the cache here)"
 
 # (label, quantize, keep_float)
 SYSTEMS = [("eager fp32", None, ()), ("eqsat fp32", None, ()), ("eqsat int8", "int8", ()),
@@ -309,7 +311,7 @@ def describe(cfg: dict, steps: int, record: dict, data: dict, ev: dict, rows: li
         f"lr {TRAIN['lr']}, seed {TRAIN['seed']}) on the Python {data['python']} stdlib's "
         f"*.py files ({data['train_files']} files, {data['train_bytes'] / 1e6:.1f} MB; "
         f"{data['held_out_files']} files held out), one torch thread: "
-        f"{record['train_s']:.0f} s{' (when it was trained; loaded from the cache here)' if record.get('cached') else ''}. "
+        f"{record['train_s']:.0f} s{CACHED_NOTE if record.get('cached') else ''}. "
         f"Held-out loss {before.loss:.3f} nats/byte ({before.bits_per_byte:.2f} bits/byte; "
         f"log 256 = {math.log(256):.3f}) before training, {after.loss:.3f} "
         f"({after.bits_per_byte:.2f} bits/byte) after; along the way (step: nats/byte on "
@@ -324,9 +326,11 @@ def describe(cfg: dict, steps: int, record: dict, data: dict, ev: dict, rows: li
 def partial_groups(cfg: dict) -> str:
     """Which int4 group sizes leave a weight float here: K must fill whole groups."""
     ks = {"hidden": cfg["hidden"], "FFN": cfg["ffn"]}
-    out = [f"int4_g{g} leaves the GEMMs whose K ({', '.join(f'{k} {v}' for k, v in ks.items() if v % g)}"
-           f") is not a multiple of {g} float" for g in (32, 64, 128)
-           if any(v % g for v in ks.values())]
+    def partial(g: int) -> str:
+        return ", ".join(f"{k} {v}" for k, v in ks.items() if v % g)
+
+    out = [f"int4_g{g} leaves the GEMMs whose K ({partial(g)}) is not a multiple of {g} float"
+           for g in (32, 64, 128) if any(v % g for v in ks.values())]
     return (" " + "; ".join(out) + " (the FFN's K is the down projection's: one GEMM a layer)."
             if out else "")
 

@@ -1,7 +1,8 @@
 """Extractors on the public extraction-gym e-graphs (../shared/extraction-gym): DAG cost and
 seconds per method, per folder, and the slowest files.
 
-    .venv/bin/python benchmarks/extraction_gym.py [--methods tree dag ilp] [--time-limit 10] [--write]
+    .venv/bin/python benchmarks/extraction_gym.py [--methods tree dag ilp] [--time-limit 10]
+        [--write]
 """
 
 from __future__ import annotations

@@ -117,9 +117,11 @@ def main() -> None:
             f"2 threads, C backend; 1-minute load {load0:.2f} before, {os.getloadavg()[0]:.2f} "
             f"after). Each workload optimized with all rules and with all but the named ones "
             f"(rules whose names start so), both within 1e-5 of eager; backend fusions: one "
-            f"program built with the switch on and off (time of the C runtime's call); {args.rounds} "
-            "interleaved rounds, 60 ms of untimed calls before each, median ms per call.\n\n"
-            "| workload | fusion (rules) | ops only with it (or kernels fewer) | without, ms | with, ms | ratio |\n"
+            f"program built with the switch on and off (time of the C runtime's call); "
+            f"{args.rounds} interleaved rounds, 60 ms of untimed calls before each, median ms "
+            "per call.\n\n"
+            "| workload | fusion (rules) | ops only with it (or kernels fewer) | without, ms "
+            "| with, ms | ratio |\n"
             "|---|---|---|---|---|---|\n" + "\n".join(rows))
     if args.write:
         write_section(text, SECTION)

@@ -494,7 +494,8 @@ def targets(groups: list[Group], rates: Rates | None) -> list[str]:
                        f"weights per decode step / {rates.read_bw / 1e9:.1f} GB/s = "
                        f"{bound:.2f} ms per step, {g.batch * 1e3 / bound:.1f} tokens/s; "
                        f"eqsat-llm decode {fq.decode_ms:.2f} ms per step = {r:.2f}x the bound "
-                       f"(target <= {BOUND_TARGET:g}x: {'met' if r <= BOUND_TARGET else 'NOT met'})")
+                       f"(target <= {BOUND_TARGET:g}x: "
+                       f"{'met' if r <= BOUND_TARGET else 'NOT met'})")
     return out
 
 

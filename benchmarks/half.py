@@ -70,8 +70,8 @@ def measure(name: str, model: torch.nn.Module, inputs: tuple, rounds: int) -> li
 
 
 def table(rows: list) -> str:
-    lines = ["| workload | system | ms per call | vs eqsat fp32 | vs eager in its dtype | max "
-             "error / max output | GEMM weight MiB | GB/s of weights |", "|" + "---|" * 8]
+    lines = [("| workload | system | ms per call | vs eqsat fp32 | vs eager in its dtype | max "
+              "error / max output | GEMM weight MiB | GB/s of weights |"), "|" + "---|" * 8]
     by = {(r[0], r[1]): r[2] for r in rows}
     for name, k, ms, err, wb in rows:
         eager = by[(name, "eager " + k.split()[1].rstrip(","))]

@@ -14,9 +14,10 @@ Timing: rounds interleaved across the kernels; per round `calls` calls, each eit
 MiB read first, so the weight comes from memory and the lines it evicts are clean: decode's
 case in a model, whose other GEMMs read their weights; benchmarks/sparse_kernels.py writes
 its 64 MiB instead, whose dirty lines' write-back weighs more on a small weight: int8 took
-0.30-0.35x fp32's time that way, 0.27-0.32x this way) or warm (back to back), the median per round, then the median over rounds. GB/s = the weight's
-stored bytes (integers and scales) per second. The spread (max / min of the rounds' medians) says
-the noise; the ratios between kernels of one round survive it better than the times."""
+0.30-0.35x fp32's time that way, 0.27-0.32x this way) or warm (back to back), the median per
+round, then the median over rounds. GB/s = the weight's stored bytes (integers and scales) per
+second. The spread (max / min of the rounds' medians) says the noise; the ratios between
+kernels of one round survive it better than the times."""
 
 from __future__ import annotations
 

@@ -114,8 +114,8 @@ def errors_and_medians(runs: dict, want: torch.Tensor, rounds: int) -> tuple[dic
             got = fn()
             got = got[0] if isinstance(got, (tuple, list)) else got
             errors[k] = float((got - want).abs().max() / want.abs().max())
-        medians = interleaved_medians({k: (lambda f=f: torch.no_grad()(f)()) for k, f in runs.items()},
-                                      rounds, ROUND_S)
+        calls = {k: (lambda f=f: torch.no_grad()(f)()) for k, f in runs.items()}
+        medians = interleaved_medians(calls, rounds, ROUND_S)
     return errors, medians
 
 
