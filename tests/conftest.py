@@ -179,6 +179,20 @@ def assert_outputs_match(want: list, got: list, tol: float) -> None:
             torch.testing.assert_close(b, a, atol=tol, rtol=tol, msg=f"output {k}")
 
 
+def unary_ops_graph(shape: tuple[int, ...]) -> Graph:
+    """The unary ops on x (rand_inputs' first input made positive: rsqrt, log), gelu both ways
+    and swiglu on y: one output each (the backends' elementwise kernels against the
+    reference). Inputs x, y are `g.input_ids`."""
+    g = Graph()
+    x, y = inp(g, shape), inp(g, shape)
+    ops = ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "silu", "relu",
+           "reciprocal", "abs", "cos", "sin", "erf")
+    g.outputs = [g.add(op, (x,)) for op in ops]
+    g.outputs += [g.add("gelu", (y,), approximate="tanh"), g.add("gelu", (y,), approximate="none"),
+                  g.add("swiglu", (y, x))]
+    return g
+
+
 def binary_ops_graph() -> Graph:
     """Binary ops with broadcasting and scalars, comparisons, where, logical ops and casts:
     one output each (the backends' elementwise kernels against the reference)."""

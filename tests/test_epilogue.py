@@ -1,4 +1,4 @@
-"""Epilogue fusion (issues 3 and 6): the gemm with the add epilogue, alpha * (x @ w) + r, one
+"""Epilogue fusion: the gemm with the add epilogue, alpha * (x @ w) + r, one
 kernel. Its reference against the C backend (BLAS and generated GEMMs) and the planned runtime
 on odd shapes, its shape rule, and the rules that recognise it on the LLaMA-style block."""
 
@@ -21,40 +21,29 @@ from eqsat_llm.ops import GEMM_DEFAULTS as GEMM_ATTRS
 from eqsat_llm.ops import add_gemm, evaluate
 from eqsat_llm.workloads import llama_block_case
 
-from .conftest import max_error
+from .conftest import const, inp, max_error, rand_inputs
 
 needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 BLAS = [False] + ([True] if openblas_dir() else [])
 K, N = 19, 37  # N not a multiple of 16
 
 
-def _inp(g: Graph, shape_: tuple[int, ...]) -> int:
-    k = sum(n.op == "input" for n in g.nodes)
-    return g.append("input", (), {"name": f"x{k}", "index": k}, TensorType(shape_, "float32"))
-
-
 def _graph(x_shape, r_shape, alpha=1.0, then_neg=False, w_transposed=False, w_input=False):
     """gemm[add](x, w, r) with a constant weight (optionally a transposed view of one), or
     with w an input (not packed: BLAS or the generated GEMM)."""
     g = Graph()
-    x, r = _inp(g, x_shape), _inp(g, r_shape)
+    x, r = inp(g, x_shape), inp(g, r_shape)
     gen = torch.Generator().manual_seed(1)
     wt = torch.randn((N, K) if w_transposed else (K, N), generator=gen)
     if w_input:
-        w = _inp(g, tuple(wt.shape))
+        w = inp(g, tuple(wt.shape))
     else:
-        g.constants["w"] = wt
-        w = g.append("const", (), {"name": "w"}, TensorType(tuple(wt.shape), "float32"))
+        w = const(g, wt)
     if w_transposed:
         w = g.add("transpose", (w,), dim0=0, dim1=1)
     y = add_gemm(g, x, w, addend=r, alpha=alpha, epilogue="add")
     g.outputs = [g.add("neg", (y,)) if then_neg else y]
     return g
-
-
-def _inputs(g: Graph) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    return [torch.randn(g.node(i).type.shape, generator=gen) for i in g.input_ids]
 
 
 SHAPES = [  # (x, r): M = 1, 5, 33; r broadcast [N], per-row [M, 1] and full-shape
@@ -78,7 +67,7 @@ def test_c_backend_matches_reference(blas, x_shape, r_shape):
     for alpha, then_neg, wt, w_input in ((1.0, False, False, False), (0.5, True, True, False),
                                          (1.0, False, False, True)):
         g = _graph(x_shape, r_shape, alpha, then_neg, wt, w_input)
-        inputs = _inputs(g)
+        inputs = rand_inputs(g)
         want = ReferenceRuntime(g).run(inputs)[0]
         rt = CRuntime(g, use_blas=blas)
         assert rt.uses_blas == blas
@@ -112,7 +101,7 @@ def test_packed_path_fuses_the_epilogue_into_the_gemm_kernel():
 
 def test_shape_rule_and_cost():
     g = Graph()
-    x, r = _inp(g, (2, 5, K)), _inp(g, (N,))
+    x, r = inp(g, (2, 5, K)), inp(g, (N,))
     g.constants["w"] = torch.randn(K, N)
     w = g.append("const", (), {"name": "w"}, TensorType((K, N), "float32"))
     y = add_gemm(g, x, w, addend=r, epilogue="add")
@@ -127,7 +116,8 @@ def test_shape_rule_and_cost():
     f32 = lambda *s: TensorType(s, "float32")
     xs, ws, out = f32(128, 512), f32(512, 512), f32(128, 512)
     py = TensorType((), "py_float")
-    fused = cm.micros("gemm", {**GEMM_ATTRS, "n": 512, "epilogue": "add"}, [xs, ws, py, py, out], out)
+    fused = cm.micros("gemm", {**GEMM_ATTRS, "n": 512, "epilogue": "add"},
+                      [xs, ws, py, py, out], out)
     pair = (cm.micros("matmul", {"alpha": 1.0}, [xs, ws], out)
             + cm.micros("add", {}, [out, out], out))
     assert cm.micros("matmul", {"alpha": 1.0}, [xs, ws], out) < fused < pair

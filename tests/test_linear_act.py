@@ -1,7 +1,7 @@
-"""Linear + bias + activation as one op: the gemm with the bias epilogue and an
-activation, act(addmm(bias, a, b, beta, alpha)), one kernel. Its reference against the pair, the C backend (packed,
-BLAS and generated GEMMs) and the planned runtime on odd shapes, its shape rule and cost, and
-the rules that recognise it on GPT-2 (addmm -> view -> gelu_new)."""
+"""Linear + bias + activation as one op: the gemm with the bias epilogue and an activation,
+act(addmm(bias, a, b, beta, alpha)), one kernel. Its reference against the pair, the C backend
+(packed, BLAS and generated GEMMs) and the planned runtime on odd shapes, its shape rule and
+cost, and the rules that recognise it on GPT-2 (addmm -> view -> gelu_new)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from eqsat_llm.ir import Graph, TensorType
 from eqsat_llm.ops import GEMM_DEFAULTS, add_gemm, evaluate
 from eqsat_llm.workloads import gpt2_case
 
-from .conftest import max_error
+from .conftest import const, inp, max_error, rand_inputs
 
 needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 BLAS = [False] + ([True] if openblas_dir() else [])
@@ -35,31 +35,20 @@ PAIRS = {"relu": torch.relu, "silu": F.silu,
          "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "gelu": F.gelu}
 
 
-def _inp(g: Graph, shape_: tuple[int, ...]) -> int:
-    k = sum(n.op == "input" for n in g.nodes)
-    return g.append("input", (), {"name": f"x{k}", "index": k}, TensorType(shape_, "float32"))
-
-
 def _graph(m: int, w_input: bool = False, bias_2d: bool = False, beta: float = 1.0,
            alpha: float = 1.0) -> Graph:
     """One gemm[bias+act] per activation on the same x [m, K]: a constant weight (packed), or w an
     input (BLAS or the generated GEMM); the bias a row [N] (an addend of the packed tile) or a
     full [m, N] (added after the GEMM, the activation then in a loop)."""
     g = Graph()
-    x, b = _inp(g, (m, K)), _inp(g, (m, N) if bias_2d else (N,))
+    x, b = inp(g, (m, K)), inp(g, (m, N) if bias_2d else (N,))
     if w_input:
-        w = _inp(g, (K, N))
+        w = inp(g, (K, N))
     else:
-        g.constants["w"] = torch.randn(K, N, generator=torch.Generator().manual_seed(1))
-        w = g.append("const", (), {"name": "w"}, TensorType((K, N), "float32"))
+        w = const(g, torch.randn(K, N, generator=torch.Generator().manual_seed(1)))
     g.outputs = [add_gemm(g, x, w, addend=b, beta=beta, alpha=alpha, epilogue="bias", act=a)
                  for a in ACTS]
     return g
-
-
-def _inputs(g: Graph) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    return [torch.randn(g.node(i).type.shape, generator=gen) for i in g.input_ids]
 
 
 @pytest.mark.parametrize("act", ACTS)
@@ -80,7 +69,7 @@ def test_c_backend_matches_reference(blas, m):
     for w_input, bias_2d, beta, alpha in ((False, False, 1.0, 1.0), (True, False, 1.0, 1.0),
                                           (False, True, 0.5, 1.5), (True, True, 1.0, 1.0)):
         g = _graph(m, w_input, bias_2d, beta, alpha)
-        inputs = _inputs(g)
+        inputs = rand_inputs(g)
         want = ReferenceRuntime(g).run(inputs)
         rt = CRuntime(g, use_blas=blas)
         assert sum(k.op.startswith("gemm[bias+") for k in rt.program.kernels) == len(ACTS)
@@ -112,11 +101,11 @@ def test_c_activations_match_torch_on_a_wide_range():
     # eq_act (packed epilogue) and the loop after the GEMM, against torch, over [-12, 12]
     m = 64
     g = Graph()
-    x = _inp(g, (m, 1))
+    x = inp(g, (m, 1))
     g.constants["w"] = torch.ones(1, 40)
     w = g.append("const", (), {"name": "w"}, TensorType((1, 40), "float32"))
-    b = _inp(g, (m, 40))  # a full bias: the activation in the loop
-    r = _inp(g, (40,))  # a row bias: the activation in the tile epilogue
+    b = inp(g, (m, 40))  # a full bias: the activation in the loop
+    r = inp(g, (40,))  # a row bias: the activation in the tile epilogue
     g.outputs = [add_gemm(g, x, w, addend=bias, epilogue="bias", act=a)
                  for a in ACTS for bias in (b, r)]
     xs = [torch.linspace(-12, 12, m).reshape(m, 1), torch.zeros(m, 40),
@@ -127,7 +116,7 @@ def test_c_activations_match_torch_on_a_wide_range():
 
 def test_shape_rule_and_cost():
     g = Graph()
-    b, x = _inp(g, (N,)), _inp(g, (5, K))
+    b, x = inp(g, (N,)), inp(g, (5, K))
     g.constants["w"] = torch.randn(K, N)
     w = g.append("const", (), {"name": "w"}, TensorType((K, N), "float32"))
     y = add_gemm(g, x, w, addend=b, epilogue="bias", act="gelu_tanh")

@@ -1,7 +1,9 @@
 """The gemm's SwiGLU epilogue, swiglu(x @ wg, x @ wu) with [wg | wu] its weight: its
 reference is the three ops it replaces; the C kernel (packed, both products joined on the tile
 as it is stored; or row streaming when a weight is not a constant) against it on odd shapes;
-the rule and the planned runtime."""
+the planned runtime. (The rule matmul-swiglu is checked with the library's rules in
+test_rulecheck.py; the gemm[swiglu] it makes on the LLaMA block and LLaMA is counted in
+test_norm_matmul.py.)"""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 as well; grouped-query attention where the family has it; the library's masking utilities),
 built offline from small configs with random weights, at prefill and one-token shapes. Each
 must match eager, run on the C backend, and show its fused ops; with sdpa at prefill the same
-program also runs on the Triton backend (in its interpreter) and must match eager too. The slow set runs larger
-configs (`-m slow`)."""
+program also runs on the Triton backend (in its interpreter) and must match eager too. The slow
+set runs larger configs (`-m slow`)."""
 
 from __future__ import annotations
 

@@ -88,10 +88,12 @@ def test_kernel_fused_over_several_row_blocks():
 @needs_cc
 @pytest.mark.parametrize("w_const,g_const", [(False, True), (True, False), (False, False)])
 @pytest.mark.parametrize("m", [1, 33])
-def test_kernel_unfused_when_not_constant(m, w_const, g_const):
+def test_kernel_normalises_rows_itself_when_not_constant(m, w_const, g_const):
+    # g cannot be folded into a packed weight: the one kernel normalises each row locally
     g = _graph(m, 24, 37, (2,), w_const=w_const, g_const=g_const, alpha=0.75)
     rt = check(g, rand_inputs(g))
     assert "eq_gemm_packed(mb" not in rt.source
+    assert [k.op for k in rt.program.kernels] == ["gemm[rms_norm]"]
 
 
 @needs_cc
