@@ -243,3 +243,16 @@ def test_cpu_share_is_a_fraction():
     sum(i * i for i in range(100_000))
     others = share.others()
     assert others is None or 0.0 <= others <= 1.0
+
+
+def test_generated_kernels_are_charged_their_own_overhead():
+    """The fused model (generated kernels) charges kernel_overhead per non-GEMM kernel, the
+    reference model a torch op's call_overhead; GEMMs gemm_overhead in both."""
+    m = Machine(**{**DEFAULT.to_dict(), "kernel_overhead": 4e-8, "call_overhead": 2e-6})
+    fused, ref = CostModel(m), CostModel(m, backend="reference")
+    tiny = ("add", {}, [f32(1), f32(1)], f32(1))
+    assert fused.kernel(*tiny).seconds == pytest.approx(4e-8, rel=0.01)
+    assert ref.kernel(*tiny).seconds == pytest.approx(2e-6, rel=0.01)
+    mm = ("mm", {"alpha": 1.0}, [f32(1, 1), f32(1, 1)], f32(1, 1))
+    assert fused.kernel(*mm).seconds == pytest.approx(m.gemm_overhead, rel=0.01)
+    assert fused.overhead(gemm=False) == 4e-8 and ref.overhead(gemm=False) == 2e-6
