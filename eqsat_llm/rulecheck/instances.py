@@ -35,6 +35,7 @@ from .patterns import Pattern, Unsupported, is_op, show, variables
 
 
 def literal(value: Any, kind: str) -> Any:
+    """A value of a pattern (or of the e-graph) as an attribute of kind `kind`."""
     if kind == "bool":
         return bool(value)
     if kind == "ints":

@@ -37,12 +37,14 @@ class Pattern:
 
 
 def is_op(e: ExprDecl) -> bool:
+    """An op of the registry (E.<op>), not an analysis function or a primitive's method."""
     return (isinstance(e, CallDecl) and isinstance(e.callable, FunctionRef)
             and e.callable.ident.module == language.__name__
             and e.callable.ident.name in REGISTRY)
 
 
 def variables(e: ExprDecl) -> set[str]:
+    """The names of the variables in e."""
     if isinstance(e, UnboundVarDecl):
         return {e.name}
     if isinstance(e, CallDecl):
