@@ -211,8 +211,8 @@ def _prepared_inputs(node: Node, xs: list[Any], out_dtype: torch.dtype) -> dict[
                 prep[k] = torch.tensor(xs[k], dtype=out_dtype)
     elif op in ("mm", "bmm", "matmul", "gemm"):
         alpha = a["alpha"]
-        prep[5 if op == "gemm" else 2] = torch.tensor(alpha, dtype=out_dtype) if _exact_scalar_dtype(out_dtype) \
-            else alpha
+        exact = _exact_scalar_dtype(out_dtype)
+        prep[5 if op == "gemm" else 2] = torch.tensor(alpha, dtype=out_dtype) if exact else alpha
     elif op == "mean" and out_dtype in (torch.float32, torch.float64):
         shape = xs[0].shape
         count = 1

@@ -32,8 +32,8 @@ def has_half(graph: Graph) -> bool:
 
 def exact_half_dtypes(value: torch.Tensor) -> list[str]:
     """The half dtypes that hold every value of `value` exactly: its own if it is half; for a
-    float32 or float64 matrix those it happens to fit (a half checkpoint loaded as float32), read off its
-    values (its first row first: most float32 weights fail there); else none."""
+    float32 or float64 matrix those it happens to fit (a half checkpoint loaded as float32),
+    read off its values (its first row first: most float32 weights fail there); else none."""
     dt = str(value.dtype).removeprefix("torch.")
     if dt in HALF:
         return [dt]

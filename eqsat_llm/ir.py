@@ -147,5 +147,6 @@ def node_label(node: Node) -> str:
     gemm[swiglu], gemm[int8+add]; a plain float gemm is "gemm"."""
     if node.op != "gemm":
         return node.op
-    parts = [node.attrs[k] for k, default in GEMM_DESCRIPTOR if node.attrs.get(k, default) != default]
+    parts = [node.attrs[k] for k, default in GEMM_DESCRIPTOR
+             if node.attrs.get(k, default) != default]
     return f"gemm[{'+'.join(parts)}]" if parts else "gemm"

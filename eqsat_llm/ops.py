@@ -440,8 +440,8 @@ register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype=
 #             format (sparse_formats.FORMATS): W is unpack(w, w_scale), w holding the stored
 #             values and w_scale (here not scales) their positions | a half format
 #             (half_formats.WEIGHT_FORMATS: "fp16", "bf16"): W is w, held in that dtype
-#             (w_scale unused) | "int8_dynamic": W as "int8", and x's rows coded in 7 bits and decoded first
-#             (quant_formats.coded_activations: the integer product's result)
+#             (w_scale unused) | "int8_dynamic": W as "int8", and x's rows coded in 7 bits
+#             and decoded first (quant_formats.coded_activations: the integer product's result)
 #   epilogue  "none" | "add": + addend (it broadcasts into the product) | "bias":
 #             torch.addmm(addend, x, W, beta, alpha) (x 2-D) | "swiglu": W = [Wg | Wu] with n
 #             columns each, silu(x @ Wg) * (x @ Wu)

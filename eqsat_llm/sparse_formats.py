@@ -4,9 +4,10 @@ semantics. Exact: a sparse weight stands for the same matrix, its zeros skipped.
 A float weight W [K, N] (x @ W, N output channels):
 
     sparse24   2:4 along K: in every group of 4 rows (4g .. 4g + 3) of a column at most 2
-               entries are non-zero. values [K / 2, N] (W's dtype): values[2g + j, n] = W[4g + i_j, n]
-               for the group's two kept positions i_0 < i_1 (the non-zeros, padded with the
-               lowest unused positions); index uint8 [K / 4, N]: index[g, n] = i_0 | i_1 << 2.
+               entries are non-zero. values [K / 2, N] (W's dtype):
+               values[2g + j, n] = W[4g + i_j, n] for the group's two kept positions
+               i_0 < i_1 (the non-zeros, padded with the lowest unused positions);
+               index uint8 [K / 4, N]: index[g, n] = i_0 | i_1 << 2.
     bsr16      16 x 16 blocks, only those with a non-zero entry stored, block column by block
                column (j = 0 .. N/16 - 1), block rows ascending within one. B stored blocks:
                values [B, 16, 16], values[b] = W[16 i : 16 i + 16, 16 j : 16 j + 16];

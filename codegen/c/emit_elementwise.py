@@ -37,7 +37,8 @@ def _gelu(ct: str, a: list[str], at: dict[str, Any]) -> str:
     x = a[0]
     if at["approximate"] == "tanh":
         k = "0.7978845608028654"
-        return (f"(({ct})0.5 * {x} * (({ct})1 + {_tanh(ct, f'({ct}){k} * ({x} + ({ct})0.044715 * {x} * {x} * {x})')}))")
+        inner = f"({ct}){k} * ({x} + ({ct})0.044715 * {x} * {x} * {x})"
+        return f"(({ct})0.5 * {x} * (({ct})1 + {_tanh(ct, inner)}))"
     return f"({x} * ({ct})0.5 * (({ct})1 + {_f(ct, 'erf')}({x} * ({ct})0.7071067811865476)))"
 
 

@@ -1,6 +1,7 @@
 """Matrix products (mm, bmm, matmul, addmm, linear, linear_bias, and the float gemm's
-residual/bias/activation epilogues: emit_gemm.py) as batched GEMMs over static strides. Each GEMM either calls BLAS (`EQ_SGEMM`, OpenBLAS single-threaded, the columns split
-over the OpenMP threads) or runs a generated row-streaming kernel; which one is decided per
+residual/bias/activation epilogues: emit_gemm.py) as batched GEMMs over static strides. Each
+GEMM either calls BLAS (`EQ_SGEMM`, OpenBLAS single-threaded, the columns split over the
+OpenMP threads) or runs a generated row-streaming kernel; which one is decided per
 shape class by `use_blas(m)` (measured: docs/c-backend.md). Epilogues (bias of addmm and
 linear_bias) run in the same kernel right after the product. A gemm's residual r is added
 while the output is in cache: the generated kernel adds it to each output row as it stores the
@@ -271,6 +272,7 @@ def _act_epilogue(out: Ref, act: str, boff: str) -> str:
     # out[..., m, n] = act(out[..., m, n]), after the bias (off the packed path)
     from .loops import loop_nest
     shape, ost = (out.shape, out.strides) if boff == "0" else (out.shape[-2:], out.strides[-2:])
+    expr = OP_ACTIVATIONS[act].c_expr
     inner = loop_nest(shape, [ost], lambda o: f"    {{ const float v = o[{boff} + {o[0]}]; "
-                                            f"o[{boff} + {o[0]}] = {OP_ACTIVATIONS[act].c_expr}; }}")
+                                            f"o[{boff} + {o[0]}] = {expr}; }}")
     return f"{{\n{inner}\n}}"

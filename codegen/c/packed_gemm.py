@@ -24,8 +24,7 @@ import torch
 
 from ...ops import ACTIVATIONS as OP_ACTIVATIONS
 
-NR = 32
-MR = 14
+NR = 32  # columns of a packed panel (the C code's tile rows, EQ_MR, depend on the target)
 
 # activations the epilogue applies after the addends: eq_act's code of each (ops.ACTIVATIONS)
 ACTIVATIONS = {name: act.code for name, act in OP_ACTIVATIONS.items()}
@@ -82,7 +81,8 @@ static __attribute__((noinline)) void eq_tile_epilogue(
             for (int j = 0; j < ncols; j++) cr[j] += sc * q[j * cs];
         }
         /* one loop per activation, its code a constant: each loop vectorises */
-#define EQ_ACT_LOOP(A) { _Pragma("omp simd") for (int j = 0; j < ncols; j++) cr[j] = eq_act(A, cr[j]); }
+#define EQ_ACT_LOOP(A) { _Pragma("omp simd") \
+            for (int j = 0; j < ncols; j++) cr[j] = eq_act(A, cr[j]); }
         switch (act) {
 /*EQ_ACT_LOOPS*/
         default: break;
@@ -109,7 +109,8 @@ static inline __attribute__((always_inline)) void eq_tile(
         }
     }
     const __mmask16 k0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
-    const __mmask16 k1 = ncols >= 32 ? 0xFFFF : ncols > 16 ? (__mmask16)((1u << (ncols - 16)) - 1) : 0;
+    const __mmask16 k1 = ncols >= 32 ? 0xFFFF
+                         : ncols > 16 ? (__mmask16)((1u << (ncols - 16)) - 1) : 0;
     const __m512 va = _mm512_set1_ps(alpha);
 #pragma GCC unroll 14
     for (int r = 0; r < rows; r++) {
@@ -189,8 +190,8 @@ static inline __attribute__((always_inline)) void eq_tile(
 #endif
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 /* rows of A in tiles of EQ_MR, the rest in tiles of 8 (when smaller than EQ_MR), 4, 2, 1 */
-static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda, const float* bpan,
-                     float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
+static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda,
+                     const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
                      const float* rowscale, const eq_addend* e, int ne, int act) {
     const int epi = rowscale || ne || act;
     for (int64_t m = 0; m < M;) {
@@ -214,8 +215,8 @@ static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float
 }
 #else
 /* portable: the same panels and epilogue, one row of 32 accumulators at a time */
-static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda, const float* bpan,
-                     float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
+static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda,
+                     const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
                      const float* rowscale, const eq_addend* e, int ne, int act) {
     for (int64_t m = 0; m < M; m++) {
         float acc[32] = {0};
@@ -264,10 +265,10 @@ static float* eq_grow(float** buf, int64_t* have, int64_t n) {
 }
 /* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ B) + sum_i scale_i * e_i);
    A [M, K] with row stride lda and unit column stride; bp: B packed by PackedWeight. */
-static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
-                           const float* bp, float* c, int64_t ldc, float alpha,
-                           const float* rowscale, const eq_addend* e, int ne, int act,
-                           int parallel) {
+static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64_t K,
+                           const float* a, int64_t lda, const float* bp, float* c,
+                           int64_t ldc, float alpha, const float* rowscale,
+                           const eq_addend* e, int ne, int act, int parallel) {
     const int64_t np = (N + 31) / 32;
     a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)

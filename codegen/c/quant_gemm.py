@@ -93,9 +93,9 @@ More rows, against the row-major kernel in the same run (5 rounds of 11 calls): 
 cold, int8 1.05 and 3.28 ms (before 0.98 and 3.14), int4_g32 0.79 and 2.96 (0.76 and 3.08);
 M = 24 (K = 5632, N = 2048) int8 6.96 ms (7.65), int4_g32 8.20 (7.31); within the rounds'
 spread (1.1-1.5x). One thread (7 rounds, K = 2048 or 5632): M = 2, 4, 8, 16 took 0.73-0.96x
-the row-major kernel's time, M = 24 1.02x (int8) and 1.00-1.08x (int4_g32, two runs). Prefill, M = 128 through the panels: int8 22.8 and 26.3 ms (before 25.8 and
-28.7) for K x N = 2048 x 5632 and 5632 x 2048, int4_g32 24.5 and 25.3 (24.5 and 27.4), fp32
-25.1 and 30.0.
+the row-major kernel's time, M = 24 1.02x (int8) and 1.00-1.08x (int4_g32, two runs).
+Prefill, M = 128 through the panels: int8 22.8 and 26.3 ms (before 25.8 and 28.7) for K x N =
+2048 x 5632 and 5632 x 2048, int4_g32 24.5 and 25.3 (24.5 and 27.4), fp32 25.1 and 30.0.
 Whole model (benchmarks/quantized.py --rounds 5, TinyLlama's shape with 4 layers, one token;
 the commit before and after the panels, each its own process, one after the other): int8
 0.37 -> 0.29 of the fp32 program's time (its weights at 13.7 -> 17.4 GB/s), int4_g32 0.26 ->
@@ -396,7 +396,8 @@ static __attribute__((noinline)) void eq_qgemv(
     const int onepass = M == 1 && EQ_QNV1 * EQ_QV == 64;
     const int64_t kc = fmt == 4 ? group : onepass ? EQ_QKB : EQ_QKBM, nch = (K + kc - 1) / kc;
     /* bytes per weight row of a panel; scale rows per panel */
-    const int64_t rb = fmt == 8 ? 64 : fmt == 4 ? 32 : 128, ng = fmt == 8 ? 1 : fmt == 4 ? K / group : 0;
+    const int64_t rb = fmt == 8 ? 64 : fmt == 4 ? 32 : 128;
+    const int64_t ng = fmt == 8 ? 1 : fmt == 4 ? K / group : 0;
     const int64_t pf = onepass ? EQ_QGPF : 0;
     for (int64_t m = 0; m < M; m++) memset(t + m * ldt, 0, (size_t)(p1 - p0) * 64 * sizeof(float));
     for (int64_t p = p0; p < p1; p++) {
@@ -497,9 +498,11 @@ static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t 
     eq_expanded_panels(M, K, a, lda, bp, bu, n0, ncols, c, ldc, alpha, rowscale, e, ne, act,
                        swiglu);
 }
-/* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ W) + sum_i e_i.scale * e_i), or when swiglu:
-   C[M, N] = silu(G) * U with G = alpha*rowscale*(A @ W[:, 0:N]), U = alpha*rowscale*(A @ W[:, N:2N]) (addends and act not used then).
-   A: float [M, K], row stride lda, unit column stride. rowscale may be NULL; e may be NULL (ne = 0).
+/* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ W) + sum_i e_i.scale * e_i), or
+   when swiglu: C[M, N] = silu(G) * U with G = alpha*rowscale*(A @ W[:, 0:N]),
+   U = alpha*rowscale*(A @ W[:, N:2N]) (addends and act not used then).
+   A: float [M, K], row stride lda, unit column stride. rowscale may be NULL; e may be NULL
+   (ne = 0).
    W as QuantPanels (codegen/c/quant_gemm.py) prepares it: P = ceil(N / 64) panels of 64
    columns (with swiglu 2 P: the gate's, then the up half's), the last of each half zero-padded.
    fmt 8: wq int8 [P][K][64], s float [P][64] (per column).

@@ -25,13 +25,19 @@ static void* load(const char* path, long long n) {
     void* p = aligned_alloc(64, (size_t)((n + 63) / 64 * 64 + 64));
     FILE* f = fopen(path, "rb");
     if (!f || !p) { fprintf(stderr, "cannot read %s\n", path); exit(1); }
-    if (n && fread(p, 1, (size_t)n, f) != (size_t)n) { fprintf(stderr, "%s: short\n", path); exit(1); }
+    if (n && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "%s: short\n", path);
+        exit(1);
+    }
     fclose(f);
     return p;
 }
 
 int main(int argc, char** argv) {
-    if (argc != 4) { fprintf(stderr, "usage: %s weights.bin inputs.bin outputs.bin\n", argv[0]); return 2; }
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s weights.bin inputs.bin outputs.bin\n", argv[0]);
+        return 2;
+    }
     char* wb = load(argv[1], EQ_WEIGHTS_BYTES);
     long long in_total = 0;
     for (int i = 0; i < EQ_N_INPUTS; i++) in_total += eq_input_bytes[i];
@@ -40,7 +46,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < EQ_N_WEIGHTS; i++) W[i] = wb + eq_weight_offsets[i];
     long long off = 0;
     for (int i = 0; i < EQ_N_INPUTS; i++) { IN[i] = ib + off; off += eq_input_bytes[i]; }
-    for (int i = 0; i < EQ_N_OUTPUTS; i++) OUT[i] = aligned_alloc(64, (size_t)((eq_output_bytes[i] + 63) / 64 * 64 + 64));
+    for (int i = 0; i < EQ_N_OUTPUTS; i++)
+        OUT[i] = aligned_alloc(64, (size_t)((eq_output_bytes[i] + 63) / 64 * 64 + 64));
     char* arena = aligned_alloc(64, (size_t)((eq_arena_bytes() + 63) / 64 * 64 + 64));
     eq_forward(arena, IN, W, OUT);
     FILE* f = fopen(argv[3], "wb");

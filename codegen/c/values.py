@@ -164,8 +164,8 @@ def build_layout(graph: Graph, plan: MemoryPlan) -> Layout:
                 refs[nid] = Ref("IN", k, 0, t.shape, contiguous_strides(t.shape), t.dtype, root=nid)
             else:
                 weights.append(node.attrs["name"])
-                refs[nid] = Ref("W", len(weights) - 1, 0, t.shape, contiguous_strides(t.shape), t.dtype,
-                                root=nid)
+                refs[nid] = Ref("W", len(weights) - 1, 0, t.shape, contiguous_strides(t.shape),
+                                t.dtype, root=nid)
         elif kind == ARENA:
             b = plan.buffers[nid]
             refs[nid] = Ref("A", b.offset, 0, t.shape, plan.strides[nid], t.dtype, root=nid)

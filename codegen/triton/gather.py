@@ -1,6 +1,7 @@
-"""Gathers: embedding (rows of a weight by id), index with one index tensor, index_select. Every index is checked before its read: an
-out-of-range one reads nothing and sets the launch's `index_error` flag, and the runtime
-raises KernelIndexError after the call, as torch raises (and as the C backend does)."""
+"""Gathers: embedding (rows of a weight by id), index with one index tensor, index_select.
+Every index is checked before its read: an out-of-range one reads nothing and sets the
+launch's `index_error` flag, and the runtime raises KernelIndexError after the call, as torch
+raises (and as the C backend does)."""
 
 from __future__ import annotations
 

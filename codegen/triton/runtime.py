@@ -8,7 +8,8 @@ planned offset; the constants are copied to the device once; a call launches the
 the plan's order and runs the nodes no kernel is generated for as torch steps on the same
 arena (`torch_steps`). On CUDA a call is captured as a CUDA graph and replayed (`cuda_graph`,
 by default when the only torch steps are state writes in place): one launch per call instead
-of one per kernel, what a decode step's time is made of. Not reentrant: one call at a time (they share the arena)."""
+of one per kernel, what a decode step's time is made of. Not reentrant: one call at a time
+(they share the arena)."""
 
 from __future__ import annotations
 
