@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .egraph.analysis import CONST_SOURCES, NEVER_CONST
 from .egraph.decode import class_types, node_attrs
 from .extract import ENode
 from .ir import VALUE_LEAVES, TensorType
@@ -20,7 +21,8 @@ from .ops import REGISTRY
 
 def enode_cost_fn(serialized: dict[str, Any], view: dict[str, Any], constant: set[str],
                   model: Any) -> Callable[[ENode], float]:
-    """A cost function for the extractors: microseconds per e-node under `model`."""
+    """A cost function for the extractors: the predicted microseconds of an e-node under
+    `model` (`model.micros`), 0 for constant classes and for literals and containers."""
     types = class_types(serialized)
     nodes = view["nodes"]
     memo: dict[str, float] = {}
@@ -42,7 +44,7 @@ def enode_cost_fn(serialized: dict[str, Any], view: dict[str, Any], constant: se
             value = 0.0
         else:
             raw = nodes[node.id]
-            ins, out = input_types(raw, opdef.arity), types.get(node.eclass)
+            ins = input_types(raw, opdef.arity)
             if ins is None:  # an input's type is unknown (a tuple, or not derived): pessimistic
                 value = UNKNOWN_MICROS
                 cost.unpriced.append(node.op)  # type: ignore[attr-defined]
@@ -57,16 +59,15 @@ def enode_cost_fn(serialized: dict[str, Any], view: dict[str, Any], constant: se
     return cost
 
 
-# An e-node whose input types the e-graph cannot give (tuple-valued fallbacks): pessimistic,
-# so that extraction never prefers a program because it knows less about it.
+# The microseconds charged for an e-node whose input types the e-graph cannot give
+# (tuple-valued fallbacks): pessimistic, so that extraction never prefers a program because
+# it knows less about it.
 UNKNOWN_MICROS = 1000.0
 
 
 def constant_nodes(graph: Any) -> set[int]:
     """Nodes computed from weights and constants only (folded at compile time), as the
     e-graph's is_const analysis finds them."""
-    from .egraph.analysis import CONST_SOURCES, NEVER_CONST
-
     const: set[int] = set()
     for n in graph.nodes:
         if n.op in CONST_SOURCES or (n.op not in NEVER_CONST and n.inputs

@@ -484,8 +484,3 @@ def _build_analysis():
 # The analysis: run it to saturation before each round of rewrites (see saturate.py).
 analysis = (_build_analysis() | vector_functions | layout_demands | const_lists
             | quantizable_marks | fp16_marks | bf16_marks | sparse_structure)
-
-
-def shape_literal(shape_: tuple[int, ...]) -> Vec[i64]:
-    return Vec[i64](*shape_) if shape_ else Vec[i64].empty()
-
