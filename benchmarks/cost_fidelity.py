@@ -337,7 +337,8 @@ def program_flags(args: argparse.Namespace) -> str:
     if not args.programs:
         return ""
     fams = "" if args.families is None else " ".join(["--families", *args.families]) + " "
-    return "--programs " + fams
+    base = f"--baseline {args.baseline} " if args.baseline else ""
+    return f"--programs {fams}--idle-wait {args.idle_wait:g} {base}"
 
 
 def main() -> None:
