@@ -106,7 +106,7 @@ def diff(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] = ("A", "B
     lines += _kernel_diff(a.get("kernels") or [], b.get("kernels") or [])
     lines += _rule_diff(a["rules"], b["rules"])
     pa, pb = a.get("profile"), b.get("profile")
-    if pa and pb:
+    if pa and pb and pa["median_ratio"] is not None and pb["median_ratio"] is not None:
         lines.append(f"measured: {fmt_us(pa['total_measured_us'])} -> "
                      f"{fmt_us(pb['total_measured_us'])}; model error median "
                      f"{pa['median_ratio']:.2f}x -> {pb['median_ratio']:.2f}x, worst "

@@ -163,6 +163,8 @@ class Report:
 
 
 def _profile_line(p: dict[str, Any]) -> str:
+    if p["median_ratio"] is None:  # nothing timed (Triton's interpreter)
+        return f"measured ({p['backend']}): nothing timed: {p.get('reason') or 'no kernel'}"
     priced = [k for k in p["kernels"] if k["ratio"] is not None]
     return (f"measured ({p['backend']}, {p['statistic']} of {p['repeats']} calls): "
             f"{fmt_us(p['total_measured_us'])}; cost model off by median "

@@ -222,3 +222,14 @@ def test_summary_lists_the_decisions_and_the_rules_that_prepared_a_match(prefill
     # mm-as-matmul built the matmul that rms-norm-matmul fused: in the program's classes
     assert rules["mm-as-matmul"].in_classes and not rules["mm-as-matmul"].used
     assert rules["rms-norm-matmul"].used
+
+
+def test_summary_and_diff_of_a_profile_that_timed_nothing(prefill):
+    """Triton's interpreter times nothing: the profile says why, and the text says so."""
+    report = copy.deepcopy(prefill.report)
+    report.profile = {"backend": "triton", "repeats": 3, "statistic": "median",
+                      "reason": "Triton's interpreter", "kernels": [], "median_ratio": None,
+                      "worst_ratio": None, "worst_kernel": None, "flagged": 0,
+                      "total_predicted_us": 0.0, "total_measured_us": None}
+    assert "nothing timed: Triton's interpreter" in report.summary()
+    assert "kernels: the same" in diff(report.to_dict(), report.to_dict())
