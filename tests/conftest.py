@@ -56,11 +56,21 @@ def max_error(expected, got) -> float:
     return max((a - b).abs().max().item() for a, b in zip(as_tuple(expected), as_tuple(got)))
 
 
-# --- C GEMM kernels called through ctypes (test_quant_gemm, test_sparse_gemm) ---------------
+# --- C GEMM kernels called through ctypes (test_quant_gemm, test_sparse_gemm, test_w8a8_gemm) -
 class Addend(ctypes.Structure):
     """eq_addend (packed_gemm.py): an addend of the tile epilogue."""
     _fields_ = [("p", ctypes.c_void_p), ("rs", ctypes.c_int64), ("cs", ctypes.c_int64),
                 ("scale", ctypes.c_float)]
+
+
+def c_build_dir(request, tmp_path_factory, prefix: str) -> Path:
+    """A fresh folder for one build of a kernel test's parametrized fixture (`request.param`
+    names the build); skips the test when there is no C compiler."""
+    from eqsat_llm.codegen.c.build import compiler
+
+    if compiler() is None:
+        pytest.skip("no C compiler (cc / $CC) found")
+    return tmp_path_factory.mktemp(f"{prefix}_{request.param}")
 
 
 def build_c(source: str, flags: list[str], d: Path, name: str) -> ctypes.CDLL:

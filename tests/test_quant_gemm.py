@@ -13,14 +13,13 @@ import ctypes
 import pytest
 import torch
 
-from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.quant_gemm import PANEL, QUANT_GEMM_C, QuantPanels
 from eqsat_llm.errors import GraphError
 from eqsat_llm.quant_formats import FORMATS, dequantize, format_group, quantize
 
-from .conftest import build_c, check_gemm_result, gemm_operands
+from .conftest import build_c, c_build_dir, check_gemm_result, gemm_operands
 
 WRAPPER = r"""
 void widen(const uint16_t* h, float* f, int64_t n, int fmt) {
@@ -61,9 +60,7 @@ def build(flags: list[str], d) -> ctypes.CDLL:
 
 @pytest.fixture(scope="module", params=list(BUILDS))
 def lib(request, tmp_path_factory):
-    if compiler() is None:
-        pytest.skip("no C compiler (cc / $CC) found")
-    return build(BUILDS[request.param], tmp_path_factory.mktemp(f"quant_gemm_{request.param}"))
+    return build(BUILDS[request.param], c_build_dir(request, tmp_path_factory, "quant_gemm"))
 
 
 HALF = {"fp16": (torch.float16, 16), "bf16": (torch.bfloat16, 17)}  # dtype, eq_gemm_q's fmt

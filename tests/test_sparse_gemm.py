@@ -15,12 +15,11 @@ import pytest
 import torch
 
 from eqsat_llm import sparse_formats
-from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.sparse_gemm import SPARSE_GEMM_C
 
-from .conftest import build_c, check_gemm_result, gemm_operands
+from .conftest import build_c, c_build_dir, check_gemm_result, gemm_operands
 
 WRAPPER = r"""
 void sgemm_sparse(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
@@ -56,9 +55,7 @@ def build(flags: list[str], d) -> ctypes.CDLL:
 
 @pytest.fixture(scope="module", params=list(BUILDS))
 def lib(request, tmp_path_factory):
-    if compiler() is None:
-        pytest.skip("no C compiler (cc / $CC) found")
-    dll = build(BUILDS[request.param], tmp_path_factory.mktemp(f"sparse_gemm_{request.param}"))
+    dll = build(BUILDS[request.param], c_build_dir(request, tmp_path_factory, "sparse_gemm"))
     dll.full = request.param == "native"  # the other builds run a subset of the shapes
     return dll
 

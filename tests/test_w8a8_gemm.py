@@ -28,7 +28,7 @@ from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.w8a8_gemm import KG, NP, W8A8_GEMM_C, W8A8Panels
 from eqsat_llm.quant_formats import code_rows
 
-from .conftest import build_c, check_gemm_result, gemm_operands
+from .conftest import build_c, c_build_dir, check_gemm_result, gemm_operands
 
 WRAPPER = r"""
 void w8gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const int8_t* wq,
@@ -50,9 +50,8 @@ BUILDS = {
 
 @pytest.fixture(scope="module", params=list(BUILDS))
 def lib(request, tmp_path_factory):
-    if compiler() is None:
-        pytest.skip("no C compiler (cc / $CC) found")
-    dll = build_c(SOURCE, BUILDS[request.param], tmp_path_factory.mktemp("w8a8"), "w8")
+    dll = build_c(SOURCE, BUILDS[request.param], c_build_dir(request, tmp_path_factory, "w8a8"),
+                  "w8")
     i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
     dll.w8gemm.argtypes = [i64, i64, i64, ptr, i64, ptr, ptr, ptr, ptr, i64, ctypes.c_float,
                            ptr, ptr, i32, i32, i32, i32]
