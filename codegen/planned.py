@@ -28,7 +28,7 @@ from ..errors import GraphError
 from ..frontend import run_fallback
 from ..ir import Graph, Node, TensorType, dtype_of
 from ..memcheck import check_fits, output_bytes
-from ..ops import ACTIVATIONS, COMPARISONS, _number, _weak_dtype, evaluate
+from ..ops import ACTIVATIONS, COMPARISONS, evaluate, typed_number, weak_scalar_dtype
 from ..plan import (
     ALIAS,
     ARENA,
@@ -155,8 +155,8 @@ WRITERS: dict[str, Writer] = {
     "embedding": _embedding,
     "index_select": lambda out, xs, a: torch.index_select(xs[0], a["dim"], xs[1], out=out),
     "index": lambda out, xs, a: aten.index.Tensor_out(xs[0], _index_list(xs, a), out=out),
-    "full": lambda out, xs, a: out.fill_(_number(a["value"], a["dtype"])),
-    "arange": lambda out, xs, a: torch.arange(*(_number(a[k], a["dtype"])
+    "full": lambda out, xs, a: out.fill_(typed_number(a["value"], a["dtype"])),
+    "arange": lambda out, xs, a: torch.arange(*(typed_number(a[k], a["dtype"])
                                                 for k in ("start", "end", "step")), out=out),
 }
 
@@ -200,7 +200,7 @@ def _prepared_inputs(node: Node, xs: list[Any], out_dtype: torch.dtype) -> dict[
     if op in BINARY:
         x, y = xs
         if not isinstance(x, torch.Tensor):  # exactly the reference's own stand-in
-            prep[0] = torch.scalar_tensor(x, dtype=_weak_dtype(x, y))
+            prep[0] = torch.scalar_tensor(x, dtype=weak_scalar_dtype(x, y))
         elif not isinstance(y, torch.Tensor) and op != "pow":  # pow(x, number): no wrapper
             common = torch.result_type(x, y)
             if _exact_scalar_dtype(common):

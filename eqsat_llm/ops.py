@@ -169,7 +169,9 @@ def _leaf_type(_: list[TensorType], a: dict[str, Any]) -> TensorType:
     raise GraphError("leaf nodes (input/param/const) are appended with their type")
 
 
-def _number(v: float, dtype: str) -> float | int:
+def typed_number(v: float, dtype: str) -> float | int:
+    """An attribute's number as the Python type of `dtype`'s values (float or int): what
+    full/arange pass to torch (shared with the planned runtime)."""
     return v if dtype_of(dtype).is_floating_point else int(v)
 
 
@@ -184,13 +186,13 @@ register("scalar", 0, "value:float kind:str", category="source", shape="scalar",
          dtype="scalar", ref=lambda xs, a: _scalar_value(a), infer=_scalar_type)
 register("full", 0, "shape:ints value:float dtype:str", category="source", shape="attr",
          dtype="attr",
-         ref=lambda xs, a: torch.full(a["shape"], _number(a["value"], a["dtype"]),
+         ref=lambda xs, a: torch.full(a["shape"], typed_number(a["value"], a["dtype"]),
                                       dtype=dtype_of(a["dtype"])))
 register("arange", 0, "start:float end:float step:float dtype:str", category="source",
          shape="given", dtype="attr",
-         ref=lambda xs, a: torch.arange(_number(a["start"], a["dtype"]),
-                                        _number(a["end"], a["dtype"]),
-                                        _number(a["step"], a["dtype"]),
+         ref=lambda xs, a: torch.arange(typed_number(a["start"], a["dtype"]),
+                                        typed_number(a["end"], a["dtype"]),
+                                        typed_number(a["step"], a["dtype"]),
                                         dtype=dtype_of(a["dtype"])))
 
 # --- layout: views and copies that move data but compute nothing -------------------------
@@ -287,12 +289,14 @@ def _binary(fn: Callable[..., Any]) -> Callable[[list[Any], dict[str, Any]], Any
     def ref(xs: list[Any], a: dict[str, Any]) -> Any:
         x, y = xs
         if not isinstance(x, torch.Tensor):  # scalar first: let torch promote as in eager
-            return fn(torch.scalar_tensor(x, dtype=_weak_dtype(x, y)), y)
+            return fn(torch.scalar_tensor(x, dtype=weak_scalar_dtype(x, y)), y)
         return fn(x, y)
     return ref
 
 
-def _weak_dtype(x: Any, y: Any) -> torch.dtype:
+def weak_scalar_dtype(x: Any, y: Any) -> torch.dtype:
+    """The dtype a Python number `x` takes next to `y` in a binary op, as torch promotes it
+    (shared with the planned runtime)."""
     if isinstance(y, torch.Tensor) and not (isinstance(x, float) and
                                             not y.dtype.is_floating_point):
         return y.dtype
