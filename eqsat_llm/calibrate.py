@@ -3,17 +3,15 @@
     eqsat-llm calibrate [--quick]        # -> main_calibrate(quick)
 
 The cache is one JSON file per machine (host name + CPU model + torch threads) under
-`$XDG_CACHE_HOME/eqsat-llm/` (default `~/.cache/eqsat-llm/`); `machine()` returns it, or
-`costmodel.DEFAULT` when this machine was never calibrated.
+`$XDG_CACHE_HOME/eqsat-llm/` (default `~/.cache/eqsat-llm/`; machine.py reads and writes it);
+`machine.machine_of_this_host()` returns it, or `machine.DEFAULT` when this machine was never
+calibrated.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import platform
-import re
 import statistics
 import time
 from collections.abc import Callable
@@ -22,52 +20,11 @@ from pathlib import Path
 
 import torch
 
-from .cache import base_dir, write_atomic
-from .costmodel import DEFAULT, EXP_FLOPS, CostError, Machine
+from .costmodel import EXP_FLOPS
 from .errors import EqsatError
 from .ir import Graph, TensorType
+from .machine import DEFAULT, Machine, machine_key, save
 from .ops import evaluate
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine_key() -> str:
-    """File-name-safe identity of this machine as the cost model sees it."""
-    raw = f"{platform.node()}-{cpu_model()}-{torch.get_num_threads()}t"
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_")
-
-
-def cache_path() -> Path:
-    return base_dir() / f"machine-{machine_key()}.json"
-
-
-def save(m: Machine) -> Path:
-    path = cache_path()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_atomic(path, (json.dumps(m.to_dict(), indent=2) + "\n").encode())
-    return path
-
-
-def load() -> Machine | None:
-    """The cached calibration of this machine, or None (also for an unreadable file)."""
-    try:
-        return Machine.from_dict(json.loads(cache_path().read_text()))
-    except (OSError, ValueError, TypeError, CostError):
-        return None
-
-
-def machine() -> Machine:
-    """The machine the cost model should use: the cached calibration, else DEFAULT."""
-    return load() or DEFAULT
-
 
 # --------------------------------------------------------------------------- measuring
 

@@ -25,3 +25,8 @@ class RuleError(EqsatError):
 class MemoryLimitError(EqsatError, MemoryError):
     """A program would need more memory than is available (memcheck.py): refused before any of
     it was allocated."""
+
+
+class CostError(EqsatError):
+    """An e-node cannot be costed: an unknown op, an op without a cost entry, or bad types
+    (also a machine description the cost model cannot read)."""

@@ -4,16 +4,10 @@ import math
 import pytest
 
 from eqsat_llm import calibrate as cal
-from eqsat_llm.costmodel import (
-    DEFAULT,
-    KIND,
-    VECTOR_WEIGHT,
-    CostError,
-    CostModel,
-    Machine,
-    element_bytes,
-)
+from eqsat_llm import machine as host
+from eqsat_llm.costmodel import KIND, VECTOR_WEIGHT, CostError, CostModel, element_bytes
 from eqsat_llm.ir import TensorType
+from eqsat_llm.machine import DEFAULT, Machine
 from eqsat_llm.ops import REGISTRY, OpDef, get_op
 
 
@@ -203,21 +197,21 @@ def test_calibrate_quick_gives_positive_finite_numbers():
 
 def test_save_load_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert cal.load() is None and cal.machine() == DEFAULT
+    assert host.load() is None and host.machine_of_this_host() == DEFAULT
     m = Machine(**{**DEFAULT.to_dict(), "name": "test", "gemm_flops": 1.5e11})
-    path = cal.save(m)
+    path = host.save(m)
     assert path.parent == tmp_path / "eqsat-llm" and path.exists()
-    assert cal.load() == m and cal.machine() == m
+    assert host.load() == m and host.machine_of_this_host() == m
     assert CostModel().machine == m  # the default model uses the cached machine
     # an older file without the optional fields still loads; a broken one is ignored
     d = m.to_dict()
     del d["gemm_overhead"]
     path.write_text(json.dumps(d))
-    assert cal.load() == m.__class__(**{**d, "gemm_overhead": DEFAULT.gemm_overhead})
+    assert host.load() == m.__class__(**{**d, "gemm_overhead": DEFAULT.gemm_overhead})
     path.write_text("{not json")
-    assert cal.load() is None and cal.machine() == DEFAULT
+    assert host.load() is None and host.machine_of_this_host() == DEFAULT
     path.write_text(json.dumps({"name": "x"}))
-    assert cal.load() is None
+    assert host.load() is None
 
 
 def test_main_calibrate_prints_and_saves(tmp_path, monkeypatch, capsys):
@@ -230,12 +224,12 @@ def test_main_calibrate_prints_and_saves(tmp_path, monkeypatch, capsys):
     assert cal.main_calibrate(quick=True) == 0
     out = capsys.readouterr().out
     assert "GFLOP/s" in out and "saved to" in out
-    assert cal.load() == DEFAULT
-    cal.cache_path().unlink()
+    assert host.load() == DEFAULT
+    host.cache_path().unlink()
     monkeypatch.setattr(cal.CpuShare, "others", lambda self: 0.9)  # a busy machine
     assert cal.main_calibrate(quick=True) == 1
-    assert "not saved" in capsys.readouterr().out and cal.load() is None
-    assert cal.main_calibrate(quick=True, force=True) == 0 and cal.load() == DEFAULT
+    assert "not saved" in capsys.readouterr().out and host.load() is None
+    assert cal.main_calibrate(quick=True, force=True) == 0 and host.load() == DEFAULT
 
 
 def test_cpu_share_is_a_fraction():

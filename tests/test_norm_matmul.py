@@ -11,8 +11,9 @@ from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.codegen.planned import PlannedRuntime
-from eqsat_llm.costmodel import DEFAULT, CostModel
+from eqsat_llm.costmodel import CostModel
 from eqsat_llm.ir import Graph, TensorType
+from eqsat_llm.machine import DEFAULT
 from eqsat_llm.ops import GEMM_DEFAULTS, add_gemm, evaluate
 from eqsat_llm.rulebook import resolve
 from eqsat_llm.rulecheck import check_rule
@@ -36,6 +37,7 @@ def test_reference_is_exactly_the_pair():
         assert torch.equal(pair, fused)
 
 
+@pytest.mark.slow  # (test_rulecheck checks every library rule on 3 instances by default)
 def test_rule_passes_the_checker():
     rule = next(r for r in resolve(["fusion"]) if r.name == "rms-norm-matmul")
     result = check_rule(rule, instances=20)
