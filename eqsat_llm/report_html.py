@@ -234,7 +234,8 @@ def inputs_cell(k: dict[str, Any], row_ids: set[int]) -> str:
     cells = []
     for t, i in zip(types, operands):
         ref = ("" if i is None or t.startswith("py_") else
-               f'<a href="#kernel-{i}">%{i}</a> ' if i in row_ids else f'<span class="dim">%{i}</span> ')
+               f'<a href="#kernel-{i}">%{i}</a> ' if i in row_ids else
+               f'<span class="dim">%{i}</span> ')
         cells.append(f'<span class="nw">{ref}{fmt_type(t)}</span>')
     return "<br>".join(cells)
 
@@ -821,7 +822,8 @@ th{background:#eee;position:sticky;top:30px}
 table.summary td:first-child{font-weight:bold;white-space:nowrap}
 table.kernels tr.off td{background:#fde2e2}
 table.alts tr.chosen td{background:#e2f0d9}
-code{font-size:12px}table.kernels code,.nw{white-space:nowrap}.dim{color:#777}.caption{max-width:1000px}
+code{font-size:12px}table.kernels code,.nw{white-space:nowrap}.dim{color:#777}
+.caption{max-width:1000px}
 .badge{font-size:10px;border-radius:3px;padding:0 4px;margin-left:4px;color:#fff}
 .badge.compute{background:#c55a11}.badge.memory{background:#2e75b6}
 .badge.overhead{background:#7f6000}.badge.free{background:#999}

@@ -40,7 +40,8 @@ def compiler() -> str | None:
 @cache
 def _compiler_id(cc: str) -> str:
     try:
-        out = subprocess.run([cc, "--version"], check=False, capture_output=True, text=True, timeout=30)
+        out = subprocess.run([cc, "--version"], check=False, capture_output=True, text=True,
+                             timeout=30)
         return out.stdout.split("\n")[0]
     except (OSError, subprocess.SubprocessError):
         return cc

@@ -162,8 +162,8 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
     lay = build_layout(graph, plan)
     refs = lay.refs
     out_refs = [refs[nid] if plan.kinds[nid] == OUTPUT else
-                Ref("OUT", k, 0, refs[nid].shape, contiguous_strides(refs[nid].shape), refs[nid].dtype,
-                    root=nid)
+                Ref("OUT", k, 0, refs[nid].shape, contiguous_strides(refs[nid].shape),
+                    refs[nid].dtype, root=nid)
                 for k, nid in enumerate(lay.outputs)]
     parts: list[tuple[Kernel, str]] = []
     torch_at: list[tuple[int, int]] = []  # (kernels emitted before it, node) per torch step
