@@ -30,8 +30,8 @@ def test_random_models_match_eager_on_every_cpu_backend(seed):
 @pytest.mark.skipif("triton" not in available_backends(), reason="no Triton")
 @pytest.mark.parametrize("seed", [100])
 def test_random_models_match_eager_on_triton(seed):
-    result = fuzz(12, seed, ["triton"], max_steps=4)
-    assert result.models >= 12
+    result = fuzz(6, seed, ["triton"], max_steps=4)  # (the slow set runs 100 more)
+    assert result.models >= 6
     assert not result.found, result.summary()
 
 
