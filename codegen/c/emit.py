@@ -58,6 +58,10 @@ ROW_OPS = frozenset({"rms_norm", "layer_norm", "softmax", "log_softmax"})
 SUPPORTED_OPS = (frozenset({"input", "param", "const", "scalar", "cat", "attention",
                             "embedding", "full", "rope", "gemm"})
                  | VIEW_OPS | ELEMENTWISE_OPS | MATMUL_OPS | ROW_OPS | REDUCE_OPS | GATHER_OPS)
+# Registry ops C runs as torch steps by design (tests/test_registry.py: every op is generated
+# or listed here): a captured call outside the registry; a tuple's element; torch's sdpa,
+# which the fusion rules turn into `attention` wherever its mask and shapes allow.
+TORCH_STEP_OPS = frozenset({"fallback", "getitem", "sdpa", "sdpa_masked"})
 
 KernelHook = Callable[[str, str], str]
 

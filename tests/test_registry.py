@@ -1,0 +1,52 @@
+"""Every op of the registry is complete: priced by the cost model, given a meaning, and run
+by every backend, as a generated kernel or as a torch step the backend declares. Adding an
+op that one of them does not know fails here, naming the op and the place to declare it."""
+
+import pytest
+
+from eqsat_llm.codegen.c import emit as c_emit
+from eqsat_llm.codegen.triton import program as triton_program
+from eqsat_llm.costmodel import KIND
+from eqsat_llm.ir import VALUE_LEAVES
+from eqsat_llm.ops import REGISTRY
+
+# always constant, so evaluated at compile time (fold.py): no backend runs them
+FOLDED = frozenset(op for op, kind in KIND.items() if kind == "fold")
+BACKENDS = {"c": c_emit, "triton": triton_program}
+
+
+def test_every_op_is_priced():
+    assert sorted(set(REGISTRY) - set(KIND)) == [], "add a KIND entry in costmodel.py"
+
+
+def test_every_op_has_a_meaning():
+    """Reference semantics, the meaning tests and the rule checker evaluate (the leaves and a
+    captured fallback call carry theirs as values and attributes)."""
+    unmeant = [op for op, d in REGISTRY.items()
+               if d.reference is None and op not in VALUE_LEAVES | {"fallback"}]
+    assert unmeant == [], "register it with ref=... in ops.py"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_op_is_generated_or_a_declared_torch_step(backend):
+    module = BACKENDS[backend]
+    generated, in_torch = module.SUPPORTED_OPS, module.TORCH_STEP_OPS
+    needed = set(REGISTRY) - FOLDED - VALUE_LEAVES
+    assert sorted(needed - generated - in_torch) == [], (
+        f"the {backend} backend neither generates these ops nor lists them in "
+        f"{module.__name__}.TORCH_STEP_OPS")
+    assert sorted(generated & in_torch) == [], "an op is generated and a torch step at once"
+    assert sorted(in_torch - set(REGISTRY)) == []
+
+
+def test_a_new_op_nobody_knows_is_reported_by_each_check(monkeypatch):
+    from eqsat_llm.ops import OpDef
+
+    monkeypatch.setitem(REGISTRY, "newop", OpDef("newop", 1, (), None, "elementwise", "same",
+                                                 "same"))
+    for check in (test_every_op_is_priced, test_every_op_has_a_meaning):
+        with pytest.raises(AssertionError):
+            check()
+    for backend in BACKENDS:
+        with pytest.raises(AssertionError, match="TORCH_STEP_OPS"):
+            test_every_op_is_generated_or_a_declared_torch_step(backend)
