@@ -244,8 +244,10 @@ class CpuShare:
 
     @staticmethod
     def _own() -> float:
+        """This process's CPU time and its finished children's (the C compiler a profiling
+        build runs is not another process's load)."""
         t = os.times()
-        return t.user + t.system
+        return t.user + t.system + t.children_user + t.children_system
 
     def others(self) -> float | None:
         """Fraction of all CPUs' time that other processes used, or None if unknown."""
