@@ -37,14 +37,6 @@ class ReferenceRuntime:
                                 default=-1)
 
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        values = self._execute(inputs, keep_all=False)
-        return [values[i] for i in self.graph.outputs]
-
-    def run_all(self, inputs: list[torch.Tensor]) -> dict[int, Any]:
-        """Every live node's value (for profiling and debugging)."""
-        return self._execute(inputs, keep_all=True)
-
-    def _execute(self, inputs: list[torch.Tensor], keep_all: bool) -> dict[int, Any]:
         if len(inputs) < self.n_inputs:
             raise GraphError(f"the program reads {self.n_inputs} inputs, got {len(inputs)}")
         values: dict[int, Any] = {}
@@ -60,7 +52,6 @@ class ReferenceRuntime:
                     values[node.id] = run_fallback(node.attrs, xs)
                 else:
                     values[node.id] = evaluate(node.op, xs, node.attrs)
-            if not keep_all:
-                for i in self.free_after[pos]:
-                    del values[i]
-        return values
+            for i in self.free_after[pos]:
+                del values[i]
+        return [values[i] for i in self.graph.outputs]
