@@ -209,13 +209,6 @@ def _decompositions() -> dict:
     return table
 
 
-def capture(model: Any, example_inputs: tuple, example_kwargs: dict | None = None) -> Captured:
-    from .stamping import capture_stamped  # repeated layers traced once, when they can be
-
-    return capture_stamped(model, example_inputs, example_kwargs) or \
-        capture_plain(model, example_inputs, example_kwargs)
-
-
 def capture_plain(model: Any, example_inputs: tuple,
                   example_kwargs: dict | None = None) -> Captured:
     """Every op of the model traced (no layer stamped)."""

@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-from eqsat_llm.frontend import capture
+from eqsat_llm.capture import capture
 from eqsat_llm.ir import Graph, TensorType
 from eqsat_llm.workloads import WORKLOADS
 

@@ -32,7 +32,7 @@ def test_every_registered_op_has_a_cost_entry():
 
 def test_every_node_of_a_captured_and_an_optimized_graph_is_costed():
     from eqsat_llm.api import optimize_graph
-    from eqsat_llm.frontend import capture
+    from eqsat_llm.capture import capture
     from eqsat_llm.rulebook import resolve
     from eqsat_llm.workloads import llama_block_case
 

@@ -262,7 +262,7 @@ def test_workload_plan_is_tight_and_runs_identically(workload, stage):
 @pytest.mark.slow
 def test_stacked_blocks_plan_is_tight_and_runs():
     # (its time is benchmarks/memory_plan.py's to measure, not a test's)
-    from eqsat_llm.frontend import capture
+    from eqsat_llm.capture import capture
     from eqsat_llm.workloads import stacked_llama_blocks
 
     x = torch.randn(1, 16, 512)
@@ -357,7 +357,7 @@ def test_writers_are_bit_identical_in_place(op):
 
 
 def test_fallback_is_copied_in():
-    from eqsat_llm.frontend import capture
+    from eqsat_llm.capture import capture
 
     from .test_fallback import SpectralMix
 

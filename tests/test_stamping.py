@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 from eqsat_llm import optimize, stamping
-from eqsat_llm.frontend import capture, capture_plain
+from eqsat_llm.capture import capture
+from eqsat_llm.frontend import capture_plain
 from eqsat_llm.workloads import LlamaBlock, stacked_llama_blocks
 
 SMALL = {"d_model": 64, "n_heads": 2, "ffn": 128}
