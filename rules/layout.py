@@ -6,7 +6,7 @@ bmm, view after it, permute of each weight); these rules merge and cancel them.
 
 from egglog import Vec, eq, f64, i64, rewrite
 
-from eqsat_llm.egraph.analysis import gather, iota
+from eqsat_llm.egraph.analysis import iota, vec_gather
 from eqsat_llm.egraph.language import E, Tensor, shape
 from eqsat_llm.rulebook import exact, family, guarded
 
@@ -19,7 +19,7 @@ def layout(x: Tensor, y: Tensor, s: Vec[i64], t: Vec[i64], p: Vec[i64], q: Vec[i
     yield exact("expand-noop", guarded(E.expand(x, s), x, eq(shape(x)).to(s)))
     yield exact("clone-noop", rewrite(E.clone(x)).to(x))
     yield exact("permute-permute",
-                guarded(E.permute(E.permute(x, p), q), E.permute(x, r), eq(r).to(gather(p, q))))
+                guarded(E.permute(E.permute(x, p), q), E.permute(x, r), eq(r).to(vec_gather(p, q))))
     yield exact("permute-identity", guarded(E.permute(x, p), x, eq(p).to(iota(p.length()))))
     yield exact("transpose-as-permute",
                 guarded(E.transpose(x, d, e), E.permute(x, r.set(d, e).set(e, d)),

@@ -73,8 +73,6 @@ def vec_gather(s: Vec[i64], idx: Vec[i64]) -> Vec[i64]:
     """Elements of s at the positions idx."""
 
 
-gather = vec_gather  # the name the layout rules use
-
 
 # reduce(s, dims, keep): s with the dims in `dims` dropped (keep=0) or set to 1 (keep=1)
 reduce_step = relation("reduce_step", Vec[i64], Vec[i64], i64, i64, Vec[i64])
