@@ -171,7 +171,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_report_diff(args: argparse.Namespace) -> int:
-    """What changed between two saved reports (`optimize --json`)."""
+    """What changed between two saved reports (`optimize --json`, `generate --json`)."""
+    from .errors import EqsatError
     from .explain import diff
 
     reports = []
@@ -184,6 +185,9 @@ def cmd_report_diff(args: argparse.Namespace) -> int:
             return 2
     try:
         print(diff(reports[0], reports[1], (args.a, args.b)))
+    except EqsatError as exc:
+        print(f"eqsat-llm report diff: {exc}", file=sys.stderr)
+        return 2
     except KeyError as exc:
         print(f"eqsat-llm report diff: {args.a} or {args.b} is not an eqsat-llm report "
               f"(no key {exc})", file=sys.stderr)
@@ -217,6 +221,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(f"compiled in {gen.report.compile_seconds:.1f} s", flush=True)
     if args.report:
         print(gen.report.summary())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(gen.report.to_dict(), f, indent=1, default=str)
+        print(f"report (both programs) written to {args.json}")
     runs = []
     for _ in range(args.repeat):
         out = gen.generate(ids, args.new_tokens)
@@ -358,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--eager", action="store_true",
                      help="also run transformers' generate and compare tokens and speed")
     gen.add_argument("--report", action="store_true", help="print the Generator's report")
+    gen.add_argument("--json", metavar="OUT.json", help="write the report of both programs "
+                     "(prefill, decode) as JSON, for `explain` and `report diff`")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--threads", type=int, default=2)
     gen.add_argument("--verbose", action="store_true")

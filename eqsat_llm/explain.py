@@ -29,10 +29,23 @@ def find_kernels(report: dict[str, Any], query: int | str) -> list[dict[str, Any
     return found
 
 
+def programs(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The programs a report describes: one (optimize()'s), or a Generator's prefill and
+    decode programs, by name."""
+    if "kernels" in report or "prefill" not in report:
+        return [("", report)]
+    return [("prefill", report["prefill"]), ("decode", report["decode"])]
+
+
 def explain(report: dict[str, Any], query: int | str) -> str:
     """Each kernel the query names: what it computes, what it costs (predicted, and measured
-    when profiled), the rules that built it, and what it was chosen over, by how much."""
-    return "\n\n".join(_kernel_text(k) for k in find_kernels(report, query))
+    when profiled), the rules that built it, and what it was chosen over, by how much. A
+    Generator's report: in each of its programs."""
+    parts = []
+    for name, program in programs(report):
+        text = "\n\n".join(_kernel_text(k) for k in find_kernels(program, query))
+        parts.append(f"## {name} program\n{text}" if name else text)
+    return "\n\n".join(parts)
 
 
 def _kernel_text(k: dict[str, Any]) -> str:
@@ -95,7 +108,18 @@ def _delta_text(delta: float | None) -> str:
 
 def diff(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] = ("A", "B")) -> str:
     """What changed from report `a` to report `b`: predicted cost, kernels (by label and
-    output type), rules fired and used, e-graph size, and measured error when profiled."""
+    output type), rules fired and used, e-graph size, and measured error when profiled.
+    Two Generator reports: program by program."""
+    pa, pb = programs(a), programs(b)
+    if [n for n, _ in pa] != [n for n, _ in pb]:
+        raise EqsatError("one report is a Generator's (prefill and decode), the other not")
+    if len(pa) > 1:
+        return "\n\n".join(f"## {name} program\n" + _program_diff(x, y, names)
+                           for (name, x), (_, y) in zip(pa, pb))
+    return _program_diff(a, b, names)
+
+
+def _program_diff(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) -> str:
     lines = [f"report diff: {names[0]} -> {names[1]}"]
     lines.append(f"predicted cost: {fmt_us(a['cost_after'])} -> {fmt_us(b['cost_after'])} "
                  f"({_signed(b['cost_after'] - a['cost_after'])}); captured program "

@@ -40,13 +40,20 @@ def test_demo_checks_against_eager(capsys):
     assert "max |eqsat - eager|" in out and "x eager" in out and "rules fired" in out
 
 
-def test_generate_prints_tokens_per_second_beside_eager(capsys):
+def test_generate_prints_tokens_per_second_beside_eager(capsys, tmp_path):
+    saved = tmp_path / "gen.json"
     assert main(["generate", "gpt2", "--prompt-len", "6", "--new-tokens", "4", "--chunk", "4",
-                 "--repeat", "1", "--eager", "--report"]) == 0
+                 "--repeat", "1", "--eager", "--report", "--json", str(saved)]) == 0
     out = capsys.readouterr().out
     assert "decode program (1 token)" in out and "KV cache" in out
     assert re.search(r"eqsat-llm: prompt 6 x 1 in [\d.]+ ms, 4 new tokens, .* tokens/s", out)
     assert re.search(r"transformers eager generate: [\d.]+ tokens/s .*tokens match", out), out
+    # both programs' reports, in the format optimize() gives: explained and diffed per program
+    assert main(["explain", str(saved), "--op", "attention"]) == 0
+    out = capsys.readouterr().out
+    assert "## prefill program\n%" in out and "## decode program\n%" in out
+    assert main(["report", "diff", str(saved), str(saved)]) == 0
+    assert capsys.readouterr().out.count("kernels: the same") == 2
 
 
 def test_generate_names_an_unknown_model():

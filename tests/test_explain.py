@@ -233,3 +233,9 @@ def test_summary_and_diff_of_a_profile_that_timed_nothing(prefill):
                       "total_predicted_us": 0.0, "total_measured_us": None}
     assert "nothing timed: Triton's interpreter" in report.summary()
     assert "kernels: the same" in diff(report.to_dict(), report.to_dict())
+
+
+def test_diff_refuses_a_generator_report_against_a_single_program(prefill):
+    one = prefill.report.to_dict()
+    with pytest.raises(EqsatError, match="Generator's"):
+        diff({"prefill": one, "decode": one}, one)
