@@ -44,17 +44,20 @@ class ProgramChoices:
         order = reachable_classes(egraph, self.choices, roots)  # children before parents
         self.order = {cls: k for k, cls in enumerate(order)}
         self.refs: dict[str, int] = {}  # class -> uses by chosen nodes (and as a root)
+        self.users: dict[str, list[str]] = {}  # class -> the classes whose chosen node reads it
         for cls in roots:
             self.refs[cls] = self.refs.get(cls, 0) + 1
         for cls in order:
-            for child in egraph.nodes[self.choices[cls]].children:
+            children = egraph.nodes[self.choices[cls]].children
+            for child in children:
                 self.refs[child] = self.refs.get(child, 0) + 1
+            for child in dict.fromkeys(children):
+                self.users.setdefault(child, []).append(cls)
         self.cheapest, _ = cheapest_trees(egraph, node_cost)
 
     def consumers(self, cls: str) -> list[str]:
-        """The program's classes whose chosen node reads `cls`."""
-        return [c for c in self.order
-                if cls in self.egraph.nodes[self.choices[c]].children]
+        """The program's classes whose chosen node reads `cls` (in the program's order)."""
+        return self.users.get(cls, [])
 
     def delta(self, changes: Mapping[str, str]) -> float | None:
         """The program's cost change when each class of `changes` chooses the given node

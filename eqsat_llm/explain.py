@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 from .errors import EqsatError
-from .units import fmt_bytes, fmt_count, fmt_us
+from .units import fmt_bytes, fmt_count, fmt_signed_us, fmt_us
 
 
 def find_kernels(report: dict[str, Any], query: int | str) -> list[dict[str, Any]]:
@@ -122,7 +122,7 @@ def diff(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str] = ("A", "B
 def _program_diff(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) -> str:
     lines = [f"report diff: {names[0]} -> {names[1]}"]
     lines.append(f"predicted cost: {fmt_us(a['cost_after'])} -> {fmt_us(b['cost_after'])} "
-                 f"({_signed(b['cost_after'] - a['cost_after'])}); captured program "
+                 f"({fmt_signed_us(b['cost_after'] - a['cost_after'])}); captured program "
                  f"{fmt_us(a['cost_before'])} -> {fmt_us(b['cost_before'])}")
     lines.append(f"nodes: {a['nodes_after']} -> {b['nodes_after']}; e-graph "
                  f"{a['enodes']} -> {b['enodes']} nodes, stopped: {a['stop_reason']} -> "
@@ -159,7 +159,7 @@ def _kernel_diff(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:
             lines.append(f"  {'+' if nb > na else '-'} {key}: {na} -> {nb} "
                          f"({fmt_us(ca)} -> {fmt_us(cb)})")
         elif abs(cb - ca) > 1e-3 * max(ca, cb, 1e-9):
-            lines.append(f"  ~ {key}: {fmt_us(ca)} -> {fmt_us(cb)} ({_signed(cb - ca)})")
+            lines.append(f"  ~ {key}: {fmt_us(ca)} -> {fmt_us(cb)} ({fmt_signed_us(cb - ca)})")
     return ["kernels:" if lines else "kernels: the same", *lines]
 
 
@@ -187,6 +187,3 @@ def _rule_state(r: dict[str, Any] | None) -> str:
         return "did not fire"
     return f"{r['matches']} matches, {'used' if r['used'] else 'not used'}"
 
-
-def _signed(us: float) -> str:
-    return f"{'+' if us >= 0 else '-'}{fmt_us(abs(us))}"

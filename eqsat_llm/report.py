@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .units import fmt_bytes, fmt_seconds, fmt_us
+from .units import fmt_bytes, fmt_seconds, fmt_signed_us, fmt_us
 
 
 def memory_summary(plan: Any, copy_in_ops: Any) -> dict[str, Any]:
@@ -185,17 +185,14 @@ def _decision_lines(kernels: list[dict[str, Any]]) -> list[str]:
              "report.explain(kernel) tells more):")]
     for k in chosen[:DECISIONS_SHOWN]:
         deltas = [a["delta_us"] for a in k["alternatives"] if a["delta_us"] is not None]
-        margin = f"margin {_signed(min(deltas))}" if deltas else "no acyclic alternative"
+        margin = f"margin {fmt_signed_us(min(deltas))}" if deltas else "no acyclic alternative"
         share = k.get("sharing")
         if share:
             margin += (f"; shared by {len(share['consumers'])}, not sharing "
-                       f"{_signed(share['unshared_delta_us'])}")
+                       f"{fmt_signed_us(share['unshared_delta_us'])}")
         lines.append(f"  %{k['id']:<5}{k['label']:<20}{fmt_us(k['predicted_us']):>9}  "
                      f"{k['alternatives_total']} alternatives, {margin}")
     if len(chosen) > DECISIONS_SHOWN:
         lines.append(f"  ... and {len(chosen) - DECISIONS_SHOWN} more kernels with alternatives")
     return lines
 
-
-def _signed(us: float) -> str:
-    return f"{'+' if us >= 0 else '-'}{fmt_us(abs(us))}"

@@ -27,7 +27,7 @@ from .costmodel import CostError, nbytes
 from .ir import VALUE_LEAVES, Graph, Node, TensorType, node_label
 from .ops import REGISTRY
 from .profile import FLAG_RATIO  # off by more than this factor: flagged, in red
-from .units import fmt_bytes, fmt_count, fmt_seconds, fmt_us
+from .units import fmt_bytes, fmt_count, fmt_seconds, fmt_signed_us, fmt_us
 
 SECTIONS = (("summary", "Summary"), ("kernels", "Kernels"), ("decisions", "Decisions"),
             ("accuracy", "Predicted against measured"), ("rules", "Rules"),
@@ -80,9 +80,7 @@ def fmt_ratio(ratio: float | None) -> str:
 
 
 def fmt_delta(us: float | None) -> str:
-    if us is None:
-        return "cycle"
-    return ("+" if us >= 0 else "-") + fmt_us(abs(us))
+    return "cycle" if us is None else fmt_signed_us(us)
 
 
 def margin(alternatives: list[dict[str, Any]]) -> float | None:

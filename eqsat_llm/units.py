@@ -34,6 +34,11 @@ def fmt_us(us: float | None) -> str:
     return "-" if us is None else _scaled(us, _MICROS)
 
 
+def fmt_signed_us(us: float) -> str:
+    """A change of time given in microseconds, signed: 3.38 -> "+3.38 us", -1500 -> "-1.5 ms"."""
+    return ("+" if us >= 0 else "-") + fmt_us(abs(us))
+
+
 def fmt_seconds(s: float | None) -> str:
     """A time given in seconds, in the same units as fmt_us."""
     return "-" if s is None else fmt_us(s * 1e6)
