@@ -44,11 +44,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from eqsat_llm.calibrate import CpuShare, calibrate_checked, time_call
-from eqsat_llm.costmodel import CostModel
+from eqsat_llm.extraction.calibrate import CpuShare, calibrate_checked, time_call
+from eqsat_llm.extraction.costmodel import CostModel
+from eqsat_llm.extraction.machine import Machine, cache_path, cpu_model, load, save
+from eqsat_llm.extraction.machine import machine_of_this_host as machine
 from eqsat_llm.ir import TensorType, dtype_of
-from eqsat_llm.machine import Machine, cache_path, cpu_model, load, save
-from eqsat_llm.machine import machine_of_this_host as machine
 from eqsat_llm.ops import WEAK_DTYPES, evaluate, get_op
 from eqsat_llm.profile import FLAG_RATIO
 

@@ -12,7 +12,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from eqsat_llm import extract as ex
+from eqsat_llm.extraction import extract as ex
 
 GYM = Path(__file__).resolve().parents[2] / "shared" / "extraction-gym"
 SECTION = "## Extraction on the extraction-gym e-graphs"
@@ -21,7 +21,7 @@ SECTION = "## Extraction on the extraction-gym e-graphs"
 def methods(time_limit: float) -> dict:
     table = {"tree": ex.extract_tree_greedy, "dag": ex.extract_dag_greedy}
     try:
-        from eqsat_llm.ilp import extract_ilp
+        from eqsat_llm.extraction.ilp import extract_ilp
     except ImportError:
         return table
     table["ilp"] = lambda g: extract_ilp(g, time_limit=time_limit)

@@ -14,20 +14,20 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from . import extract as extractors
 from .alternatives import ProgramChoices
 from .capture import capture
-from .cost import enode_cost_fn, program_cost
-from .costmodel import CostModel
 from .decisions import Decisions, kernel_entries
 from .egraph.analysis import analysis
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import declared, encode, let_name
 from .errors import EqsatError, RuleError
+from .extraction import extract as extractors
+from .extraction.cost import enode_cost_fn, program_cost
+from .extraction.costmodel import CostModel
+from .extraction.ilp import extract_ilp
 from .fold import KEEP, Folded, const_classes, fold_constants
 from .frontend import Captured
 from .half import compute_in_float32, has_half
-from .ilp import extract_ilp
 from .ir import Graph, TensorType, dtype_of
 from .memcheck import check_fits, fold_bytes
 from .meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity

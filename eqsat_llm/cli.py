@@ -258,7 +258,7 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .calibrate import main_calibrate
+    from .extraction.calibrate import main_calibrate
 
     return main_calibrate(args.quick, args.force)
 
@@ -275,8 +275,8 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from . import extract as ex
-    from .ilp import extract_ilp
+    from .extraction import extract as ex
+    from .extraction.ilp import extract_ilp
 
     methods = {"tree": ex.extract_tree_greedy, "dag": ex.extract_dag_greedy,
                "ilp": lambda g: extract_ilp(g, time_limit=args.time_limit)}

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .calibrate import CpuShare
-from .costmodel import KIND, CostError, CostModel, KernelCost
 from .errors import EqsatError
+from .extraction.calibrate import CpuShare
+from .extraction.costmodel import KIND, CostError, CostModel, KernelCost
 from .ir import VALUE_LEAVES, Graph, Node, TensorType, node_label
 
 # a kernel whose measured time is off the prediction by more than this factor is flagged

@@ -22,8 +22,8 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
-from .cost import constant_nodes
-from .costmodel import CostError, nbytes
+from .extraction.cost import constant_nodes
+from .extraction.costmodel import CostError, nbytes
 from .ir import VALUE_LEAVES, Graph, Node, TensorType, node_label
 from .ops import REGISTRY
 from .profile import FLAG_RATIO  # off by more than this factor: flagged, in red

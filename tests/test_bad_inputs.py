@@ -22,9 +22,9 @@ from eqsat_llm import (
     RuleError,
     optimize,
 )
-from eqsat_llm import extract as ex
 from eqsat_llm.api import BackendFallbackWarning
-from eqsat_llm.ilp import extract_ilp
+from eqsat_llm.extraction import extract as ex
+from eqsat_llm.extraction.ilp import extract_ilp
 from eqsat_llm.rulecheck import load_rules_from
 
 BACKENDS = ("c", "reference")

@@ -3,11 +3,11 @@ import math
 
 import pytest
 
-from eqsat_llm import calibrate as cal
-from eqsat_llm import machine as host
-from eqsat_llm.costmodel import KIND, VECTOR_WEIGHT, CostError, CostModel, element_bytes
+from eqsat_llm.extraction import calibrate as cal
+from eqsat_llm.extraction import machine as host
+from eqsat_llm.extraction.costmodel import KIND, VECTOR_WEIGHT, CostError, CostModel, element_bytes
+from eqsat_llm.extraction.machine import DEFAULT, Machine
 from eqsat_llm.ir import TensorType
-from eqsat_llm.machine import DEFAULT, Machine
 from eqsat_llm.ops import REGISTRY, OpDef, get_op
 
 

@@ -12,10 +12,10 @@ from eqsat_llm.codegen import PlannedRuntime, ReferenceRuntime
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.blas import openblas_dir
 from eqsat_llm.codegen.c.build import compiler
-from eqsat_llm.costmodel import CostModel
 from eqsat_llm.egraph.analysis import analysis
 from eqsat_llm.egraph.encode import encode
 from eqsat_llm.egraph.language import shape
+from eqsat_llm.extraction.costmodel import CostModel
 from eqsat_llm.ir import Graph, TensorType
 from eqsat_llm.ops import GEMM_DEFAULTS as GEMM_ATTRS
 from eqsat_llm.ops import add_gemm, evaluate

@@ -17,7 +17,7 @@ from eqsat_llm.egraph.encode import declared, encode
 from eqsat_llm.egraph.language import E, Tensor
 from eqsat_llm.errors import EqsatError
 from eqsat_llm.explain import diff
-from eqsat_llm.extract import (
+from eqsat_llm.extraction.extract import (
     ExtractionError,
     cheapest_trees,
     dag_cost,

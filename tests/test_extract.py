@@ -1,4 +1,5 @@
-"""Tests for eqsat_llm.extract: loading, validity, costs and the two greedy extractors."""
+"""Tests for eqsat_llm.extraction.extract: loading, validity, costs and the two greedy
+extractors."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eqsat_llm.extract import (
+from eqsat_llm.extraction.extract import (
     EGraph,
     EGraphFormatError,
     ExtractionError,

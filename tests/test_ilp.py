@@ -6,14 +6,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eqsat_llm.extract import (
+from eqsat_llm.extraction.extract import (
     ExtractionError,
     check_extraction,
     dag_cost,
     extract_dag_greedy,
     load_egraph,
 )
-from eqsat_llm.ilp import extract_ilp
+from eqsat_llm.extraction.ilp import extract_ilp
 
 GYM = Path(__file__).resolve().parents[2] / "shared" / "extraction-gym"
 GYM_FILES = sorted(GYM.rglob("*.json"), key=lambda p: p.stat().st_size) if GYM.is_dir() else []

@@ -11,9 +11,9 @@ from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.codegen.planned import PlannedRuntime
-from eqsat_llm.costmodel import CostModel
+from eqsat_llm.extraction.costmodel import CostModel
+from eqsat_llm.extraction.machine import DEFAULT
 from eqsat_llm.ir import Graph, TensorType
-from eqsat_llm.machine import DEFAULT
 from eqsat_llm.ops import GEMM_DEFAULTS, add_gemm, evaluate
 from eqsat_llm.rulebook import resolve
 from eqsat_llm.rulecheck import check_rule

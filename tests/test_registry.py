@@ -6,7 +6,7 @@ import pytest
 
 from eqsat_llm.codegen.c import emit as c_emit
 from eqsat_llm.codegen.triton import program as triton_program
-from eqsat_llm.costmodel import KIND
+from eqsat_llm.extraction.costmodel import KIND
 from eqsat_llm.ir import VALUE_LEAVES
 from eqsat_llm.ops import REGISTRY
 

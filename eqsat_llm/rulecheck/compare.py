@@ -18,8 +18,13 @@ from ..egraph.analysis import analysis, dtype_facts
 from ..egraph.decode import decode, let_classes, program_view, serialize
 from ..egraph.encode import encode, let_name
 from ..errors import EncodeError, GraphError, RuleError
-from ..extract import EGraph as XGraph
-from ..extract import ExtractionError, extract_tree_greedy, load_egraph, reachable_classes
+from ..extraction.extract import EGraph as XGraph
+from ..extraction.extract import (
+    ExtractionError,
+    extract_tree_greedy,
+    load_egraph,
+    reachable_classes,
+)
 from ..ir import Graph
 from ..ops import REGISTRY
 from ..rulebook import Rule, as_ruleset

@@ -9,7 +9,7 @@ fused kernel is charged only for those. The working set (bytes read + written) s
 bandwidth: its first L2-sized part streams at L2 speed, the next at L3 speed, the rest at
 DRAM speed. Views compute nothing and cost nothing; leaves cost nothing.
 
-The machine's numbers (`machine.Machine`) come from `eqsat_llm.calibrate` (measured and cached
+The machine's numbers (`machine.Machine`) come from `calibrate` (measured and cached
 per machine) or the documented `machine.DEFAULT`.
 """
 
@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import CostError, EqsatError
-from .half import WEIGHT_FORMATS as HALF_FORMATS
-from .ir import TensorType, dtype_of
+from ..errors import CostError, EqsatError
+from ..half import WEIGHT_FORMATS as HALF_FORMATS
+from ..ir import TensorType, dtype_of
+from ..ops import ACTIVATIONS, REGISTRY, WEAK_DTYPES
+from ..quant_formats import DYNAMIC
+from ..sparse_formats import FORMATS as SPARSE_FORMATS
 from .machine import Machine, machine_of_this_host
-from .ops import ACTIVATIONS, REGISTRY, WEAK_DTYPES
-from .quant_formats import DYNAMIC
-from .sparse_formats import FORMATS as SPARSE_FORMATS
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,8 @@ class CostModel:
             raise CostError(f"cannot cost unknown op {op!r}: it is not in the op registry")
         kind = KIND.get(op)
         if kind is None:
-            raise CostError(f"op {op!r} has no cost entry: add it to eqsat_llm.costmodel.KIND "
+            raise CostError(f"op {op!r} has no cost entry: add it to "
+                            "eqsat_llm.extraction.costmodel.KIND "
                             "(and VECTOR_WEIGHT if it is vector work)")
         if kind in ("leaf", "view"):
             return FREE

@@ -14,7 +14,8 @@ a program from it here. Two greedy extractors are provided:
 Every algorithm here is iterative: e-graphs can be thousands of levels deep, far beyond
 Python's recursion limit.
 
-The building blocks the ILP extractor (:mod:`eqsat_llm.ilp`) shares with these are public:
+The building blocks the ILP extractor (:mod:`eqsat_llm.extraction.ilp`) shares with these are
+public:
 :func:`root_classes`, :func:`node_costs`, :func:`chosen_children`, :func:`chosen_cycles`,
 :func:`acyclic_worklist` and :func:`break_cycles`.
 """
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import EqsatError
+from ..errors import EqsatError
 
 __all__ = [
     "CostFn",

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
+from ..errors import EqsatError
+from ..ir import Graph, TensorType
+from ..ops import evaluate
 from .costmodel import EXP_FLOPS
-from .errors import EqsatError
-from .ir import Graph, TensorType
 from .machine import DEFAULT, Machine, machine_key, save
-from .ops import evaluate
 
 # --------------------------------------------------------------------------- measuring
 
@@ -107,7 +107,7 @@ class KernelProbe:
     the runtime's per-call work (ctypes, output tensors), which a program pays once."""
 
     def __init__(self, build: Build):
-        from .codegen.c import CRuntime
+        from ..codegen.c import CRuntime
 
         g = Graph()
         out, self.inputs = build(g)
@@ -136,7 +136,7 @@ def _kernel_probes(quick: bool) -> dict[str, tuple[KernelProbe, float]]:
     """Probes of the kernels the C backend generates (GEMMs against a packed constant
     weight, as a model's linear layers are; exp; a one-element add), or none when they
     cannot be built (no C compiler): the fused cost model prices these kernels."""
-    from .codegen.c import CCompileError
+    from ..codegen.c import CCompileError
 
     def mm(m: int, k: int, n: int) -> Build:
         def build(g: Graph) -> tuple[int, list[torch.Tensor]]:

@@ -364,7 +364,8 @@ def _add_rows(
 
 
 def _main(argv: list[str] | None = None) -> int:
-    """``python -m eqsat_llm.ilp DIR [--time-limit S] [--out FILE]``: ILP vs greedy table."""
+    """``python -m eqsat_llm.extraction.ilp DIR [--time-limit S] [--out FILE]``: ILP vs greedy
+    table."""
     import argparse
     from pathlib import Path
 

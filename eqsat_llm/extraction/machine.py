@@ -1,6 +1,6 @@
 """A machine as the cost model sees it (`Machine`: rates, bandwidths, overheads), the
-documented `DEFAULT`, and this host's calibration cached on disk. `eqsat_llm.calibrate`
-measures and saves; `eqsat_llm.costmodel` prices kernels on a Machine."""
+documented `DEFAULT`, and this host's calibration cached on disk. `eqsat_llm.extraction.calibrate`
+measures and saves; `eqsat_llm.extraction.costmodel` prices kernels on a Machine."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from .cache import base_dir, write_atomic
-from .errors import CostError
+from ..cache import base_dir, write_atomic
+from ..errors import CostError
 
 
 @dataclass(frozen=True)

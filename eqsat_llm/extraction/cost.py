@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .egraph.analysis import CONST_SOURCES, NEVER_CONST
-from .egraph.decode import class_types, node_attrs
+from ..egraph.analysis import CONST_SOURCES, NEVER_CONST
+from ..egraph.decode import class_types, node_attrs
+from ..ir import VALUE_LEAVES, TensorType
+from ..ops import REGISTRY
 from .extract import ENode
-from .ir import VALUE_LEAVES, TensorType
-from .ops import REGISTRY
 
 
 def enode_cost_fn(serialized: dict[str, Any], view: dict[str, Any], constant: set[str],
