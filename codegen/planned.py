@@ -9,8 +9,8 @@ convert them to, so the kernels and the values are the reference runtime's own.
 
 What still allocates per call, by design: the outputs (returned to the caller; a buffer that
 an output views whole is allocated with them, one that it views in part is copied out of the
-arena), and the ops of `COPY_IN_OPS` plus fallbacks, which
-have no allocation-free out= kernel in torch: they are computed into a torch temporary and
+arena), and the ops whose registry entry declares no writer (`ops.COPY_IN`: no allocation-free
+out= kernel in torch, fallbacks among them): they are computed into a torch temporary and
 copied into their buffer. Kernels may also allocate internally where the reference does too
 (a dtype conversion of a mixed-dtype input, a half-precision scalar). docs/memory.md.
 """
@@ -28,7 +28,15 @@ from ..errors import GraphError
 from ..frontend import run_fallback
 from ..ir import Graph, Node, TensorType, dtype_of
 from ..memcheck import check_fits, output_bytes
-from ..ops import ACTIVATIONS, COMPARISONS, evaluate, typed_number, weak_scalar_dtype
+from ..ops import (
+    COMPARISONS,
+    REGISTRY,
+    Writer,
+    evaluate,
+    gemm_writes_in_place,
+    weak_scalar_dtype,
+)
+from ..ops.elementwise import BINARY
 from ..plan import (
     ALIAS,
     ARENA,
@@ -44,128 +52,10 @@ from ..plan import (
     plan_memory,
 )
 
-aten = torch.ops.aten
-Writer = Callable[[torch.Tensor, list[Any], dict[str, Any]], Any]
-
-# --- writers: op(out, inputs, attrs) computes the reference result into `out` ---------------
-BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
-          "ge", "logical_and", "logical_or", "bitwise_and", "bitwise_or")
-UNARY = ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "reciprocal", "abs", "cos",
-         "sin", "erf", "logical_not", "bitwise_not")
-# No out= kernel that writes without allocating: computed by the reference, then copied in.
-# (aten.native_layer_norm.out is generated: it runs the functional op and copies, too.)
-# (rope: its rotated half is a temporary in the reference too; so are a gemm's normalised rows,
-# dequantized weight and SwiGLU halves: GEMM_WRITES says which gemms write in place.)
-COPY_IN_OPS = frozenset({"layer_norm", "sdpa", "sdpa_masked", "fallback", "getitem", "rope",
-                         "quantize_weight", "weight_scales", "sparse_values", "sparse_index"})
-
-
-def _fn_writer(fn: Callable[..., Any]) -> Writer:
-    return lambda out, xs, a: fn(*xs, out=out)
-
-
-def _mm_writer(fn: Callable[..., Any]) -> Writer:
-    def write(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
-        fn(xs[0], xs[1], out=out)
-        if a["alpha"] != 1.0:  # the reference multiplies the product by alpha (ops._scaled)
-            out.mul_(xs[2])
-    return write
-
-
-def gemm_writes_in_place(a: dict[str, Any]) -> bool:
-    """Whether the gemm writer below computes this descriptor in its buffer (the others make
-    the reference's temporaries, then copy)."""
-    return a["prologue"] == "none" and a["weight"] == "float" and a["epilogue"] != "swiglu"
-
-
-def _gemm(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
-    # the reference's own steps in the buffer: the product (addmm with its bias), its scale,
-    # + the addend, then the activation in place
-    x, w, addend = xs[0], xs[1], xs[4]
-    if a["epilogue"] == "bias":
-        torch.addmm(addend, x, w, beta=a["beta"], alpha=a["alpha"], out=out)
-    else:
-        torch.matmul(x, w, out=out)
-        if a["alpha"] != 1.0:
-            out.mul_(xs[5])
-        if a["epilogue"] == "add":
-            out.add_(addend)
-    if a["act"] != "none":
-        ACTIVATIONS[a["act"]].inplace(out)
-
-
-def _reduce_writer(fn: Callable[..., Any]) -> Writer:
-    def write(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
-        kw = {"dtype": out.dtype} if xs[0].dtype != out.dtype else {}
-        fn(xs[0], a["dims"], a["keepdim"], out=out, **kw)
-    return write
-
-
-def _mean(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
-    if len(xs) == 1:  # reduced precision: torch's own mean (a scalar wrapper per call)
-        torch.mean(xs[0], a["dims"], a["keepdim"], out=out)
-    else:  # what mean.out does for float32/64 (sum, then divide by the count), count prepared
-        torch.sum(xs[0], a["dims"], a["keepdim"], out=out).div_(xs[1])
-
-
-def _cumsum(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
-    if xs[0].dtype == out.dtype:
-        torch.cumsum(xs[0], a["dim"], out=out)
-    else:  # convert into the buffer first; cumsum would allocate the converted input
-        out.copy_(xs[0])
-        out.cumsum_(a["dim"])
-
-
-def _reshape_copy(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
-    out.view(xs[0].shape).copy_(xs[0])  # torch.reshape's copy is contiguous, and so is out
-
-
-def _embedding(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
-    weight, idx = xs  # F.embedding is index_select on the flattened indices
-    torch.index_select(weight, 0, idx.reshape(-1), out=out.view(-1, weight.shape[1]))
-
-
-WRITERS: dict[str, Writer] = {
-    **{op: _fn_writer(getattr(torch, op)) for op in BINARY},
-    **{op: _fn_writer(getattr(torch, op)) for op in UNARY},
-    "where": _fn_writer(torch.where),
-    "relu": lambda out, xs, a: torch.clamp_min(xs[0], 0, out=out),  # relu is clamp_min(x, 0)
-    "silu": _fn_writer(aten.silu.out),
-    "gelu": lambda out, xs, a: aten.gelu.out(xs[0], approximate=a["approximate"], out=out),
-    "triu": lambda out, xs, a: torch.triu(xs[0], a["diagonal"], out=out),
-    "tril": lambda out, xs, a: torch.tril(xs[0], a["diagonal"], out=out),
-    "to_dtype": lambda out, xs, a: out.copy_(xs[0]),
-    "clone": lambda out, xs, a: out.copy_(xs[0]),
-    "view": _reshape_copy,
-    "cat": lambda out, xs, a: torch.cat(xs, a["dim"], out=out),
-    "mm": _mm_writer(torch.mm),
-    "bmm": _mm_writer(torch.bmm),
-    "matmul": _mm_writer(torch.matmul),
-    "addmm": lambda out, xs, a: torch.addmm(*xs, beta=a["beta"], alpha=a["alpha"], out=out),
-    "linear": lambda out, xs, a: aten.linear.out(xs[0], xs[1], None, out=out),
-    "linear_bias": lambda out, xs, a: aten.linear.out(*xs, out=out),
-    "gemm": _gemm,
-    "sum": _reduce_writer(torch.sum),
-    "amax": lambda out, xs, a: torch.amax(xs[0], a["dims"], a["keepdim"], out=out),
-    "amin": lambda out, xs, a: torch.amin(xs[0], a["dims"], a["keepdim"], out=out),
-    "mean": _mean,
-    "softmax": lambda out, xs, a: aten._softmax.out(xs[0], a["dim"], False, out=out),
-    "log_softmax": lambda out, xs, a: aten._log_softmax.out(xs[0], a["dim"], False, out=out),
-    "cumsum": _cumsum,
-    "embedding": _embedding,
-    "index_select": lambda out, xs, a: torch.index_select(xs[0], a["dim"], xs[1], out=out),
-    "index": lambda out, xs, a: aten.index.Tensor_out(xs[0], _index_list(xs, a), out=out),
-    "full": lambda out, xs, a: out.fill_(typed_number(a["value"], a["dtype"])),
-    "arange": lambda out, xs, a: torch.arange(*(typed_number(a[k], a["dtype"])
-                                                for k in ("start", "end", "step")), out=out),
-}
-
-
-def _index_list(xs: list[Any], a: dict[str, Any]) -> list[Any]:
-    indices: list[Any] = [None] * (max(a["positions"]) + 1)
-    for p, t in zip(a["positions"], xs[1:]):
-        indices[p] = t
-    return indices
+# op(out, inputs, attrs) computes the reference result into `out`: each op's registry entry
+# declares its writer (ops/registry.py), or COPY_IN (computed into a temporary, then copied)
+WRITERS: dict[str, Writer] = {name: d.writer for name, d in REGISTRY.items()
+                              if callable(d.writer)}
 
 
 # inputs that are indices or conditions, not values to convert: op -> positions that are values
@@ -262,7 +152,7 @@ class ArenaSteps:
                 continue
             if kind in (ARENA, OUTPUT, COPY_OUT, EXTERN_VIEW, TEMP) or node.op == "input":
                 writer = WRITERS.get(node.op) if kind in (ARENA, OUTPUT) else None
-                if kind in (ARENA, OUTPUT) and (writer is None or node.op in COPY_IN_OPS or (
+                if kind in (ARENA, OUTPUT) and (writer is None or (
                         node.op == "gemm" and not gemm_writes_in_place(node.attrs))):
                     writer = None
                     self.copy_in_nodes.append(nid)

@@ -1,4 +1,4 @@
-"""Half-precision weight formats of the gemm op (ops.py): a weight's values held unchanged in
+"""Half-precision weight formats of the gemm op (ops/gemm.py): a weight's values held unchanged in
 float16 or bfloat16 (rules/half_weights.py makes them; the graph pass is half.py)."""
 
 from __future__ import annotations

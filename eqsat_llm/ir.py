@@ -142,7 +142,7 @@ GEMM_DESCRIPTOR = (("prologue", "none"), ("weight", "float"), ("epilogue", "none
 
 
 def node_label(node: Node) -> str:
-    """What reports and counts call a node: its op, and for the gemm op (ops.py) the parts of
+    """What reports and counts call a node: its op, and for the gemm op (ops/gemm.py) the parts of
     its descriptor that are not the default: gemm[rms_norm], gemm[add], gemm[bias+gelu_tanh],
     gemm[swiglu], gemm[int8+add]; a plain float gemm is "gemm"."""
     if node.op != "gemm":

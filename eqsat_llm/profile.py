@@ -25,8 +25,9 @@ import torch.utils._pytree as pytree
 
 from .errors import EqsatError
 from .extraction.calibrate import CpuShare
-from .extraction.costmodel import KIND, CostError, CostModel, KernelCost
+from .extraction.costmodel import CostError, CostModel, KernelCost
 from .ir import VALUE_LEAVES, Graph, Node, TensorType, node_label
+from .ops import get_op
 
 # a kernel whose measured time is off the prediction by more than this factor is flagged
 FLAG_RATIO = 1.5
@@ -258,7 +259,7 @@ def _reason(graph: Graph, model: CostModel, g: Group, costs: list[KernelCost],
     predicted = sum(c.seconds for c in costs)
     secs = measured_us * 1e-6
     head = f"{ratio:.2f}x {'slower' if ratio > 1 else 'faster'} than predicted"
-    fixed = sum(model.overhead(KIND.get(graph.node(i).op) in ("matmul", "attention"))
+    fixed = sum(model.overhead(get_op(graph.node(i).op).cost in ("matmul", "attention"))
                 for i in g.node_ids if graph.node(i).op not in VALUE_LEAVES)
     if fixed >= predicted / 2:
         return (f"overhead-dominated, {head}: {fixed * 1e6:.2f} of the predicted "

@@ -12,7 +12,7 @@ A float weight W [K, N] (x @ W, N output channels) is stored as integers and sca
 Symmetric (no zero point): the kernels then dequantize with one multiply. An all-zero column
 or group gets scale 1, so that it dequantizes to exactly zero. The quantized values are
 computed once at compile time, by constant folding of the ops quantize_weight and
-weight_scales (ops.py).
+weight_scales (ops/formats.py).
 
 The gemm format DYNAMIC ("int8_dynamic") stores W as int8 and also codes the activations,
 per row and per call, in 7 bits with a zero point (code_rows below): the product is then in

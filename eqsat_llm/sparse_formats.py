@@ -16,7 +16,7 @@ A float weight W [K, N] (x @ W, N output channels):
 
 The structure is read off the constant's values when a model is encoded (egraph/encode.py:
 `structure`), and the stored arrays are computed once at compile time by constant folding of
-the ops sparse_values and sparse_index (ops.py)."""
+the ops sparse_values and sparse_index (ops/formats.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tensor types and dtype names: what the IR (`ir.py`), the op registry (`ops.py`) and the
+"""Tensor types and dtype names: what the IR (`ir.py`), the op registry (`ops/`) and the
 weight formats share. It imports nothing of the package, so each of them can read it: the
 registry needs types, the IR needs the registry (`Graph.add` infers a node's type with it).
 """

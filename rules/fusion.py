@@ -2,8 +2,8 @@
 merge matmuls that share their input (Q, K, V; gate and up) into one matmul against
 concatenated weights (which constant folding then prepares once).
 
-The fused ops' reference semantics spell out the decomposition they replace (ops.py), so the
-recognising rules are exact.
+The fused ops' reference semantics spell out the decomposition they replace (ops/fused.py,
+ops/gemm.py), so the recognising rules are exact.
 """
 
 from egglog import String, Vec, eq, f64, i64, rewrite, rule, set_, subsume, union, var
@@ -114,7 +114,7 @@ NONE = E.scalar(0.0, "float")  # a gemm operand its descriptor does not use
 
 def gemm(x, w, n, *, alpha=1.0, beta=1.0, eps=0.0, norm=NONE, addend=NONE, prologue="none",
          epilogue="none", act="none"):
-    """The one GEMM op (ops.py) with a float weight: act(epilogue(alpha * prologue(x) @ w))."""
+    """The one GEMM op (ops/gemm.py) with a float weight: act(epilogue(alpha * prologue(x) @ w))."""
     return E.gemm(x, w, NONE, norm, addend, n, alpha, beta, eps, String(prologue),
                   String("float"), String(epilogue), String(act))
 

@@ -5,10 +5,10 @@ import pytest
 
 from eqsat_llm.extraction import calibrate as cal
 from eqsat_llm.extraction import machine as host
-from eqsat_llm.extraction.costmodel import KIND, VECTOR_WEIGHT, CostError, CostModel, element_bytes
+from eqsat_llm.extraction.costmodel import CostError, CostModel, element_bytes
 from eqsat_llm.extraction.machine import DEFAULT, Machine
 from eqsat_llm.ir import TensorType
-from eqsat_llm.ops import REGISTRY, OpDef, get_op
+from eqsat_llm.ops import REGISTRY, get_op, register
 
 
 def f32(*shape):
@@ -25,9 +25,14 @@ def cost(op, inputs, attrs=None, model=MODEL):
     return model.kernel(op, attrs, inputs, out)
 
 
-def test_every_registered_op_has_a_cost_entry():
-    assert sorted(set(REGISTRY) - set(KIND)) == []
-    assert all(op in VECTOR_WEIGHT for op, kind in KIND.items() if kind == "vector")
+def test_an_op_is_registered_with_a_cost_kind_and_a_vector_op_with_its_work(monkeypatch):
+    monkeypatch.setattr("eqsat_llm.ops.registry.REGISTRY", dict(REGISTRY))
+    with pytest.raises(ValueError, match="cost kind 'cheap' is not one of"):
+        register("newop", 1, category="elementwise", shape="same", cost="cheap")
+    with pytest.raises(ValueError, match="a vector op gives its flops per element"):
+        register("newop", 1, category="elementwise", shape="same", cost="vector")
+    with pytest.raises(ValueError, match="a vector op gives its flops per element"):
+        register("newop", 1, category="matmul", shape="same", cost="matmul", flops=2.0)
 
 
 def test_every_node_of_a_captured_and_an_optimized_graph_is_costed():
@@ -173,13 +178,9 @@ def test_fallback_is_pessimistic():
     assert c.seconds >= 1e-3 and c.bytes_written == 2 * 64
 
 
-def test_unknown_op_and_missing_entry_raise_clear_errors(monkeypatch):
+def test_unknown_op_and_missing_attributes_raise_clear_errors():
     with pytest.raises(CostError, match="unknown op 'frobnicate'"):
         MODEL.kernel("frobnicate", {}, [f32(2)], f32(2))
-    monkeypatch.setitem(REGISTRY, "newop", OpDef("newop", 1, (), None, "elementwise", "same",
-                                                 "same"))
-    with pytest.raises(CostError, match="'newop' has no cost entry"):
-        MODEL.kernel("newop", {}, [f32(2)], f32(2))
     with pytest.raises(CostError, match=r"permute: attrs lack \['dims'\]"):
         MODEL.kernel("permute", {}, [f32(2, 3)], f32(3, 2))
     with pytest.raises(CostError, match="unknown cost-model backend"):

@@ -1,22 +1,19 @@
-"""Every op of the registry is complete: priced by the cost model, given a meaning, and run
-by every backend, as a generated kernel or as a torch step the backend declares. Adding an
-op that one of them does not know fails here, naming the op and the place to declare it."""
+"""Every op of the registry is complete: priced by the cost model (its `cost` kind, checked as
+it is registered), given a meaning, computed by the planned runtime (a writer, or COPY_IN
+declared), and run by every backend, as a generated kernel or as a torch step the backend
+declares. Adding an op that one of them does not know fails here, naming the op and the
+place to declare it."""
 
 import pytest
 
 from eqsat_llm.codegen.c import emit as c_emit
 from eqsat_llm.codegen.triton import program as triton_program
-from eqsat_llm.extraction.costmodel import KIND
 from eqsat_llm.ir import VALUE_LEAVES
-from eqsat_llm.ops import REGISTRY
+from eqsat_llm.ops import COPY_IN, REGISTRY, OpDef
 
 # always constant, so evaluated at compile time (fold.py): no backend runs them
-FOLDED = frozenset(op for op, kind in KIND.items() if kind == "fold")
+FOLDED = frozenset(op for op, d in REGISTRY.items() if d.cost == "fold")
 BACKENDS = {"c": c_emit, "triton": triton_program}
-
-
-def test_every_op_is_priced():
-    assert sorted(set(REGISTRY) - set(KIND)) == [], "add a KIND entry in costmodel.py"
 
 
 def test_every_op_has_a_meaning():
@@ -24,7 +21,13 @@ def test_every_op_has_a_meaning():
     captured fallback call carry theirs as values and attributes)."""
     unmeant = [op for op, d in REGISTRY.items()
                if d.reference is None and op not in VALUE_LEAVES | {"fallback"}]
-    assert unmeant == [], "register it with ref=... in ops.py"
+    assert unmeant == [], "register it with ref=... in eqsat_llm/ops/"
+
+
+def test_every_computed_op_declares_how_the_planned_runtime_writes_it():
+    unwritten = [op for op, d in REGISTRY.items()
+                 if op not in VALUE_LEAVES and not (callable(d.writer) or d.writer == COPY_IN)]
+    assert unwritten == [], "register it with writer=<out= writer> or writer=COPY_IN"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -40,11 +43,10 @@ def test_every_op_is_generated_or_a_declared_torch_step(backend):
 
 
 def test_a_new_op_nobody_knows_is_reported_by_each_check(monkeypatch):
-    from eqsat_llm.ops import OpDef
-
     monkeypatch.setitem(REGISTRY, "newop", OpDef("newop", 1, (), None, "elementwise", "same",
-                                                 "same"))
-    for check in (test_every_op_is_priced, test_every_op_has_a_meaning):
+                                                 "same", "vector", 1.0))
+    for check in (test_every_op_has_a_meaning,
+                  test_every_computed_op_declares_how_the_planned_runtime_writes_it):
         with pytest.raises(AssertionError):
             check()
     for backend in BACKENDS:

@@ -1,4 +1,4 @@
-"""The Triton GEMM kernel (codegen/triton/gemm.py) against ops.py's references, in Triton's
+"""The Triton GEMM kernel (codegen/triton/gemm.py) against the registry's references, in Triton's
 interpreter on the CPU: the gemm op's prologues, weight formats, epilogues and activations,
 strided and broadcast operands, the matmul ops, and what it declines. (Importing eqsat_llm,
 before Triton, chooses the interpreter on a machine without CUDA.)"""

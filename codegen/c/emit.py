@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
 import torch
 
-from ...ir import Graph, Node, contiguous_strides, node_label
+from ...ir import VALUE_LEAVES, Graph, Node, contiguous_strides, node_label
 from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, TEMP, VIEW_OPS, MemoryPlan
 from .emit_attention import emit_attention
 from .emit_elementwise import (
@@ -54,10 +54,62 @@ from .sparse_gemm import SPARSE_GEMM_C
 from .values import Layout, Ref, build_layout
 from .w8a8_gemm import W8A8_GEMM_C
 
-ROW_OPS = frozenset({"rms_norm", "layer_norm", "softmax", "log_softmax"})
-SUPPORTED_OPS = (frozenset({"input", "param", "const", "scalar", "cat", "attention",
-                            "embedding", "full", "rope", "gemm"})
-                 | VIEW_OPS | ELEMENTWISE_OPS | MATMUL_OPS | ROW_OPS | REDUCE_OPS | GATHER_OPS)
+
+@dataclass(frozen=True)
+class Site:
+    """What an emitter is given: the node, the places of its value (`out`) and of its inputs
+    (`ins`), whether they may be declared restrict (no overlap), whether GEMMs may call BLAS,
+    the program's layout and constants, and the ropes a GEMM may compute in its epilogue."""
+    node: Node
+    out: Ref
+    ins: list[Ref]
+    restrict: bool
+    blas: bool
+    layout: Layout
+    constants: dict[str, torch.Tensor]
+    ropes: tuple[RopeEpilogue, ...] = ()
+
+
+# An emitter returns the kernel's body, or None where it declines this dtype or shape (the node
+# is then a torch step).
+Emitter = Callable[[Site], "str | None"]
+
+
+def _view_copy(s: Site) -> str | None:
+    # a layout op torch does not return as a view: copy its view
+    from .values import view_of
+    return emit_copy(s.out, view_of(s.ins[0], s.node.op, s.node.attrs, s.out.shape))
+
+
+def _full(s: Site) -> str | None:
+    fill = Ref("scalar", 0, 0, (), (), "float64", float(s.node.attrs["value"]))
+    return emit_elementwise(Node(s.node.id, "clone", (), {}, s.node.type), s.out, [fill], True)
+
+
+# The C kernel of each op it generates, by op: one line each.
+EMITTERS: dict[str, Emitter] = {
+    **dict.fromkeys(ELEMENTWISE_OPS, lambda s: emit_elementwise(s.node, s.out, s.ins,
+                                                                  s.restrict)),
+    "gemm": lambda s: emit_gemm(s.node, s.out, s.ins, s.blas, s.layout, s.ropes),
+    **dict.fromkeys(MATMUL_OPS, lambda s: emit_matmul(s.node, s.out, s.ins, s.blas, s.layout,
+                                                      s.ropes)),
+    "rope": lambda s: emit_rope(s.out, s.ins, s.restrict),
+    "attention": lambda s: emit_attention(s.node, s.out, s.ins, s.blas,
+                                          s.layout.constant(s.ins[3], s.constants)),
+    "rms_norm": lambda s: emit_rms_norm(s.node, s.out, s.ins),
+    "layer_norm": lambda s: emit_layer_norm(s.node, s.out, s.ins),
+    "softmax": lambda s: emit_softmax(s.node, s.out, s.ins, False),
+    "log_softmax": lambda s: emit_softmax(s.node, s.out, s.ins, True),
+    "cat": lambda s: emit_cat(s.out, s.ins, s.node.attrs["dim"]),
+    **dict.fromkeys(VIEW_OPS, _view_copy),
+    "view": lambda s: emit_reshape_copy(s.out, s.ins[0]) if s.out.dtype == s.ins[0].dtype
+    else None,
+    "embedding": lambda s: _embedding(s.out, s.ins),
+    **dict.fromkeys(REDUCE_OPS, lambda s: emit_reduce(s.node, s.out, s.ins)),
+    **dict.fromkeys(GATHER_OPS, lambda s: emit_gather(s.node, s.out, s.ins)),
+    "full": _full,
+}
+SUPPORTED_OPS = frozenset(EMITTERS) | VALUE_LEAVES
 # Registry ops C runs as torch steps by design (tests/test_registry.py: every op is generated
 # or listed here): a captured call outside the registry; a tuple's element; torch's sdpa,
 # which the fusion rules turn into `attention` wherever its mask and shapes allow.
@@ -97,46 +149,6 @@ class Program:
             if k.first_line <= line <= k.last_line:
                 return k
         return None
-
-
-def _body(node: Node, out: Ref, ins: list[Ref], restrict: bool, blas: bool,
-          layout: Layout, constants: dict[str, torch.Tensor],
-          ropes: tuple[RopeEpilogue, ...] = ()) -> str | None:
-    op = node.op
-    if op in ELEMENTWISE_OPS:
-        return emit_elementwise(node, out, ins, restrict)
-    if op == "gemm":
-        return emit_gemm(node, out, ins, blas, layout, ropes)
-    if op in MATMUL_OPS:
-        return emit_matmul(node, out, ins, blas, layout, ropes)
-    if op == "rope":
-        return emit_rope(out, ins, restrict)
-    if op == "attention":
-        return emit_attention(node, out, ins, blas, layout.constant(ins[3], constants))
-    if op == "rms_norm":
-        return emit_rms_norm(node, out, ins)
-    if op == "layer_norm":
-        return emit_layer_norm(node, out, ins)
-    if op in ("softmax", "log_softmax"):
-        return emit_softmax(node, out, ins, op == "log_softmax")
-    if op == "cat":
-        return emit_cat(out, ins, node.attrs["dim"])
-    if op == "view":
-        return emit_reshape_copy(out, ins[0]) if out.dtype == ins[0].dtype else None
-    if op in VIEW_OPS:  # a layout op torch does not return as a view: copy its view
-        from .values import view_of
-        return emit_copy(out, view_of(ins[0], op, node.attrs, out.shape))
-    if op == "embedding":
-        return _embedding(out, ins)
-    if op in REDUCE_OPS:
-        return emit_reduce(node, out, ins)
-    if op in GATHER_OPS:
-        return emit_gather(node, out, ins)
-    if op == "full":
-        return emit_elementwise(Node(node.id, "clone", (), {}, node.type), out,
-                                [Ref("scalar", 0, 0, (), (), "float64",
-                                     float(node.attrs["value"]))], True)
-    return None
 
 
 def _embedding(out: Ref, ins: list[Ref]) -> str | None:
@@ -202,13 +214,14 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
             restrict = (buf is None or buf.inplace_of is None) and all(
                 r.root != out.root for r in ins)
             eps = ropes.get(nid, ())
-            body = _body(node, out, ins, restrict, blas, lay, graph.constants, eps) if eps \
-                else None
+            site = Site(node, out, ins, restrict, blas, lay, graph.constants)
+            emitter = EMITTERS[node.op]
+            body = emitter(replace(site, ropes=eps)) if eps else None
             if body is not None:
                 in_epilogue.update(e.node for e in eps)
             else:
                 eps = ()
-                body = _body(node, out, ins, restrict, blas, lay, graph.constants)
+                body = emitter(site)
             if body is None:  # this dtype/shape combination is not generated: torch
                 torch_at.append((len(parts), nid))
                 continue

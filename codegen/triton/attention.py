@@ -1,4 +1,4 @@
-"""The attention op as Triton kernels: out = softmax(q @ k^T * scale + bias) @ v (ops._attention).
+"""The attention op as Triton kernels: out = softmax(q @ k^T * scale + bias) @ v (ops/fused.py).
 
 Covered: q [B, H, S, D], k [B', Hkv, T, D], v [B', Hkv, T, Dv] (B' = B or 1; H a multiple of
 Hkv: grouped-query attention), out [B, H, S, Dv], all at any element strides and in float32,

@@ -1,4 +1,4 @@
-"""The GEMM kernel of the Triton backend: ops.py's `gemm` op and the plain matmul ops.
+"""The GEMM kernel of the Triton backend: the `gemm` op (ops/gemm.py) and the plain matmul ops.
 
 One kernel, `gemm_kernel`, computes act(epilogue(alpha * prologue(x) @ W)) tile by tile, in
 float32 (tl.dot with input_precision="ieee"), the result stored in the output's dtype:
@@ -322,7 +322,7 @@ def _weight_format(fmt: str, w: Operand, scale: Operand, k: int, cols: int
 
 
 def plan_gemm(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:
-    """The launches of a `gemm` node (ops.py): x [..., K], w by its format, the output
+    """The launches of a `gemm` node (ops/gemm.py): x [..., K], w by its format, the output
     [..., n]; None where the kernel does not cover it (the module docstring says which)."""
     a = {**GEMM_DEFAULTS, **node.attrs}
     x, w, w_scale, norm, addend = ins

@@ -29,15 +29,10 @@ from .gemm import MATMUL_OPS, plan_gemm, plan_matmul
 from .launch import Launch, Operand
 from .rows import ROW_OPS, plan_rows
 
-Planner = Callable[[Any, Operand, list[Operand]], "list[Launch] | None"]
-PLANNERS: dict[str, Planner] = {"gemm": plan_gemm, "attention": plan_attention,
-                                "embedding": plan_embedding,
-                                **{op: plan_matmul for op in MATMUL_OPS},
-                                **{op: plan_rows for op in ROW_OPS}}
 COPY_OPS = frozenset({"cat"}) | VIEW_OPS  # (a view op reaching a kernel is a copy)
-SUPPORTED_OPS = frozenset(PLANNERS) | ELEMENTWISE_OPS | COPY_OPS | {"index", "index_select"}
 # Registry ops the Triton backend runs as torch steps (tests/test_registry.py: every op is
-# generated or listed here): those above, the reductions and scans with no kernel yet
+# generated or listed here): a captured call outside the registry, a tuple's element, torch's
+# sdpa (the rules make it `attention`), the reductions and scans with no kernel yet
 # (docs/triton-backend.md), and the generators (full, arange), which fold into constants
 # unless they depend on an input.
 TORCH_STEP_OPS = frozenset({"fallback", "getitem", "sdpa", "sdpa_masked", "sum", "mean",
@@ -114,18 +109,9 @@ def plan_program(graph: Graph, plan: MemoryPlan) -> TritonProgram:
             name = f"k{nid}_{node.op}"
             group = groups.get(nid) or Group(nid, (nid,), tuple(
                 i for i in dict.fromkeys(node.inputs) if not ops[i].is_scalar))
-            if node.op in ELEMENTWISE_OPS:
-                launch = plan_group(graph, group, ops, name, source, prog.module)
-                launches = [launch] if launch is not None else None
-                if launches and len(group.members) > 1:
-                    prog.fused[nid] = group.members
-            elif node.op in ("index", "index_select"):
-                launches = plan_index(node, ops[nid], [ops[i] for i in node.inputs], name,
-                                      source, prog.module)
-            elif node.op in COPY_OPS:
-                launches = _plan_copies(graph, node, lay, ops, name, source, prog.module)
-            elif node.op in PLANNERS:
-                launches = PLANNERS[node.op](node, ops[nid], [ops[i] for i in node.inputs])
+            planner = PLANNERS.get(node.op)
+            if planner is not None:
+                launches = planner(Site(graph, node, group, ops, lay, name, source, prog))
         if launches:
             prog.launches[nid] = launches
         else:
@@ -172,6 +158,56 @@ def _elementwise_ok(graph: Graph, nid: int, ops: dict[int, Operand]) -> bool:
     if nid not in ops or any(i not in ops for i in node.inputs):
         return False
     return element_expr(node, ops[nid], [ops[i] for i in node.inputs]) is not None
+
+
+@dataclass(frozen=True)
+class Site:
+    """What a planner is given: the node (with the elementwise group it is the root of), every
+    value's operand, the program's layout, the kernel's name, and the module and program being
+    built."""
+    graph: Graph
+    node: Node
+    group: Group
+    ops: dict[int, Operand]
+    layout: Layout
+    name: str
+    source: Source
+    program: TritonProgram
+
+    @property
+    def out(self) -> Operand:
+        return self.ops[self.node.id]
+
+    @property
+    def ins(self) -> list[Operand]:
+        return [self.ops[i] for i in self.node.inputs]
+
+
+def _plan_elementwise(s: Site) -> list[Launch] | None:
+    launch = plan_group(s.graph, s.group, s.ops, s.name, s.source, s.program.module)
+    if launch is None:
+        return None
+    if len(s.group.members) > 1:
+        s.program.fused[s.node.id] = s.group.members
+    return [launch]
+
+
+# An op's planner returns its launches, or None where it declines this dtype or shape (the node
+# is then a torch step).
+Planner = Callable[[Site], "list[Launch] | None"]
+PLANNERS: dict[str, Planner] = {
+    **dict.fromkeys(ELEMENTWISE_OPS, _plan_elementwise),
+    **dict.fromkeys(("index", "index_select"), lambda s: plan_index(
+        s.node, s.out, s.ins, s.name, s.source, s.program.module)),
+    **dict.fromkeys(COPY_OPS, lambda s: _plan_copies(s.graph, s.node, s.layout, s.ops, s.name,
+                                                     s.source, s.program.module)),
+    "gemm": lambda s: plan_gemm(s.node, s.out, s.ins),
+    **dict.fromkeys(MATMUL_OPS, lambda s: plan_matmul(s.node, s.out, s.ins)),
+    "attention": lambda s: plan_attention(s.node, s.out, s.ins),
+    "embedding": lambda s: plan_embedding(s.node, s.out, s.ins),
+    **dict.fromkeys(ROW_OPS, lambda s: plan_rows(s.node, s.out, s.ins)),
+}
+SUPPORTED_OPS = frozenset(PLANNERS)
 
 
 def load_module(text: str) -> ModuleType:

@@ -22,8 +22,7 @@ import torch
 
 from ..errors import EqsatError
 from ..ir import Graph, TensorType
-from ..ops import evaluate
-from .costmodel import EXP_FLOPS
+from ..ops import EXP_FLOPS, evaluate
 from .machine import DEFAULT, Machine, machine_key, save
 
 # --------------------------------------------------------------------------- measuring

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CostError, EqsatError
-from ..half import WEIGHT_FORMATS as HALF_FORMATS
 from ..ir import TensorType, dtype_of
-from ..ops import ACTIVATIONS, REGISTRY, WEAK_DTYPES
+from ..ops import ACTIVATIONS, EXP_FLOPS, REGISTRY, WEAK_DTYPES
 from ..quant_formats import DYNAMIC
 from ..sparse_formats import FORMATS as SPARSE_FORMATS
 from .machine import Machine, machine_of_this_host
@@ -45,49 +44,9 @@ class KernelCost:
 
 FREE = KernelCost(0.0, 0.0, 0.0, 0.0, "free")
 
-# Flop-equivalents per element of vector work, relative to an add (the vector rate is
-# calibrated from exp at EXP_FLOPS). Transcendentals are dearer; pow is charged as the
-# squares and small integer powers that LLM graphs use (torch specialises them).
-EXP_FLOPS = 10.0
-_TRANSCENDENTAL = 20.0
-VECTOR_WEIGHT: dict[str, float] = {
-    **dict.fromkeys(
-        ["add", "sub", "mul", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-         "logical_and", "logical_or", "bitwise_and", "bitwise_or", "where", "neg", "relu",
-         "abs", "logical_not", "bitwise_not", "triu", "tril"], 1.0),
-    "pow": 2.0, "div": 4.0, "reciprocal": 4.0, "sqrt": 4.0, "rsqrt": 4.0,
-    "exp": EXP_FLOPS, "log": EXP_FLOPS,
-    **dict.fromkeys(["tanh", "sigmoid", "erf", "sin", "cos"], _TRANSCENDENTAL),
-    "silu": _TRANSCENDENTAL + 1, "gelu": _TRANSCENDENTAL + 5, "swiglu": _TRANSCENDENTAL + 2,
-    # reductions and normalisations, per input element (read once, write once)
-    **dict.fromkeys(["sum", "mean", "amax", "amin", "any", "cumsum"], 1.0),
-    # three passes over each row (max; exp and sum; scale): about three exps' worth
-    "softmax": 3 * EXP_FLOPS, "log_softmax": 3 * EXP_FLOPS,
-    # two passes: statistics (mean and variance; sum of squares), then normalise and scale
-    "layer_norm": 12.0, "rms_norm": 6.0,
-    # rotary embedding: two multiplies, a negation and an add per element (x read twice,
-    # at j and at its partner j +- D/2, in the same kernel)
-    "rope": 4.0,
-}
+# (An op's vector work per element is its registry entry's `flops`, in adds: ops/.)
 # Per attention score in a fused kernel: scale, bias, running max, exp, sum, rescale.
 ATTENTION_SCORE_FLOPS = EXP_FLOPS + 6
-
-# Cost kind of every registry op. A registered op missing here is an error (tested).
-KIND: dict[str, str] = {
-    **dict.fromkeys(["input", "param", "const", "scalar"], "leaf"),
-    **dict.fromkeys(["full", "arange"], "generate"),
-    **dict.fromkeys(["view", "expand", "slice", "select", "unsqueeze", "getitem"], "view"),
-    **dict.fromkeys(["permute", "transpose", "clone", "cat", "to_dtype"], "copy"),
-    **dict.fromkeys(["mm", "bmm", "matmul", "addmm", "linear", "linear_bias", "gemm"],
-                    "matmul"),
-    # a quantized or sparse weight's arrays are computed at compile time (folded): no kernel
-    **dict.fromkeys(["quantize_weight", "weight_scales", "sparse_values", "sparse_index"],
-                    "fold"),
-    **dict.fromkeys(VECTOR_WEIGHT, "vector"),
-    **dict.fromkeys(["embedding", "index_select", "index", "gather"], "gather"),
-    **dict.fromkeys(["attention", "sdpa", "sdpa_masked"], "attention"),
-    "fallback": "fallback",
-}
 
 # A copy that moves the innermost dimension (a transpose of the last two dims) reads or
 # writes with a stride: measured 3-5x slower per byte than a contiguous copy.
@@ -167,17 +126,14 @@ class CostModel:
                 out: TensorType | tuple[TensorType, ...]) -> KernelCost:
         if op not in REGISTRY:
             raise CostError(f"cannot cost unknown op {op!r}: it is not in the op registry")
-        kind = KIND.get(op)
-        if kind is None:
-            raise CostError(f"op {op!r} has no cost entry: add it to "
-                            "eqsat_llm.extraction.costmodel.KIND "
-                            "(and VECTOR_WEIGHT if it is vector work)")
+        opdef = REGISTRY[op]
+        kind = opdef.cost
         if kind in ("leaf", "view"):
             return FREE
         if kind == "fold":
             return self._roofline(0.0, 0.0, 0.0, 0.0, extra=FALLBACK_SECONDS)
-        if self.backend == "reference" and op in _DECOMPOSITIONS and isinstance(out, TensorType):
-            parts = [self.kernel(*p) for p in _DECOMPOSITIONS[op](attrs, ins, out)]
+        if self.backend == "reference" and opdef.parts and isinstance(out, TensorType):
+            parts = [self.kernel(*p) for p in opdef.parts(attrs, ins, out)]
             worst = max(parts, key=lambda c: c.seconds)
             return KernelCost(sum(c.flops for c in parts), sum(c.bytes_read for c in parts),
                               sum(c.bytes_written for c in parts),
@@ -195,7 +151,7 @@ class CostModel:
             return self._roofline(0.0, 0.0, read, written, slowdown=slow)
         if kind == "vector":
             n = max([out.numel] + [t.numel for t in ins])
-            return self._roofline(0.0, VECTOR_WEIGHT[op] * n, read, written)
+            return self._roofline(0.0, opdef.flops * n, read, written)
         if kind == "gather":  # rows gathered from the table; indices read whole
             return self._roofline(0.0, 0.0, written + sum(nbytes(t) for t in ins[1:]), written)
         if kind == "matmul":
@@ -353,7 +309,7 @@ def _gemm_shape(a: dict[str, Any], ins: list[TensorType],
     epilogue = {"none": scaled, "add": 1.0 + scaled, "bias": 2.0, "swiglu": 0.0}[a["epilogue"]]
     epilogue *= out.numel
     if a["act"] != "none":  # on the tile: the product never moved
-        epilogue += VECTOR_WEIGHT[ACTIVATIONS[a["act"]].op] * out.numel
+        epilogue += REGISTRY[ACTIVATIONS[a["act"]].op].flops * out.numel
     if a["prologue"] == "rms_norm":  # the row statistics (square, sum) on x; the norm weight
         # is folded into the weight and the row scale multiplies each tile in L1 as stored
         epilogue += 2.0 * x.numel
@@ -380,78 +336,3 @@ def _attention_shape(op: str, ins: list[TensorType], out: TensorType) -> tuple[f
     batch = out.numel // max(m * dv, 1)
     scores = float(batch * m * n)
     return 2.0 * scores * (d + dv), min(m, n, d), scores * ATTENTION_SCORE_FLOPS
-
-
-# --- what the reference semantics of the fused ops run, kernel by kernel ---------------------
-Part = tuple[str, dict[str, Any], list[TensorType], TensorType]
-PY = TensorType((), "py_float")
-
-
-def _rms_norm_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
-    x, w = ins
-    r = TensorType(x.shape[:-1] + (1,), x.dtype)
-    return [("pow", {}, [x, PY], x), ("mean", {}, [x], r), ("add", {}, [r, PY], r),
-            ("rsqrt", {}, [r], r), ("mul", {}, [x, r], x), ("mul", {}, [x, w], out)]
-
-
-def _swiglu_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
-    x, y = ins
-    return [("sigmoid", {}, [x], x), ("mul", {}, [x, x], x), ("mul", {}, [x, y], out)]
-
-
-def _attention_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
-    q, k, v, bias = ins
-    kt = TensorType(k.shape[:-2] + (k.shape[-1], k.shape[-2]), k.dtype)  # a view
-    s = TensorType(out.shape[:-1] + (k.shape[-2],), out.dtype)
-    parts: list[Part] = [("matmul", {"alpha": 1.0}, [q, kt], s)]
-    if a.get("scale", 1.0) != 1.0:
-        parts.append(("mul", {}, [s, PY], s))
-    return parts + [("add", {}, [s, bias], s), ("softmax", {}, [s], s),
-                    ("matmul", {"alpha": 1.0}, [s, v], out)]
-
-
-def _rope_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
-    x, cos, sin = ins
-    half = TensorType(x.shape[:-1] + (x.shape[-1] // 2,), x.dtype)  # slices: views
-    return [("neg", {}, [half], half), ("cat", {"dim": -1}, [half, half], x),
-            ("mul", {}, [x, sin], out), ("mul", {}, [x, cos], out), ("add", {}, [out, out], out)]
-
-
-_DECOMPOSITIONS = {"rope": _rope_parts, "rms_norm": _rms_norm_parts, "swiglu": _swiglu_parts,
-                   "attention": _attention_parts}
-
-
-
-def _gemm_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
-    """What gemm's reference runs: the prologue's norm, the weight's dequantization, the
-    product(s), the epilogue's add and activation."""
-    x, w, w_scale, norm, addend = ins
-    k = x.shape[-1]
-    weight = TensorType((k, out.shape[-1] * (2 if a["epilogue"] == "swiglu" else 1)), x.dtype)
-    parts: list[Part] = []
-    if a["prologue"] == "rms_norm":
-        parts += _rms_norm_parts({"eps": a["eps"]}, [x, norm], x)
-    if a["weight"] == DYNAMIC:  # x's rows coded and decoded: a pass over x (and the range's)
-        parts += [("mul", {}, [x, x], x)] * 2
-    if a["weight"] in HALF_FORMATS:
-        parts.append(("to_dtype", {"dtype": x.dtype}, [w], weight))
-    elif a["weight"] != "float":
-        parts.append(("mul", {}, [w, w_scale], weight))
-    mm = {"alpha": a.get("alpha", 1.0)}
-    if a["epilogue"] == "bias":
-        parts.append(("addmm", {"beta": a["beta"], **mm}, [addend, x, weight], out))
-    elif a["epilogue"] == "swiglu":
-        half = TensorType((k, out.shape[-1]), x.dtype)
-        parts += [("matmul", mm, [x, half], out), ("matmul", mm, [x, half], out),
-                  ("swiglu", {}, [out, out], out)]
-    else:
-        parts.append(("matmul", mm, [x, weight], out))
-        if a["epilogue"] == "add":
-            parts.append(("add", {}, [out, addend], out))
-    if a["act"] != "none":
-        act, act_attrs = ACTIVATIONS[a["act"]].op, dict(ACTIVATIONS[a["act"]].attrs)
-        parts.append((act, act_attrs, [out], out))
-    return parts
-
-
-_DECOMPOSITIONS["gemm"] = _gemm_parts

@@ -1,0 +1,86 @@
+"""Fused ops that the rules recognise. Each reference spells out the decomposition it replaces,
+so a recognised program is bit-identical to the captured one, and its `parts` list the ops
+that reference runs (what it costs when torch runs the reference, op by op)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..tensor_type import TensorType
+from .attention import kv_heads
+from .matmul import scaled
+from .registry import COPY_IN, TRANSCENDENTAL, Part, register
+
+PY = TensorType((), "py_float")  # a Python number operand: moves nothing
+
+
+def rms_norm(xs: list[Any], a: dict[str, Any]) -> Any:
+    x, w = xs
+    return x * torch.rsqrt(torch.mean(torch.pow(x, 2), [-1], keepdim=True) + a["eps"]) * w
+
+
+def rms_norm_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
+    x, w = ins
+    r = TensorType(x.shape[:-1] + (1,), x.dtype)
+    return [("pow", {}, [x, PY], x), ("mean", {}, [x], r), ("add", {}, [r, PY], r),
+            ("rsqrt", {}, [r], r), ("mul", {}, [x, r], x), ("mul", {}, [x, w], out)]
+
+
+def _swiglu_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
+    x, y = ins
+    return [("sigmoid", {}, [x], x), ("mul", {}, [x, x], x), ("mul", {}, [x, y], out)]
+
+
+def _attention(xs: list[Any], a: dict[str, Any]) -> Any:
+    # softmax(q @ k^T * scale + bias) @ v; bias is additive (-inf where masked). As in sdpa,
+    # k and v may have fewer heads than q (grouped-query attention), and a query row that sees
+    # no key (every score -inf) is zero, where the plain formula would give NaN.
+    q, bias = xs[0], xs[3]
+    k, v = kv_heads(q, xs[1]), kv_heads(q, xs[2])
+    scores = scaled(torch.matmul(q, k.transpose(-2, -1)), a["scale"]) + bias
+    out = torch.matmul(torch.softmax(scores, -1), v)
+    blind = (scores == float("-inf")).all(-1, keepdim=True)
+    return out.masked_fill(blind, 0.0)
+
+
+def _attention_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
+    q, k, v, bias = ins
+    kt = TensorType(k.shape[:-2] + (k.shape[-1], k.shape[-2]), k.dtype)  # a view
+    s = TensorType(out.shape[:-1] + (k.shape[-2],), out.dtype)
+    parts: list[Part] = [("matmul", {"alpha": 1.0}, [q, kt], s)]
+    if a.get("scale", 1.0) != 1.0:
+        parts.append(("mul", {}, [s, PY], s))
+    return parts + [("add", {}, [s, bias], s), ("softmax", {}, [s], s),
+                    ("matmul", {"alpha": 1.0}, [s, v], out)]
+
+
+def _rope(xs: list[Any], a: dict[str, Any]) -> Any:
+    # rotary embedding: x * cos + rotate_half(x) * sin, the decomposition that
+    # rules/fusion.py recognises, spelled the same way (bit-identical)
+    x, cos, sin = xs
+    h = x.shape[-1] // 2
+    rot = torch.cat([-x[..., h:], x[..., :h]], -1)
+    return x * cos + rot * sin
+
+
+def _rope_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
+    x, cos, sin = ins
+    half = TensorType(x.shape[:-1] + (x.shape[-1] // 2,), x.dtype)  # slices: views
+    return [("neg", {}, [half], half), ("cat", {"dim": -1}, [half, half], x),
+            ("mul", {}, [x, sin], out), ("mul", {}, [x, cos], out), ("add", {}, [out, out], out)]
+
+
+# rms_norm: two passes (the sum of squares; normalise and scale); rope: two multiplies, a
+# negation and an add per element (x read twice, at j and at its partner j +- D/2, in one
+# kernel). Their references make temporaries: no writer computes them in place.
+register("rms_norm", 2, "eps:float", ref=rms_norm, category="reduction", shape="same",
+         cost="vector", flops=6.0, parts=rms_norm_parts, writer=COPY_IN)
+register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
+         category="elementwise", shape="broadcast", dtype="same", cost="vector",
+         flops=TRANSCENDENTAL + 2, parts=_swiglu_parts, writer=COPY_IN)
+register("attention", 4, "scale:float", ref=_attention, category="attention", shape="sdpa",
+         cost="attention", parts=_attention_parts, writer=COPY_IN)
+register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype="same",
+         cost="vector", flops=4.0, parts=_rope_parts, writer=COPY_IN)
