@@ -31,12 +31,13 @@ import torch
 
 from .errors import EqsatError
 from .ir import Graph, Node, TensorType, contiguous_strides, dtype_of
-from .ops import LEAF_OPS, WEAK_DTYPES, evaluate, get_op
+from .ops import LEAF_OPS, REGISTRY, WEAK_DTYPES, evaluate, get_op
 
 ALIGN = 64
 
-# IR ops that may return a view of their input; whether one does is decided per node by torch.
-VIEW_OPS = frozenset({"view", "permute", "transpose", "expand", "slice", "select", "unsqueeze"})
+# IR ops that may return a view of their input (their registry entries say so); whether one
+# does is decided per node by torch.
+VIEW_OPS = frozenset(name for name, d in REGISTRY.items() if d.may_view)
 
 # Storage kinds of a live node.
 LEAF = "leaf"            # input / param / const: bound at call time, outside the arena

@@ -13,7 +13,8 @@ An op is declared once, in one `register` call:
   what it costs when the reference runs it, op by op);
 - its writer: the reference computed into a given buffer (the planned runtime's step), or
   `COPY_IN` where torch has no out= kernel that writes without allocating (the reference
-  runs, then its result is copied in).
+  runs, then its result is copied in); and whether torch may return its result as a view of
+  its input (`may_view`: the memory plan then places it there).
 
 Reference functions take `(xs, a)`: the input values (tensors, or Python numbers for `scalar`
 nodes) and the attribute dict. Writers take `(out, xs, a)`; the planned runtime appends
@@ -60,6 +61,7 @@ class OpDef:
     flops: float = 0.0  # a "vector" op's work per element, in adds (EXP_FLOPS for an exp)
     parts: Parts | None = None  # a fused op: the ops its reference runs, for their prices
     writer: Writer | str | None = None  # into a buffer; COPY_IN; None: not computed (leaves)
+    may_view: bool = False  # torch may return its result as a view of its input (plan.py)
     # Python type inference; by default the reference semantics run on meta tensors,
     # which gives torch's own shape and dtype rules exactly.
     infer: Callable[[list[TensorType], dict[str, Any]], TensorType] | None = None
@@ -152,7 +154,7 @@ TRANSCENDENTAL = 20.0
 def register(name: str, arity: int | None, attrs: str = "", *, ref=None, category: str,
              shape: str, dtype: str = "same", cost: str, flops: float = 0.0,
              parts: Parts | None = None, writer: Writer | str | None = None,
-             infer=None) -> None:
+             may_view: bool = False, infer=None) -> None:
     """Declare an op. `attrs` is "name:kind name:kind ..."."""
     parsed = tuple(tuple(a.split(":")) for a in attrs.split())
     for attr_name, kind in parsed:
@@ -165,7 +167,7 @@ def register(name: str, arity: int | None, attrs: str = "", *, ref=None, categor
     if (cost == "vector") != (flops > 0):
         raise ValueError(f"{name}: a vector op gives its flops per element, no other op does")
     REGISTRY[name] = OpDef(name, arity, parsed, ref, category, shape, dtype,  # type: ignore
-                           cost, flops, parts, writer, infer)
+                           cost, flops, parts, writer, may_view, infer)
 
 
 def get_op(name: str) -> OpDef:
