@@ -35,10 +35,9 @@ class Decisions:
         nodes = self.program.egraph.nodes
         node = nodes[node_id]
         opdef = REGISTRY[node.op]
-        literals = [nodes[self.program.choice(c, {}) or ""] for c in node.children
-                    if self.program.choice(c, {}) is not None]
-        if node.op in ("param", "const", "input"):
-            return json.loads(literals[0].op) if literals else node.op
+        if node.op in ("param", "const", "input"):  # by name: the first attribute's literal
+            name = self.program.choice(node.children[0], {}) if node.children else None
+            return json.loads(nodes[name].op) if name is not None else node.op
         if opdef.arity is None:  # one Vec child listing the tensors
             vec = self.program.choice(node.children[0], {})
             operands = list(nodes[vec].children) if vec is not None else []

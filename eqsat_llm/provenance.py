@@ -120,8 +120,9 @@ def _instrumented(name: str, command: RewriteOrRule) -> RewriteOrRule:
     rows = _records(decls, name, built, merged)
     if not rows:
         return command
+    rule_name = decl.name if isinstance(decl, RuleDecl) else None  # as the author named it
     return RewriteOrRule(Declarations.create(command, *rows), RuleDecl(
-        (*head, *(ExprActionDecl(r.__egg_typed_expr__) for r in rows)), body, None))
+        (*head, *(ExprActionDecl(r.__egg_typed_expr__) for r in rows)), body, rule_name))
 
 
 def _child_key(nodes: dict[str, Any], node_id: str) -> Any:
