@@ -29,7 +29,7 @@ from .errors import (
     RuleError,
 )
 from .generation import Generator, generate
-from .report import Report
+from .reporting.report import Report
 from .saturate import Limits
 
 __all__ = [

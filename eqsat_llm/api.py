@@ -14,9 +14,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .alternatives import ProgramChoices
 from .capture import capture
-from .decisions import Decisions, kernel_entries
 from .egraph.analysis import analysis
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import declared, encode, let_name
@@ -44,7 +42,9 @@ from .quantization import (
     resolve_format,
     rule_families,
 )
-from .report import Report, RuleStat, memory_summary
+from .reporting.alternatives import ProgramChoices
+from .reporting.decisions import Decisions, kernel_entries
+from .reporting.report import Report, RuleStat, memory_summary
 from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
 from .state import write_state_in_place

@@ -107,7 +107,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     import torch
 
     from . import optimize
-    from .report_html import render
+    from .reporting.html import render
 
     model, inputs = load_case(args.model)
     rules = args.rules.split(",") if args.rules else None
@@ -147,7 +147,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     """Why the optimized program has a kernel: its cost, the rules that built it, what it was
     chosen over. MODEL is a workload (optimized now) or a report's JSON file."""
     from .errors import EqsatError
-    from .explain import explain
+    from .reporting.explain import explain
 
     if args.model.endswith(".json"):
         with open(args.model) as f:
@@ -173,7 +173,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_report_diff(args: argparse.Namespace) -> int:
     """What changed between two saved reports (`optimize --json`, `generate --json`)."""
     from .errors import EqsatError
-    from .explain import diff
+    from .reporting.explain import diff
 
     reports = []
     for path in (args.a, args.b):

@@ -9,14 +9,12 @@ import pytest
 from egglog import rewrite, var
 
 from eqsat_llm import optimize
-from eqsat_llm.alternatives import ProgramChoices
 from eqsat_llm.cli import main
 from eqsat_llm.egraph.analysis import analysis
 from eqsat_llm.egraph.decode import serialize
 from eqsat_llm.egraph.encode import declared, encode
 from eqsat_llm.egraph.language import E, Tensor
 from eqsat_llm.errors import EqsatError
-from eqsat_llm.explain import diff
 from eqsat_llm.extraction.extract import (
     ExtractionError,
     cheapest_trees,
@@ -27,6 +25,8 @@ from eqsat_llm.extraction.extract import (
 )
 from eqsat_llm.ir import VALUE_LEAVES, Graph, TensorType
 from eqsat_llm.provenance import read, recording_ruleset
+from eqsat_llm.reporting.alternatives import ProgramChoices
+from eqsat_llm.reporting.explain import diff
 from eqsat_llm.rulebook import Rule
 from eqsat_llm.saturate import saturate
 from eqsat_llm.workloads import llama_block_case

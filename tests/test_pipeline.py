@@ -26,7 +26,7 @@ def test_optimized_program_equals_eager(workload):
 
 def test_first_ruleset_removes_redundant_layout_chains(workload):
     name, _, _, captured = workload
-    from eqsat_llm.report import Report
+    from eqsat_llm.reporting.report import Report
 
     report = Report()
     optimize_graph(captured.graph, resolve(None), report=report)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from .errors import EqsatError
+from ..errors import EqsatError
 from .units import fmt_bytes, fmt_count, fmt_signed_us, fmt_us
 
 

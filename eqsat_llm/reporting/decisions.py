@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..ir import VALUE_LEAVES, Graph, TensorType, node_label
+from ..ops import REGISTRY
 from .alternatives import ProgramChoices
-from .ir import VALUE_LEAVES, Graph, TensorType, node_label
-from .ops import REGISTRY
 
 TERM_DEPTH = 2  # how deep an alternative's term is written out
 

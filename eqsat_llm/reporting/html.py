@@ -22,11 +22,11 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
-from .extraction.cost import constant_nodes
-from .extraction.costmodel import CostError, nbytes
-from .ir import VALUE_LEAVES, Graph, Node, TensorType, node_label
-from .ops import REGISTRY
-from .profile import FLAG_RATIO  # off by more than this factor: flagged, in red
+from ..extraction.cost import constant_nodes
+from ..extraction.costmodel import CostError, nbytes
+from ..ir import VALUE_LEAVES, Graph, Node, TensorType, node_label
+from ..ops import REGISTRY
+from ..profile import FLAG_RATIO  # off by more than this factor: flagged, in red
 from .units import fmt_bytes, fmt_count, fmt_seconds, fmt_signed_us, fmt_us
 
 SECTIONS = (("summary", "Summary"), ("kernels", "Kernels"), ("decisions", "Decisions"),
