@@ -37,9 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
-from eqsat_llm.codegen.c.packed_gemm import NR, PACKED_GEMM_C
+from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C, QuantPanels
+from eqsat_llm.codegen.c.tiles import PACKED_PANEL as NR
 from eqsat_llm.quant_formats import format_group, quantize
 
 FLUSH = r"""

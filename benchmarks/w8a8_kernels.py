@@ -46,9 +46,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quant_kernels import FLUSH, QGEMM, build
 
-from eqsat_llm.codegen.c.packed_gemm import NR, PACKED_GEMM_C
+from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C, QuantPanels
+from eqsat_llm.codegen.c.tiles import PACKED_PANEL as NR
 from eqsat_llm.codegen.c.w8a8_gemm import W8A8_GEMM_C, W8A8Panels
 from eqsat_llm.quant_formats import quantize
 

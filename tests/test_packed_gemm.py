@@ -12,7 +12,8 @@ import torch
 
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
-from eqsat_llm.codegen.c.packed_gemm import NR, PackedWeight
+from eqsat_llm.codegen.c.packed_gemm import PackedWeight
+from eqsat_llm.codegen.c.tiles import PACKED_PANEL
 from eqsat_llm.ir import Graph
 from eqsat_llm.ops import add_gemm
 
@@ -42,7 +43,7 @@ def test_pack_layout_is_column_panels():
     w = torch.arange(3 * 70, dtype=torch.float32).reshape(3, 70)
     spec = PackedWeight("w", 0, 3, 70, 70, 1)
     p = spec.prepare({"w": w})
-    assert p.shape == (3, 3, NR)  # ceil(70 / 32) panels of K x 32
+    assert p.shape == (3, 3, PACKED_PANEL)  # ceil(70 / 32) panels of K x 32
     assert torch.equal(p[1, 2], w[2, 32:64])
     assert torch.equal(p[2, 0, :6], w[0, 64:]) and not p[2, :, 6:].any()  # zero padding
     # a transposed view with a row scale

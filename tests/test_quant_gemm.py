@@ -15,7 +15,8 @@ import torch
 
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
-from eqsat_llm.codegen.c.quant_gemm import PANEL, QUANT_GEMM_C, QuantPanels
+from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C, QuantPanels
+from eqsat_llm.codegen.c.tiles import QUANT_PANEL
 from eqsat_llm.errors import GraphError
 from eqsat_llm.quant_formats import FORMATS, dequantize, format_group, quantize
 
@@ -207,11 +208,11 @@ def test_quant_panels_layout():
     q = torch.randint(-128, 128, (7, 150), dtype=torch.int8)
     view = q.reshape(-1)[3:].as_strided((7, 100), (150, 1))
     one = QuantPanels("q", 3, 7, 100, 150).prepare({"q": q})
-    assert one.shape == (2, 7, PANEL) and one.dtype == torch.int8
+    assert one.shape == (2, 7, QUANT_PANEL) and one.dtype == torch.int8
     assert torch.equal(one[0], view[:, :64]) and torch.equal(one[1, :, :36], view[:, 64:])
     assert (one[1, :, 36:] == 0).all()
     two = QuantPanels("q", 3, 7, 50, 150, halves=2).prepare({"q": q})
-    assert two.shape == (2, 7, PANEL) and QuantPanels("q", 3, 7, 50, 150, 2).panels() == 2
+    assert two.shape == (2, 7, QUANT_PANEL) and QuantPanels("q", 3, 7, 50, 150, 2).panels() == 2
     assert torch.equal(two[0, :, :50], view[:, :50]) and torch.equal(two[1, :, :50], view[:, 50:])
     assert (two[:, :, 50:] == 0).all()
 
@@ -233,5 +234,5 @@ def test_every_half_value_widens_exactly(lib, fmt):
 def test_half_panels_carry_the_bits():
     w = torch.randn(5, 70).to(torch.bfloat16)
     p = QuantPanels("w", 0, 5, 70, 70).prepare({"w": w})
-    assert p.dtype == torch.int16 and p.shape == (2, 5, PANEL)
+    assert p.dtype == torch.int16 and p.shape == (2, 5, QUANT_PANEL)
     assert torch.equal(p[0].view(torch.bfloat16), w[:, :64])

@@ -25,7 +25,8 @@ import torch
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
-from eqsat_llm.codegen.c.w8a8_gemm import KG, NP, W8A8_GEMM_C, W8A8Panels
+from eqsat_llm.codegen.c.tiles import W8A8_K_GROUP, W8A8_PANEL
+from eqsat_llm.codegen.c.w8a8_gemm import W8A8_GEMM_C, W8A8Panels
 from eqsat_llm.quant_formats import code_rows
 
 from .conftest import build_c, c_build_dir, check_gemm_result, gemm_operands
@@ -153,7 +154,7 @@ def test_epilogues(lib):
 
 def test_large_and_serial(lib):
     run_case(lib, 130, 300, 1024, rowscale=True, addends=("residual",), act=2)
-    run_case(lib, 37, 2 * NP + 5, 512, swiglu=True, rowscale=True)
+    run_case(lib, 37, 2 * W8A8_PANEL + 5, 512, swiglu=True, rowscale=True)
     run_case(lib, 2, 300, 256, parallel=0)
     run_case(lib, 30, 50, 256, parallel=0, swiglu=True)
 
@@ -190,16 +191,16 @@ def test_panels_layout():
     view = q.reshape(-1)[3:].as_strided((7, 100), (150, 1))
     one = W8A8Panels("q", 3, 7, 100, 150)
     p = one.prepare({"q": q})
-    assert p.shape == one.shape() == (7, 2, NP, KG) and p.dtype == torch.int8
+    assert p.shape == one.shape() == (7, 2, W8A8_PANEL, W8A8_K_GROUP) and p.dtype == torch.int8
     for pan, g, j, i in [(0, 0, 0, 0), (1, 1, 3, 2), (6, 0, 3, 3), (5, 1, 15, 1)]:
-        assert p[pan, g, j, i] == view[KG * g + i, NP * pan + j]
+        assert p[pan, g, j, i] == view[W8A8_K_GROUP * g + i, W8A8_PANEL * pan + j]
     assert (p[:, 1, :, 3] == 0).all()  # the K tail (row 7)
     assert (p[6, :, 4:] == 0).all()  # the column tail (100 = 6 * 16 + 4)
     two = W8A8Panels("q", 3, 7, 50, 150, halves=2)
     p2 = two.prepare({"q": q})
     assert two.panels() == 8 and p2[4, 0, 0, 0] == view[0, 50] and (p2[3, :, 2:] == 0).all()
     cs = dataclasses.replace(two, part="colsum").prepare({"q": q})
-    assert cs.dtype == torch.int32 and cs.shape == (8, NP)
+    assert cs.dtype == torch.int32 and cs.shape == (8, W8A8_PANEL)
     assert cs[4, 1] == view[:, 51].to(torch.int32).sum() and (cs[3, 2:] == 0).all()
     s = torch.rand(150)
     sp = W8A8Panels("s", 3, 1, 50, 0, 2, "scale").prepare({"s": s})

@@ -2,15 +2,15 @@
 quant_formats.py), half precision (fp16, bf16: half.py) or sparse (2:4, 16 x 16 blocks:
 sparse_formats.py), as one call of its kernel: `eq_gemm_q` (quant_gemm.py), which dequantizes
 (widens) in registers, `eq_gemm_w8a8` (w8a8_gemm.py: int8_dynamic, activations coded per row
-and multiplied in integers), or `eq_gemm_sparse`
-(sparse_gemm.py), which skips what is not stored. Both stream the weight once for all rows at
-few rows (the GEMV of decode, bound by the weight's bytes) and run float tiles at more.
+and multiplied in integers), or `eq_gemm_sparse` (sparse_gemm.py), which skips what is not
+stored. They stream the weight once for all rows at few rows (the GEMV of decode, bound by the
+weight's bytes) and run float tiles at more.
 
 The descriptor maps onto the call: alpha; the residual or bias as an addend of the tile
 epilogue (bias times beta); the activation; the SwiGLU pair (the weight's two column halves).
-The rms_norm prologue normalises ROW_BLOCK rows at a time into a local buffer, x * 1/rms * g
-as the reference rounds it, and runs the call on them (a panel is dequantized once per block:
-1/64 of the block's multiply-adds at 32 rows)."""
+The rms_norm prologue normalises FORMAT_ROW_BLOCK rows (tiles.py) at a time into a local
+buffer, x * 1/rms * g as the reference rounds it, and runs the call on them (a panel is
+dequantized once per block: 1/64 of the block's multiply-adds at 32 rows)."""
 
 from __future__ import annotations
 
@@ -21,15 +21,14 @@ from ...ops import ACTIVATIONS
 from ...quant_formats import DYNAMIC, format_group
 from ...sparse_formats import FORMATS as SPARSE_FORMATS
 from .emit_norm import inv_rms
-from .fuse_rope import gemm_rows
-from .loops import PARALLEL_MIN, broadcast_strides, collapse
+from .gemm_geometry import GemmGeometry, gemm_geometry
+from .loops import PARALLEL_MIN
 from .quant_gemm import QuantPanels
+from .tiles import FORMAT_MAX_K, FORMAT_ROW_BLOCK, QUANT_PANEL
 from .values import Layout, Ref
 from .w8a8_gemm import W8A8Panels
 
-ROW_BLOCK = 32
 HALF_CODES = {"fp16": 16, "bf16": 17}  # eq_gemm_q's fmt
-MAX_K = 16384  # the normalised block lives on the stack: ROW_BLOCK x K floats at most 2 MiB
 
 
 def prepared_operands(node) -> frozenset[int]:
@@ -40,68 +39,67 @@ def prepared_operands(node) -> frozenset[int]:
     return frozenset()
 
 
-def emit_format_gemm(attrs: dict, out: Ref, x: Ref, w: Ref, aux: Ref, norm: Ref,
-                     addend: Ref, layout: Layout | None = None) -> str | None:
-    """The call for a weight w in format attrs["weight"], aux its scales or positions; None
-    where the operands' layout or dtypes are not the kernel's (a quantized weight must be a
-    constant: its panels are prepared in `layout`)."""
-    fmt, epilogue = attrs["weight"], attrs["epilogue"]
+def emit_format_gemm(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry,
+                     layout: Layout | None = None) -> str | None:
+    """The call for the gemm descriptor d on [x, w, aux, norm, addend], w in format
+    d["weight"] and aux its scales or positions (geo: x and out, no B); None where the
+    operands' layout or dtypes are not the kernel's (a quantized weight must be a constant:
+    its panels are prepared in `layout`)."""
+    x, w, aux, norm, addend = ins
+    fmt, epilogue = d["weight"], d["epilogue"]
     if out.dtype != "float32" or x.dtype != "float32":
         return None
-    xr, orow = gemm_rows(x), gemm_rows(out)
-    if xr is None or orow is None:  # (before a quantized weight's panels take a W slot)
+    if not geo.rows_evenly_spaced or not geo.unit_columns:  # (before the panels take W slots)
         return None
-    swiglu = attrs["epilogue"] == "swiglu"
+    swiglu = epilogue == "swiglu"
+    m, k, n = geo.m, geo.k, geo.n
     stored = _sparse_operands(fmt, w, aux) if fmt in SPARSE_FORMATS else \
-        _dynamic_operands(w, aux, int(attrs["n"]), swiglu, layout) if fmt == DYNAMIC else \
-        _quantized_operands(fmt, w, aux, int(attrs["n"]), swiglu, layout)
+        _dynamic_operands(w, aux, n, swiglu, layout) if fmt == DYNAMIC else \
+        _quantized_operands(fmt, w, aux, n, swiglu, layout)
     if stored is None:
         return None
     kernel, operands = stored
-    m, lda = xr
-    k, n = x.shape[-1], int(attrs["n"])
     addends = []
-    if epilogue in ("add", "bias"):
-        st = broadcast_strides(out.shape, addend.shape, addend.strides)
-        if addend.dtype != "float32" or addend.space == "scalar" or st[-1] not in (0, 1):
+    if epilogue in ("add", "bias"):  # an addend of the tile epilogue, walked with C's rows
+        with_r = gemm_geometry(out, x, None, addend)
+        r = with_r.r if with_r is not None and with_r.rows_evenly_spaced else None
+        if r is None or addend.dtype != "float32" or addend.space == "scalar" or \
+                r.cols not in (0, 1):
             return None
-        sh, rs = collapse(out.shape[:-1], [out.strides[:-1], st[:-1]])
-        if len(sh) > 1:
-            return None
-        beta = float(attrs["beta"]) if epilogue == "bias" else 1.0
-        addends.append(f"{{{addend.ptr()}, {rs[1][0] if sh else 0}, {st[-1]}, {beta.hex()}f}}")
-    act = 0 if attrs["act"] == "none" else ACTIVATIONS[attrs["act"]].code
+        beta = float(d["beta"]) if epilogue == "bias" else 1.0
+        addends.append(f"{{{addend.ptr()}, {r.rows if m > 1 else 0}, {r.cols}, {beta.hex()}f}}")
+    act = 0 if d["act"] == "none" else ACTIVATIONS[d["act"]].code
     e = f"const eq_addend e[] = {{{', '.join(addends)}}};" if addends else \
         "const eq_addend* e = NULL;"
-    par = m * n * k >= PARALLEL_MIN * 8 and n >= 64
-    alpha = float(attrs["alpha"]).hex()
+    par = geo.macs >= PARALLEL_MIN * 8 and n >= 64
+    alpha = float(d["alpha"]).hex()
 
     def call(rows: str, a: str, lda_: int, row0: str) -> str:
         es = "e" if not addends else "eb"
         shift = "" if not addends else (
             f"eq_addend eb[1] = {{e[0]}}; eb[0].p += ({row0}) * e[0].rs;\n    ")
         return (f"{shift}{kernel}({rows}, {n}, {k}, {a}, {lda_}, {operands}, "
-                f"o + ({row0}) * {orow[1]}, {orow[1]}, "
+                f"o + ({row0}) * {geo.ldc}, {geo.ldc}, "
                 f"{alpha}f, NULL, {es}, {len(addends)}, {act}, "
-                f"{int(epilogue == 'swiglu')}, {int(par)});")
+                f"{int(swiglu)}, {int(par)});")
 
     head = f"{e}\nfloat* o = {out.ptr(const=False)};\nconst float* x = {x.ptr()};"
-    if attrs["prologue"] == "none":
-        return f"{head}\n{{\n    {call(str(m), 'x', lda, '0')}\n}}"
-    if k > MAX_K or norm.dtype not in ("float32", "float64") or len(norm.shape) > 1:
+    if d["prologue"] == "none":
+        return f"{head}\n{{\n    {call(str(m), 'x', geo.lda, '0')}\n}}"
+    if k > FORMAT_MAX_K or norm.dtype not in ("float32", "float64") or len(norm.shape) > 1:
         return None
     g = f"(float){norm.literal('double')}" if norm.space == "scalar" else \
         f"g[c * {norm.strides[-1] if norm.shape and norm.shape[0] != 1 else 0}]"
     g_decl = "" if norm.space == "scalar" else f"\nconst float* g = {norm.ptr()};"
-    blk = min(ROW_BLOCK, m)
+    blk = min(FORMAT_ROW_BLOCK, m)
     return f"""{head}{g_decl}
 float xn[{blk} * {k}] __attribute__((aligned(64)));
 for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
     const int64_t mb = {m} - m0 < {blk} ? {m} - m0 : {blk};
     for (int64_t i = 0; i < mb; i++) {{
-        const float* xr = x + (m0 + i) * {lda};
+        const float* xr = x + (m0 + i) * {geo.lda};
         float* nr = xn + i * {k};
-{inv_rms("xr", "1", k, float(attrs["eps"]))}
+{inv_rms("xr", "1", k, float(d["eps"]))}
 #pragma omp simd
         for (int64_t c = 0; c < {k}; c++) nr[c] = xr[c] * r * {g};
     }}
@@ -112,8 +110,8 @@ for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
 def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
                         layout: Layout | None) -> tuple[str, str] | None:
     """eq_gemm_q's weight arguments: format code, group, the integers (half formats: the
-    values) and the scales (half formats: none) as QuantPanels prepares them (panels of 64
-    columns; a SwiGLU weight's two halves apart)."""
+    values) and the scales (half formats: none) as QuantPanels prepares them (panels of
+    QUANT_PANEL columns; a SwiGLU weight's two halves apart)."""
     half = HALF_FORMATS.get(fmt)
     group = 0 if half else format_group(fmt)
     if len(w.shape) != 2 or w.strides[1] != 1 or layout is None:
@@ -124,7 +122,7 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
         return None
     pq = QuantPanels(qname, w.offset, w.shape[0], n, w.strides[0], halves)
     if half:
-        wq = layout.prepared(pq, (pq.panels(), pq.rows, 64), "int16")  # (the values' bits)
+        wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), "int16")  # (the values' bits)
         return "eq_gemm_q", f"{HALF_CODES[fmt]}, 0, {wq.ptr()}, NULL"
     if scales.dtype != "float32" or scales.strides[-1] != 1 or scales.shape[-1] != halves * n:
         return None
@@ -135,8 +133,8 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
         return None
     srows, srs = (scales.shape[0], scales.strides[0]) if group else (1, 0)
     ps = QuantPanels(sname, scales.offset, srows, n, srs, halves)
-    wq = layout.prepared(pq, (pq.panels(), pq.rows, 64), w.dtype)
-    ws = layout.prepared(ps, (ps.panels(), ps.rows, 64), "float32")
+    wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), w.dtype)
+    ws = layout.prepared(ps, (ps.panels(), ps.rows, QUANT_PANEL), "float32")
     code = 8 if group == 0 else 4
     return "eq_gemm_q", f"{code}, {group}, {wq.ptr()}, {ws.ptr()}"
 
@@ -144,7 +142,8 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
 def _dynamic_operands(w: Ref, scales: Ref, n: int, swiglu: bool,
                       layout: Layout | None) -> tuple[str, str] | None:
     """eq_gemm_w8a8's weight arguments: the int8 integers, the scales and the integers' column
-    sums, as W8A8Panels prepares them (panels of 16 columns, K in groups of 4)."""
+    sums, as W8A8Panels prepares them (panels of W8A8_PANEL columns, K in groups of
+    W8A8_K_GROUP: tiles.py)."""
     halves = 2 if swiglu else 1
     if layout is None or len(w.shape) != 2 or w.strides[1] != 1 or w.dtype != "int8" or \
             w.shape[1] != halves * n or scales.dtype != "float32" or \

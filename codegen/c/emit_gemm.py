@@ -8,8 +8,11 @@
     quantized or sparse weight    emit_format_gemm: dequantized in registers, or its zeros
                                   skipped (any prologue, epilogue and activation)
 
-A descriptor none of them generates (an activation after the SwiGLU, say) runs as a torch
-step on the arena: correct, only slower."""
+Each emitter takes the descriptor (the op's attributes), the output, the op's inputs
+[x, w, w_scale, norm, addend], the product's geometry (gemm_geometry.py) and the layout, then
+what it can use: BLAS, ropes to compute in the epilogue (fuse_rope.py). A descriptor none of
+them generates (an activation after the SwiGLU, say) runs as a torch step on the arena:
+correct, only slower."""
 
 from __future__ import annotations
 
@@ -19,33 +22,25 @@ from .emit_matmul import emit_product
 from .emit_matmul_swiglu import emit_matmul_swiglu
 from .emit_norm_matmul import emit_rms_norm_matmul
 from .fuse_rope import RopeEpilogue
+from .gemm_geometry import gemm_geometry
 from .values import Layout, Ref
 
 
 def emit_gemm(node: Node, out: Ref, ins: list[Ref], blas: bool, layout: Layout,
               ropes: tuple[RopeEpilogue, ...] = ()) -> str | None:
-    a = node.attrs
-    x, w, w_scale, norm, addend = ins
-    alpha = float(a["alpha"])
-    plain_epilogue = a["epilogue"] == "none" and a["act"] == "none"
-    if a["weight"] != "float":
-        return None if ropes else emit_format_gemm(a, out, x, w, w_scale, norm, addend,
-                                                   layout)
-    if a["prologue"] == "rms_norm":
-        if not plain_epilogue:
-            return None
-        return emit_rms_norm_matmul(out, x, w, norm, float(a["eps"]), alpha, layout, ropes)
-    if a["epilogue"] == "swiglu":
-        if a["act"] != "none" or alpha != 1.0 or ropes or len(w.shape) != 2:
-            return None
-        n = int(a["n"])
-        (k, _), (rs, cs) = w.shape, w.strides
-        gate = w.with_view((k, n), (rs, cs), w.offset)
-        up = w.with_view((k, n), (rs, cs), w.offset + n * cs)
-        return emit_matmul_swiglu(out, x, gate, up, layout)
-    act = None if a["act"] == "none" else a["act"]
-    if a["epilogue"] == "bias":
-        return emit_product(out, x, w, alpha, blas, layout, ropes, bias=addend,
-                            beta=float(a["beta"]), act=act)
-    return emit_product(out, x, w, alpha, blas, layout, ropes,
-                        res=addend if a["epilogue"] == "add" else None, act=act)
+    d = node.attrs
+    x, w, _, _, addend = ins
+    # a weight in a format is no strided matrix (and its kernel checks the addend's rows once
+    # the weight's panels are prepared); a float weight's residual is walked with C's rows
+    stored = d["weight"] != "float"
+    geo = gemm_geometry(out, x, None if stored else w,
+                        addend if d["epilogue"] == "add" and not stored else None)
+    if geo is None:
+        return None
+    if stored:
+        return None if ropes else emit_format_gemm(d, out, ins, geo, layout)
+    if d["prologue"] == "rms_norm":
+        return emit_rms_norm_matmul(d, out, ins, geo, layout, ropes)
+    if d["epilogue"] == "swiglu":
+        return None if ropes else emit_matmul_swiglu(d, out, ins, geo, layout)
+    return emit_product(d, out, ins, geo, layout, blas, ropes)

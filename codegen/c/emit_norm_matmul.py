@@ -2,71 +2,71 @@
 
 Fused (g and w constants, x and the output with unit column stride and evenly spaced rows):
 w is packed once with its rows scaled by g (`PackedWeight(row_scale=g)`), so that
-rms_norm(x, g) @ w = diag(inv_rms) (x @ (g * w)). Per block of `ROW_BLOCK` rows the kernel
-computes inv_rms[m] = 1 / sqrt(mean(x[m]^2) + eps) into a local array and runs the packed
-GEMM on x itself, whose epilogue scales each output row by inv_rms[m] while the tile is in
-L1: the normalised rows are never written. (g folded into w rounds differently from the
+rms_norm(x, g) @ w = diag(inv_rms) (x @ (g * w)). Per block of NORM_ROW_BLOCK rows (tiles.py)
+the kernel computes inv_rms[m] = 1 / sqrt(mean(x[m]^2) + eps) into a local array and runs the
+packed GEMM on x itself, whose epilogue scales each output row by inv_rms[m] while the tile
+is in L1: the normalised rows are never written. (g folded into w rounds differently from the
 reference, which scales x first: within ~1e-6 relative.)
 
 Otherwise (g or w computed at run time, other strides): each row is normalised into a local
 row, exactly as the reference rounds it, and multiplied by w, one row at a time. Nothing is
-allocated on the heap: the local arrays are bounded (ROW_BLOCK, K, N floats)."""
+allocated on the heap: the local arrays are bounded (NORM_ROW_BLOCK; K and N at most
+NORM_MAX_LOCAL floats)."""
 
 from __future__ import annotations
 
 import math
 
 from .emit_norm import inv_rms
-from .fuse_rope import RopeEpilogue, gemm_rows, packed_gemm_call
-from .loops import PARALLEL_MIN, collapse, loop_nest
+from .fuse_rope import RopeEpilogue, packed_gemm_call
+from .gemm_geometry import GemmGeometry
+from .loops import PARALLEL_MIN, loop_nest
+from .tiles import NORM_MAX_LOCAL, NORM_ROW_BLOCK
 from .values import Layout, Ref
 
-ROW_BLOCK = 256
-MAX_LOCAL = 1 << 16  # floats in one local row of the fallback (K and N)
 
-
-def emit_rms_norm_matmul(out: Ref, x: Ref, w: Ref, g: Ref, eps: float, alpha: float,
+def emit_rms_norm_matmul(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry,
                          layout: Layout | None = None, ropes: tuple[RopeEpilogue, ...] = ()
                          ) -> str | None:
-    """The kernel; with `ropes` (fuse_rope.py) computed in the GEMM's epilogue, or None when
+    """The kernel of the gemm descriptor d (prologue rms_norm, no epilogue nor activation) on
+    [x, w, _, g, _]; with `ropes` (fuse_rope.py) computed in the GEMM's epilogue, or None when
     the fused path that can do so does not apply."""
+    if d["epilogue"] != "none" or d["act"] != "none":
+        return None
+    x, w, _, g, _ = ins
     if any(r.dtype != "float32" for r in (out, x, w, g)):
         return None
     if not x.shape or len(w.shape) != 2 or len(g.shape) > 1 or not out.shape:
         return None
     K, N = w.shape
-    if x.shape[-1] != K or out.shape[-1] != N or (g.shape and g.shape[0] not in (1, K)):
+    if geo.k != K or geo.n != N or (g.shape and g.shape[0] not in (1, K)):
         return None
-    lead = out.shape[:-1]
-    sh, st = collapse(lead, [x.strides[:-1], out.strides[:-1]])
-    packed = _packed(w, g, K, N, layout)
-    if packed is not None and len(sh) <= 1 and x.strides[-1] == 1 and out.strides[-1] == 1:
-        M = sh[0] if sh else 1
-        lda, ldc = (st[0][0], st[1][0]) if sh else (K, N)
-        if ropes and gemm_rows(out) != (M, ldc):
-            return None
-        return _fused(x, out, packed, M, K, N, lda, ldc, eps, alpha, ropes)
-    if ropes or K > MAX_LOCAL or N > MAX_LOCAL:
+    eps, alpha = float(d["eps"]), float(d["alpha"])
+    packed = _packed(geo, w, g, layout)
+    if packed is not None and geo.rows_evenly_spaced and geo.unit_columns:
+        return _fused(x, out, packed, geo, eps, alpha, ropes)
+    if ropes or K > NORM_MAX_LOCAL or N > NORM_MAX_LOCAL:
         return None
-    return _rowwise(x, w, g, out, K, N, eps, alpha)
+    return _rowwise(x, w, g, out, geo, eps, alpha)
 
 
-def _packed(w: Ref, g: Ref, K: int, N: int, layout: Layout | None) -> Ref | None:
+def _packed(geo: GemmGeometry, w: Ref, g: Ref, layout: Layout | None) -> Ref | None:
     """w packed with its rows scaled by g, when both are constants that PackedWeight reads
     whole (g: a whole constant of K elements)."""
     gname = layout.constant_name(g) if layout is not None else None
     if layout is None or gname is None:
         return None
     groot = layout.refs.get(g.root)
-    if g.offset != 0 or groot is None or math.prod(groot.shape) != K or (
-            K > 1 and g.strides[-1] != 1):
+    if g.offset != 0 or groot is None or math.prod(groot.shape) != geo.k or (
+            geo.k > 1 and g.strides[-1] != 1):
         return None
-    return layout.packed_weight(w, K, N, w.strides[0], w.strides[1], row_scale=gname)
+    return geo.packed_b(w, layout, row_scale=gname)
 
 
-def _fused(x: Ref, out: Ref, packed: Ref, M: int, K: int, N: int, lda: int, ldc: int,
-           eps: float, alpha: float, ropes: tuple[RopeEpilogue, ...]) -> str:
-    blk = min(ROW_BLOCK, M)
+def _fused(x: Ref, out: Ref, packed: Ref, geo: GemmGeometry, eps: float, alpha: float,
+           ropes: tuple[RopeEpilogue, ...]) -> str:
+    M, K, N, lda, ldc = geo.m, geo.k, geo.n, geo.lda, geo.ldc
+    blk = min(NORM_ROW_BLOCK, M)
     par_gemm = blk * N * K >= PARALLEL_MIN * 8 and N >= 64
     fn, rope_decl, rope_args = packed_gemm_call(ropes, "m0")
     return f"""const float* x = {x.ptr()};
@@ -85,36 +85,32 @@ for (int64_t m0 = 0; m0 < {M}; m0 += {blk}) {{
 }}"""
 
 
-def _rowwise(x: Ref, w: Ref, g: Ref, out: Ref, K: int, N: int, eps: float,
+def _rowwise(x: Ref, w: Ref, g: Ref, out: Ref, geo: GemmGeometry, eps: float,
              alpha: float) -> str:
     """One row at a time: xn = x * inv_rms * g (the reference's rounding), then xn @ w."""
-    csx, cso = x.strides[-1], out.strides[-1]
+    K, N, a, b, c = geo.k, geo.n, geo.a, geo.b, geo.c
+    assert b is not None
     csg = g.strides[-1] if g.shape and g.shape[0] != 1 else 0
-    rs, cs = w.strides
     scale = "" if alpha == 1.0 else f" * {alpha.hex()}f"
-    lead = out.shape[:-1]
-    numel = N * K
-    for n in lead:
-        numel *= n
 
     def body(offs: list[str]) -> str:
         return f"""    const float* xr = x + {offs[0]};
     float* orow = o + {offs[1]};
     float xn[{K}] __attribute__((aligned(64)));
     float acc[{N}] __attribute__((aligned(64)));
-{inv_rms("xr", str(csx), K, eps)}
+{inv_rms("xr", str(a.cols), K, eps)}
 #pragma omp simd
-    for (int64_t c = 0; c < {K}; c++) xn[c] = xr[c * {csx}] * r * gg[c * {csg}];
+    for (int64_t c = 0; c < {K}; c++) xn[c] = xr[c * {a.cols}] * r * gg[c * {csg}];
     for (int64_t n = 0; n < {N}; n++) acc[n] = 0.0f;
     for (int64_t k = 0; k < {K}; k++) {{
         const float av = xn[k];
-        const float* br = ww + k * {rs};
+        const float* br = ww + k * {b.rows};
 #pragma omp simd
-        for (int64_t n = 0; n < {N}; n++) acc[n] += av * br[n * {cs}];
+        for (int64_t n = 0; n < {N}; n++) acc[n] += av * br[n * {b.cols}];
     }}
 #pragma omp simd
-    for (int64_t n = 0; n < {N}; n++) orow[n * {cso}] = acc[n]{scale};"""
+    for (int64_t n = 0; n < {N}; n++) orow[n * {c.cols}] = acc[n]{scale};"""
     return (f"const float* x = {x.ptr()};\nfloat* o = {out.ptr(const=False)};\n"
             f"const float* gg = {g.ptr()};\nconst float* ww = {w.ptr()};\n"
-            + loop_nest(lead, [x.strides[:-1], out.strides[:-1]], body, work=numel,
-                        simd=False))
+            + loop_nest(geo.row_shape, [geo.row_strides(a), geo.row_strides(c)], body,
+                        work=geo.macs, simd=False))

@@ -1,12 +1,13 @@
 """Rotary embedding in the Q/K projection's epilogue.
 
 The pattern, on the planned program: a GEMM against a packed constant writes T [M, N] (rows
-of stride ldc); a rope reads a head split of T's columns (slice -> view -> permute: element
-(b, h, s, j) is T[b * S + s, c0 + h * d + j]) and writes its own buffer. The GEMM kernel then
-runs the rope on each block of rows as soon as that block's head is computed, while the rows
-are in L1 (`eq_gemm_packed_rope`, packed_gemm.py), and the rope's own kernel is dropped. A
-rope pairs column j with j + d/2 of its head, so the GEMM visits its columns a head at a time
-(d a multiple of the 32-column panel, c0 a multiple of d).
+of stride ldc: its geometry's m and ldc, gemm_geometry.py); a rope reads a head split of T's
+columns (slice -> view -> permute: element (b, h, s, j) is T[b * S + s, c0 + h * d + j]) and
+writes its own buffer. The GEMM kernel then runs the rope on each block of rows as soon as
+that block's head is computed, while the rows are in L1 (`eq_gemm_packed_rope`,
+packed_gemm.py), and the rope's own kernel is dropped. A rope pairs column j with j + d/2 of
+its head, so the GEMM visits its columns a head at a time (d a multiple of the packed panel's
+PACKED_PANEL columns, c0 a multiple of d).
 
 The memory plan is not changed: the rope's output is now written at the GEMM's place in the
 schedule, earlier than the plan assumed. So a rope is fused only when no kernel scheduled
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 from ...ir import Graph
 from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, TEMP, MemoryPlan
 from .fuse_elementwise import Group, overlaps
-from .loops import broadcast_strides, collapse
-from .packed_gemm import NR
+from .gemm_geometry import gemm_geometry
+from .loops import broadcast_strides
+from .tiles import PACKED_PANEL
 from .values import Ref
 
 # the ops whose packed-GEMM emitters may take rope epilogues (emit_matmul, emit_gemm)
@@ -55,17 +57,6 @@ class RopeEpilogue:
                 f"{self.cos.ptr()}, {strides(self.cos)}, {self.sin.ptr()}, {strides(self.sin)}}}")
 
 
-def gemm_rows(t: Ref) -> tuple[int, int] | None:
-    """(M, ldc) of a GEMM output whose leading dims are evenly spaced rows of unit-stride
-    columns (the layout the packed emitters require), else None."""
-    if not t.shape or t.strides[-1] != 1:
-        return None
-    sh, st = collapse(t.shape[:-1], [t.strides[:-1]])
-    if len(sh) > 1:
-        return None
-    return (sh[0], st[0][0]) if sh else (1, t.shape[-1])
-
-
 def packed_gemm_call(ropes: tuple[RopeEpilogue, ...], m_base: str) -> tuple[str, str, str]:
     """(the packed GEMM function to call, a declaration to put before the call, trailing
     arguments): eq_gemm_packed without ropes, eq_gemm_packed_rope with them (m_base: the C
@@ -73,7 +64,8 @@ def packed_gemm_call(ropes: tuple[RopeEpilogue, ...], m_base: str) -> tuple[str,
     if not ropes:
         return "eq_gemm_packed", "", ""
     decl = f"const eq_rope ro[] = {{{', '.join(r.c_init() for r in ropes)}}};"
-    return "eq_gemm_packed_rope", decl, f", {m_base}, ro, {len(ropes)}, {ropes[0].d // NR}"
+    panels = ropes[0].d // PACKED_PANEL  # a head's columns, in panels
+    return "eq_gemm_packed_rope", decl, f", {m_base}, ro, {len(ropes)}, {panels}"
 
 
 def _head_split(x: Ref, t: Ref, m: int, ldc: int) -> tuple[int, int, int, int,
@@ -84,7 +76,7 @@ def _head_split(x: Ref, t: Ref, m: int, ldc: int) -> tuple[int, int, int, int,
         return None
     d, n = x.shape[-1], t.shape[-1]
     c0 = x.offset - t.offset
-    if x.strides[-1] != 1 or d % NR or not 0 <= c0 < ldc or c0 % d:
+    if x.strides[-1] != 1 or d % PACKED_PANEL or not 0 <= c0 < ldc or c0 % d:
         return None
     dims: dict[str, int | None] = {k: None for k in ROLES}
     size = {k: 1 for k in ROLES}
@@ -121,12 +113,13 @@ def rope_epilogues(graph: Graph, plan: MemoryPlan, refs: dict[int, Ref],
         if gemm not in refs or graph.node(gemm).op not in GEMM_OPS or cos is None \
                 or sin is None or out is None:
             continue
-        t = refs[gemm]
-        rows = gemm_rows(t)
-        if rows is None or any(r.dtype != "float32" or r.space == "scalar"
-                               for r in (x, cos, sin, out, t)):
+        t, a = refs[gemm], refs.get(graph.node(gemm).inputs[0])
+        # the packed path's rows: evenly spaced, unit columns (what its emitters require)
+        geo = gemm_geometry(t, a) if a is not None else None
+        if geo is None or not geo.rows_evenly_spaced or not geo.unit_columns or any(
+                r.dtype != "float32" or r.space == "scalar" for r in (x, cos, sin, out, t)):
             continue
-        split = _head_split(x, t, *rows)
+        split = _head_split(x, t, geo.m, geo.ldc)
         if split is None or out.strides[-1] != 1:
             continue
         c0, heads, d, s, dims = split

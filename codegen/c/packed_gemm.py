@@ -1,13 +1,13 @@
 """GEMMs against a constant weight, packed once when the program is built.
 
-The weight B [K, N] is stored as panels of `NR` = 32 columns, each panel K x 32 contiguous
-(the last one zero-padded), so that the micro-kernel streams a panel with two aligned vector
-loads per k. The micro-kernel keeps a 14 x 32 tile of C in 28 AVX-512 registers for the whole
-of K (no K blocking: partial sums never leave the registers, so the output may not be read
-before the tile is final) and broadcasts A's elements from its rows (row tails in tiles of
-8, 4, 2, 1). The tile is stored times alpha, and the epilogue runs on it at once, while it
-is in L1: a per-row scale, then addends (a bias or a residual, each broadcast along rows or
-columns), then an activation.
+The weight B [K, N] is stored as panels of PACKED_PANEL = 32 columns (tiles.py), each panel
+K x 32 contiguous (the last one zero-padded), so that the micro-kernel streams a panel with two
+aligned vector loads per k. The micro-kernel keeps a 14 x 32 tile of C in 28 AVX-512
+registers for the whole of K (no K blocking: partial sums never leave the registers, so the
+output may not be read before the tile is final) and broadcasts A's elements from its rows
+(row tails in tiles of 8, 4, 2, 1). The tile is stored times alpha, and the epilogue runs on
+it at once, while it is in L1: a per-row scale, then addends (a bias or a residual, each
+broadcast along rows or columns), then an activation.
 Threads split the column panels. With AVX2 (no AVX-512) a tile is 6 rows of one 16-column half
 of the panel (12 ymm accumulators), the two halves one after the other; otherwise the same
 loops run in portable C.
@@ -23,8 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from ...ops import ACTIVATIONS as OP_ACTIVATIONS
-
-NR = 32  # columns of a packed panel (the C code's tile rows, EQ_MR, depend on the target)
+from .tiles import PACKED_PANEL
 
 # activations the epilogue applies after the addends: eq_act's code of each (ops.ACTIVATIONS)
 ACTIVATIONS = {name: act.code for name, act in OP_ACTIVATIONS.items()}
@@ -48,9 +47,9 @@ class PackedWeight:
         b = w.as_strided((self.k, self.n), (self.rs, self.cs), self.offset).to(torch.float32)
         if self.row_scale is not None:
             b = b * constants[self.row_scale].detach().reshape(self.k, 1).to(torch.float32)
-        pad = -self.n % NR
+        pad = -self.n % PACKED_PANEL
         b = torch.nn.functional.pad(b, (0, pad))
-        return b.reshape(self.k, -1, NR).permute(1, 0, 2).contiguous()
+        return b.reshape(self.k, -1, PACKED_PANEL).permute(1, 0, 2).contiguous()
 
 
 PACKED_GEMM_C = r"""

@@ -108,7 +108,7 @@ from dataclasses import dataclass
 
 import torch
 
-PANEL = 64  # columns per panel of the prepared integers (a cache line of int8)
+from .tiles import QUANT_PANEL
 
 
 @dataclass(frozen=True)
@@ -138,18 +138,18 @@ class QuantPanels(WeightView):
     """A prepared constant: the stored integers or scales of a quantized weight as eq_gemm_q
     reads them. The view (WeightView: int8 q [K, N], int4 q [K / 2, N], int4 scales [K / G,
     N]; int8's scales [N] are one row; a half-precision weight [K, N]), each half cut into
-    panels of PANEL columns (the last one zero-padded), laid out [panels][rows][PANEL]: the
-    halves' panels one after the other, each panel's rows contiguous. The values are the
-    constant's, unchanged."""
+    panels of QUANT_PANEL (tiles.py) columns, the last one zero-padded, laid out
+    [panels][rows][QUANT_PANEL]: the halves' panels one after the other, each panel's rows
+    contiguous. The values are the constant's, unchanged."""
 
     def panels(self) -> int:
-        return self.halves * -(-self.n // PANEL)
+        return self.halves * -(-self.n // QUANT_PANEL)
 
     def prepare(self, constants: dict[str, torch.Tensor]) -> torch.Tensor:
         parts = []
         for half in self.halves_of(constants):
-            part = torch.nn.functional.pad(half, (0, -self.n % PANEL))
-            parts.append(part.reshape(self.rows, -1, PANEL).permute(1, 0, 2))
+            part = torch.nn.functional.pad(half, (0, -self.n % QUANT_PANEL))
+            parts.append(part.reshape(self.rows, -1, QUANT_PANEL).permute(1, 0, 2))
         out = torch.cat(parts, 0).contiguous()
         # half-precision values travel as their bits (the C side has no half type)
         return out.view(torch.int16) if out.dtype in (torch.float16, torch.bfloat16) else out

@@ -81,17 +81,15 @@ from dataclasses import dataclass
 import torch
 
 from .quant_gemm import WeightView
-
-NP = 16  # columns per panel (and per register tile): 2 AVX2 vectors of 8 int32 sums
-KG = 4  # weight rows interleaved per column: one int32 lane of a vector holds 4 k's bytes
+from .tiles import W8A8_K_GROUP, W8A8_PANEL
 
 
 @dataclass(frozen=True)
 class W8A8Panels(WeightView):
     """A prepared constant of eq_gemm_w8a8 (one of its three weight operands, by `part`).
 
-    The view (WeightView) has each half cut into panels of NP = 16 columns, the last one
-    zero-padded; P = halves * ceil(n / 16) panels.
+    The view (WeightView) has each half cut into panels of W8A8_PANEL = 16 columns
+    (tiles.py), the last one zero-padded; P = halves * ceil(n / 16) panels.
     - part "q": `name` is the int8 q [K, N] (rows = K): int8 [P][ceil(K / 4)][16][4], panel
       p's 16 columns with their K rows in groups of 4 (k = 4 g + i at [p][g][j][i]), the K
       tail zero-padded.
@@ -102,13 +100,13 @@ class W8A8Panels(WeightView):
     part: str = "q"
 
     def panels(self) -> int:
-        return self.halves * -(-self.n // NP)
+        return self.halves * -(-self.n // W8A8_PANEL)
 
     def shape(self) -> tuple[int, ...]:
         """The prepared tensor's shape."""
         if self.part == "q":
-            return (self.panels(), -(-self.rows // KG), NP, KG)
-        return (self.panels(), NP)
+            return (self.panels(), -(-self.rows // W8A8_K_GROUP), W8A8_PANEL, W8A8_K_GROUP)
+        return (self.panels(), W8A8_PANEL)
 
     def dtype(self) -> str:
         return {"q": "int8", "colsum": "int32", "scale": "float32"}[self.part]
@@ -126,14 +124,15 @@ class W8A8Panels(WeightView):
                 part = part.to(torch.int32).sum(0, dtype=torch.int32)[None]
             elif self.part == "scale":
                 part = part.to(torch.float32)
-            part = torch.nn.functional.pad(part, (0, -self.n % NP))
-            panels = part.shape[1] // NP
+            part = torch.nn.functional.pad(part, (0, -self.n % W8A8_PANEL))
+            panels = part.shape[1] // W8A8_PANEL
             if self.part == "q":  # [K, n] -> [panels][K / 4][16][4], the K tail zero-padded
-                part = torch.nn.functional.pad(part, (0, 0, 0, -rows % KG))
-                part = part.reshape(part.shape[0] // KG, KG, panels, NP).permute(2, 0, 3, 1)
+                part = torch.nn.functional.pad(part, (0, 0, 0, -rows % W8A8_K_GROUP))
+                part = part.reshape(part.shape[0] // W8A8_K_GROUP, W8A8_K_GROUP, panels,
+                                    W8A8_PANEL).permute(2, 0, 3, 1)
                 parts.append(part)
             else:
-                parts.append(part.reshape(panels, NP))
+                parts.append(part.reshape(panels, W8A8_PANEL))
         return torch.cat(parts, 0).contiguous()
 
 
@@ -145,9 +144,9 @@ W8A8_GEMM_C = r"""
                             broadcast + 2 products = 14 of the 16 ymm (6 measured as fast, 7
                             and 8 spill) */
 #endif
-#define EQ_W8NP 16       /* columns per panel and per tile: 2 vectors of 8 int32 sums; a k
+#define EQ_W8NP {NP}       /* columns per panel and per tile: 2 vectors of 8 int32 sums; a k
                             group of a panel (16 columns x 4 bytes) is one 64-byte line */
-#define EQ_W8KG 4        /* k per group: one int32 lane holds a column's 4 weight bytes, the
+#define EQ_W8KG {KG}        /* k per group: one int32 lane holds a column's 4 weight bytes, the
                             4 activation bytes broadcast to all lanes */
 #ifndef EQ_W8KMAX
 #define EQ_W8KMAX 65536  /* k per int32 chunk (a multiple of 4): |sum| <= 65536 * 127 * 128
@@ -405,3 +404,5 @@ static __attribute__((noinline)) void eq_gemm_w8a8(
     }
 }
 """
+# the panel's numbers as tiles.py defines them (the C code restates them)
+W8A8_GEMM_C = W8A8_GEMM_C.replace("{NP}", str(W8A8_PANEL)).replace("{KG}", str(W8A8_K_GROUP))
