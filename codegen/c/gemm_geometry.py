@@ -30,6 +30,8 @@ class Strides:
 
 @dataclass(frozen=True)
 class GemmGeometry:
+    """C = A @ B (+ R) as the module docstring draws it: the sizes, the batch dims left, and
+    each operand's strides (b None: a weight in a format; r None: no addend walked)."""
     m: int  # rows of C per batch (all of them when the batches are folded)
     k: int
     n: int
@@ -56,7 +58,8 @@ class GemmGeometry:
 
     @property
     def unit_columns(self) -> bool:
-        """Whether A's and C's columns are contiguous (the packed and format kernels' A)."""
+        """Whether A's and C's columns are contiguous (as the packed and format kernels read
+        and write them)."""
         return self.a.cols == 1 and self.c.cols == 1
 
     @property
