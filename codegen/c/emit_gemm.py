@@ -1,4 +1,4 @@
-"""The gemm op's kernels: one emitter family, chosen by the op's descriptor (ops.py).
+"""The gemm op's kernels: one emitter family, chosen by the op's descriptor (ops/gemm.py).
 
     float weight, no prologue     emit_matmul.emit_product: packed/BLAS/row-streaming GEMM, the
                                   residual, bias and activation in the tile epilogue
