@@ -34,9 +34,16 @@ def is_literal(op: str) -> bool:
 
 
 def program_view(serialized: dict[str, Any], roots: list[str]) -> dict[str, Any]:
-    """Keep op constructors and literals; the analysis functions and relations are dropped."""
-    nodes = {nid: n for nid, n in serialized["nodes"].items()
-             if n["op"] in REGISTRY or is_literal(n["op"])}
+    """Keep op constructors and the literals they read; the analysis functions and relations
+    are dropped, and so are the literals only those read (the provenance rows' rule names)."""
+    everything = serialized["nodes"]
+    nodes = {nid: n for nid, n in everything.items() if n["op"] in REGISTRY}
+    work = [c for n in nodes.values() for c in n["children"]]
+    while work:  # the literals (and vectors of them) the constructors read
+        nid = work.pop()
+        if nid not in nodes and nid in everything and is_literal(everything[nid]["op"]):
+            nodes[nid] = everything[nid]
+            work.extend(everything[nid]["children"])
     kept = set(nodes)
     for nid, n in nodes.items():
         missing = [c for c in n["children"] if c not in kept]
