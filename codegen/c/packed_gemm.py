@@ -130,7 +130,8 @@ static inline __attribute__((always_inline)) void eq_tile_half(
     __m256 x0[6], x1[6];
 #pragma GCC unroll 6
     for (int r = 0; r < rows; r++) { x0[r] = _mm256_setzero_ps(); x1[r] = _mm256_setzero_ps(); }
-    /* k unrolled by 4: measured 1.3-1.9x the rolled loop at M = 128 (Zen 3, 2 threads) */
+    /* k unrolled by 4 (benchmarks/gemm_kernels.py shows no gain over the rolled loop's
+       figures in RESULTS.md; a one-off comparison did: see docs/c-backend.md) */
 #pragma GCC unroll 4
     for (int64_t k = 0; k < K; k++) {
         const __m256 b0 = _mm256_loadu_ps(bp + k * 32), b1 = _mm256_loadu_ps(bp + k * 32 + 8);
