@@ -51,6 +51,7 @@ from ..plan import (
     check_plan,
     plan_memory,
 )
+from . import poison
 
 # op(out, inputs, attrs) computes the reference result into `out`: each op's registry entry
 # declares its writer (ops/registry.py), or COPY_IN (computed into a temporary, then copied)
@@ -264,6 +265,12 @@ class PlannedRuntime:
 
     @torch.no_grad()  # out= kernels do not record autograd history; this is inference only
     def run(self, inputs: list[torch.Tensor]) -> list[Any]:
+        if poison.enabled():
+            return poison.checked_run(self.arena, inputs, lambda: self._run(inputs),
+                                      "planned program")
+        return self._run(inputs)
+
+    def _run(self, inputs: list[torch.Tensor]) -> list[Any]:
         if len(inputs) < self.n_inputs:
             raise GraphError(f"the program reads {self.n_inputs} inputs, got {len(inputs)}")
         values = list(self.steps.static)

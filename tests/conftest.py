@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# every program a test runs is run twice, its arena filled differently, and must agree bit for
+# bit (codegen/poison.py): a read of a byte the call did not write fails the test that ran it
+os.environ.setdefault("EQSAT_POISON_CHECK", "1")
 
 import pytest
 import torch

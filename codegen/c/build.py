@@ -25,8 +25,15 @@ from .errors import CCompileError
 # the values are IEEE's either way. Measured by benchmarks/cflags_ab.py (interleaved, 9
 # rounds, two runs): LLaMA block prefill 0.90-0.93x the time without it, decode 0.84-0.94x,
 # GPT-2 0.72x.
+# -fno-ipa-pure-const -fno-ipa-modref: GCC 12 (-O1 and above, with -fopenmp) rewrites some
+# strided `omp simd` copies' addresses from one integer induction variable, then summarises the
+# kernel as free of side effects, and its caller drops the call: the kernel's output is never
+# written and the program reads stale arena bytes (wrong logits in GLM-4, StableLM, Nemotron,
+# gpt-oss and others from 24 tokens on). Without those summaries no call is dropped;
+# tests/c_fixtures/lost_stores.c is the reduced case, run by tests/test_c_compiler.py. The
+# block's prefill and decode times are unchanged (docs/c-backend.md).
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
-          "-fno-math-errno", "-fno-trapping-math"]
+          "-fno-math-errno", "-fno-trapping-math", "-fno-ipa-pure-const", "-fno-ipa-modref"]
 
 # the profiling build (emit.py): each kernel call adds its wall time to eq_profile[k]
 PROFILE_FLAG = "-DEQ_PROFILE"

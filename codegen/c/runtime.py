@@ -29,6 +29,7 @@ from ...ir import Graph, Node, TensorType, dtype_of, node_label
 from ...memcheck import check_fits, output_bytes
 from ...ops import evaluate
 from ...plan import COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan, plan_memory
+from .. import poison
 from ..planned import ArenaSteps, aligned_bytes
 from . import blas
 from .build import CFLAGS, PROFILE_FLAG, build
@@ -167,6 +168,12 @@ class CRuntime:
 
     def run(self, inputs: list[torch.Tensor], out: list[torch.Tensor] | None = None
             ) -> list[Any]:
+        if poison.enabled():
+            return poison.checked_run(self.arena, inputs, lambda: self._run(inputs, out),
+                                      "C program")
+        return self._run(inputs, out)
+
+    def _run(self, inputs: list[torch.Tensor], out: list[torch.Tensor] | None) -> list[Any]:
         if len(inputs) < self.n_inputs:
             raise GraphError(f"the program reads {self.n_inputs} inputs, got {len(inputs)}")
         ins = list(inputs)

@@ -23,6 +23,7 @@ import torch
 from ...errors import GraphError
 from ...ir import Graph, TensorType, dtype_of
 from ...plan import COPY_OUT, OUTPUT, MemoryPlan, plan_memory
+from .. import poison
 from ..c.errors import KernelIndexError
 from ..c.runtime import torch_op_name
 from ..planned import ArenaSteps, aligned_bytes
@@ -78,6 +79,12 @@ class TritonRuntime:
             for line in self.program.listing(self.graph, self.plan.order).split("\n")) + "\n"
 
     def run(self, inputs: list[torch.Tensor]) -> list[Any]:
+        if poison.enabled():
+            return poison.checked_run(self.arena, inputs, lambda: self._run(inputs),
+                                      "Triton program")
+        return self._run(inputs)
+
+    def _run(self, inputs: list[torch.Tensor]) -> list[Any]:
         if len(inputs) < self.n_inputs:
             raise GraphError(f"the program reads {self.n_inputs} inputs, got {len(inputs)}")
         ins = list(inputs)
