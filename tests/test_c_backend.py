@@ -19,6 +19,7 @@ from eqsat_llm.codegen.c import (
 )
 from eqsat_llm.codegen.c.blas import openblas_dir
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
+from eqsat_llm.codegen.c.isa import isa_flags
 from eqsat_llm.ir import Graph
 
 from .conftest import (
@@ -271,8 +272,8 @@ def test_transformers_models(optimized, name):
 def _run_standalone(g: Graph, inputs: list[torch.Tensor], tmp_path) -> list[torch.Tensor]:
     d = save_standalone(g, None, tmp_path / "model")
     exe = d / "model"
-    subprocess.run([compiler(), "-O2", "-march=native", "-fopenmp", "-std=gnu11", "main.c",
-                    "model.c", "-o", str(exe), "-lm"], cwd=d, check=True)
+    subprocess.run([compiler(), "-O2", "-march=native", *isa_flags(), "-fopenmp", "-std=gnu11",
+                    "main.c", "model.c", "-o", str(exe), "-lm"], cwd=d, check=True)
     (d / "inputs.bin").write_bytes(b"".join(x.contiguous().numpy().tobytes() for x in inputs))
     subprocess.run([str(exe), "weights.bin", "inputs.bin", "outputs.bin"], cwd=d, check=True)
     raw = torch.frombuffer(bytearray((d / "outputs.bin").read_bytes()), dtype=torch.float32)

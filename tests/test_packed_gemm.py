@@ -24,9 +24,10 @@ pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / 
 
 
 def _has_vector_kernel() -> bool:
-    """Whether -march=native builds a vector micro-kernel (AVX-512, or AVX2 with FMA)."""
+    """Whether CFLAGS (-march=native, narrowed by $EQSAT_ISA) build a vector micro-kernel
+    (AVX-512, or AVX2 with FMA)."""
     cc = compiler()
-    out = subprocess.run([cc, "-march=native", "-dM", "-E", "-x", "c", "/dev/null"],
+    out = subprocess.run([cc, *CFLAGS, "-dM", "-E", "-x", "c", "/dev/null"],
                          capture_output=True, text=True, check=False).stdout
     return "__AVX512F__" in out or ("__AVX2__" in out and "__FMA__" in out)
 

@@ -19,6 +19,7 @@ from ...cache import cache_dir as user_cache_dir
 from ...cache import is_verified, store_verified
 from .emit import Program
 from .errors import CCompileError
+from .isa import isa_flags
 
 # -fno-trapping-math: no program reads the floating-point exception flags, and without it GCC
 # 12 vectorizes no loop that calls eq_expf (silu, gelu, sigmoid epilogues, the SwiGLU join);
@@ -32,7 +33,9 @@ from .errors import CCompileError
 # gpt-oss and others from 24 tokens on). Without those summaries no call is dropped;
 # tests/c_fixtures/lost_stores.c is the reduced case, run by tests/test_c_compiler.py. The
 # block's prefill and decode times are unchanged (docs/c-backend.md).
-CFLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
+# $EQSAT_ISA (isa.py) narrows -march=native, read once here: flags a caller appends after
+# CFLAGS (a test's -mavx512vnni) still win.
+CFLAGS = ["-O3", "-march=native", *isa_flags(), "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
           "-fno-math-errno", "-fno-trapping-math", "-fno-ipa-pure-const", "-fno-ipa-modref"]
 
 # the profiling build (emit.py): each kernel call adds its wall time to eq_profile[k]
