@@ -16,6 +16,7 @@ from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.codegen.c.isa import ISA_FLAGS, isa_flags
+from eqsat_llm.extraction.machine import machine_key
 from eqsat_llm.ir import Graph
 from eqsat_llm.ops.gemm import GEMM_DEFAULTS
 from eqsat_llm.quant_formats import DYNAMIC, quantize
@@ -92,3 +93,10 @@ def test_isa_setting_is_checked():
     assert isa_flags("native") == [] and "-mno-avx512f" in isa_flags("avx2")
     with pytest.raises(ValueError, match="EQSAT_ISA='avx3'"):
         isa_flags("avx3")
+
+
+def test_a_narrowed_calibration_is_kept_apart(monkeypatch):
+    monkeypatch.delenv("EQSAT_ISA", raising=False)
+    native = machine_key()
+    monkeypatch.setenv("EQSAT_ISA", "avx2")
+    assert machine_key() == f"{native}-avx2"

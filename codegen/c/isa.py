@@ -29,9 +29,14 @@ ISA_FLAGS: dict[str, list[str]] = {
 ISA_ENV = "EQSAT_ISA"
 
 
+def isa_name() -> str:
+    """The setting of $EQSAT_ISA (native when unset)."""
+    return os.environ.get(ISA_ENV) or "native"
+
+
 def isa_flags(isa: str | None = None) -> list[str]:
-    """The flags that restrict `-march=native` to `isa` (default: $EQSAT_ISA, else native)."""
-    name = isa if isa is not None else (os.environ.get(ISA_ENV) or "native")
+    """The flags that restrict `-march=native` to `isa` (default: $EQSAT_ISA)."""
+    name = isa if isa is not None else isa_name()
     if name not in ISA_FLAGS:
         raise ValueError(f"{ISA_ENV}={name!r}: expected one of {', '.join(ISA_FLAGS)}")
     return list(ISA_FLAGS[name])

@@ -118,8 +118,13 @@ def cpu_model() -> str:
 
 
 def machine_key() -> str:
-    """File-name-safe identity of this machine as the cost model sees it."""
+    """File-name-safe identity of this machine as the cost model sees it; a calibration of the
+    kernels built for fewer instruction sets ($EQSAT_ISA) is kept apart."""
+    from ..codegen.c.isa import isa_name  # (lazy: the C backend's package imports the runtime)
+
+    isa = isa_name()
     raw = f"{platform.node()}-{cpu_model()}-{torch.get_num_threads()}t"
+    raw += "" if isa == "native" else f"-{isa}"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("_")
 
 
