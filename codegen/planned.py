@@ -17,7 +17,7 @@ copied into their buffer. Kernels may also allocate internally where the referen
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import torch
@@ -130,8 +130,13 @@ class ArenaSteps:
     `steps` in order with `run`."""
 
     def __init__(self, graph: Graph, plan: MemoryPlan, arena: torch.Tensor,
-                 nodes: Collection[int] | None = None):
+                 nodes: Collection[int] | None = None,
+                 constants: Mapping[str, torch.Tensor] | None = None):
         self.graph, self.plan, self.arena = graph, plan, arena
+        constants = graph.constants if constants is None else constants
+        # with `nodes`, only the constants they read are bound (a lazily loaded program's
+        # other weights are made by the backend into its own forms: lazy_weights.py)
+        read = None if nodes is None else {i for n in nodes for i in graph.node(n).inputs}
         self.copy_in_nodes: list[int] = []  # nodes computed into a torch temporary per call
         self.converting_nodes: list[int] = []  # kernels that may convert an input (temporary)
         layout = analyse_layout(graph)  # meta values: the scalars' partners' dtypes
@@ -144,7 +149,8 @@ class ArenaSteps:
             if kind == SCALAR:
                 self.static[nid] = evaluate("scalar", [], node.attrs)
             elif node.op in ("param", "const"):
-                self.static[nid] = graph.constants[node.attrs["name"]]
+                if read is None or nid in read:
+                    self.static[nid] = constants[node.attrs["name"]]
             elif kind == ARENA:
                 self.static[nid] = self._buffer_tensor(nid, node.type)
             elif kind in (ALIAS, COPY_OUT):

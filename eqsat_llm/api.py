@@ -7,7 +7,7 @@ import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,6 +27,7 @@ from .fold import KEEP, Folded, const_classes, fold_constants
 from .frontend import Captured
 from .half import compute_in_float32, has_half
 from .ir import Graph, TensorType, dtype_of
+from .lazy_weights import LazyConstants, WeightSource
 from .memcheck import check_fits, fold_bytes
 from .meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
 from .plan import plan_memory
@@ -76,6 +77,7 @@ class Compiled:
         # weights on the meta device: planned only, no code to generate from them (meta.py)
         self.meta_weights = meta_constants(graph)
         report.meta_weights = len(self.meta_weights)
+        self._backend = backend
         if self.meta_weights:
             self._runtime, report.backend = MetaRuntime(self.meta_weights), "none"
         else:
@@ -127,6 +129,19 @@ class Compiled:
         if self._out_kind == "tuple":
             return tuple(outs)
         return pytree.tree_unflatten(outs, self.captured.out_spec)
+
+    def load_weights(self, source: WeightSource) -> None:
+        """Make a program planned on meta weights runnable: `source(meta parameter)` gives
+        each parameter's values, and each prepared weight is made from them one at a time
+        (lazy_weights.py), so the model is never held whole beside its prepared form."""
+        if not self.meta_weights:
+            raise EqsatError("this program's weights are loaded already")
+        constants = LazyConstants(self.graph.constants, source)
+        with _phase(self.report.timings, "load"):
+            self._runtime, self.report.backend = _make_runtime(self.graph, self.plan,
+                                                               self._backend, constants)
+        self.meta_weights = []
+        self._prepare_call()
 
     def on_backend(self, backend: str) -> Compiled:
         """The same optimized program on another backend ("c", "triton", "reference"): no
@@ -269,7 +284,8 @@ def resolve_backend(backend: str, inputs: list[Any]) -> str:
     return backend
 
 
-def _make_runtime(graph: Graph, plan: Any, backend: str) -> tuple[Any, str]:
+def _make_runtime(graph: Graph, plan: Any, backend: str,
+                  constants: Mapping[str, torch.Tensor] | None = None) -> tuple[Any, str]:
     """The runtime of `backend` on the planned program. The C backend runs the nodes it does
     not generate in torch between its compiled segments (CRuntime.torch_steps); it falls back
     to the reference runtime (torch ops on the same arena plan) with a warning naming why only
@@ -280,12 +296,14 @@ def _make_runtime(graph: Graph, plan: Any, backend: str) -> tuple[Any, str]:
     if backend == "triton":
         from .codegen.triton.runtime import TritonRuntime
 
+        if constants is not None:
+            raise EqsatError("weights loaded after optimizing run on the C backend only")
         return TritonRuntime(graph, plan), "triton"
     if backend == "c":
         from .codegen.c import CCompileError, CRuntime, UnsupportedByBackend
 
         try:
-            return CRuntime(graph, plan), "c"
+            return CRuntime(graph, plan, constants=constants), "c"
         except UnsupportedByBackend as exc:
             why = f"the C backend does not support {', '.join(exc.ops)}"
         except CCompileError as exc:
@@ -295,6 +313,8 @@ def _make_runtime(graph: Graph, plan: Any, backend: str) -> tuple[Any, str]:
             why = f"the C compile failed{kernel}: {said}"
         warnings.warn(f"{why}; running the reference runtime instead", BackendFallbackWarning,
                       stacklevel=3)
+    if constants is not None:
+        raise EqsatError(f"the weights were loaded lazily, which the C backend needs ({why})")
     return PlannedRuntime(graph, plan, check=True), "reference"
 
 

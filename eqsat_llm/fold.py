@@ -16,6 +16,7 @@ import torch
 
 from .interning import intern
 from .ir import VALUE_LEAVES, Graph, Node, TensorType, dtype_of
+from .lazy_weights import WeightRef, with_recipe
 from .ops import evaluate
 
 KEEP = VALUE_LEAVES | {"fallback"}  # fallbacks may not be pure: never folded
@@ -39,6 +40,7 @@ def fold_constants(graph: Graph) -> Folded:
     out = Graph(constants=dict(graph.constants))
     remap: dict[int, int] = {}
     values: dict[int, Any] = {}  # new id -> compile-time value, for constant nodes
+    names: dict[int, WeightRef] = {}  # new id -> the meta weight a param node reads
     count = nbytes = 0
     live = graph.live_ids()
     with torch.no_grad():
@@ -47,7 +49,7 @@ def fold_constants(graph: Graph) -> Folded:
                 continue
             inputs = tuple(remap[i] for i in node.inputs)
             if node.op not in KEEP and all(i in values for i in inputs):
-                value = _fold_value(node, [values[i] for i in inputs])
+                value = _fold_value(node, [names.get(i, values[i]) for i in inputs])
                 if isinstance(value, torch.Tensor):
                     name = f"folded.{node.id}"
                     value = intern(value.contiguous())  # one copy across programs
@@ -62,6 +64,8 @@ def fold_constants(graph: Graph) -> Folded:
             remap[node.id] = new
             if node.op in ("param", "const"):
                 values[new] = graph.constants[node.attrs["name"]]
+                if values[new].is_meta:  # a recipe names the weights it is made from
+                    names[new] = WeightRef(node.attrs["name"], values[new])
             elif node.op == "scalar":
                 values[new] = evaluate("scalar", [], node.attrs)
     out.outputs = [remap[i] for i in graph.outputs]
@@ -74,12 +78,16 @@ def _fold_value(node: Node, args: list[Any]) -> Any:
     """The compile-time value of `node`. A value computed from a meta tensor (a model built on
     the meta device: shapes without storage) is a meta tensor of the node's type, never
     evaluated: it plans like the real prepared constant (a merged or quantized weight of its
-    true size) and holds no bytes. None (not folded) where the node's value is a tuple."""
-    if not any(isinstance(a, torch.Tensor) and a.is_meta for a in args):
+    true size), holds no bytes, and carries the recipe that makes it from the loaded weights.
+    None (not folded) where the node's value is a tuple."""
+    if not any(isinstance(a, WeightRef) or isinstance(a, torch.Tensor) and a.is_meta
+               for a in args):
         return evaluate(node.op, args, node.attrs)
     if not isinstance(node.type, TensorType):
         return None
-    return torch.empty(node.type.shape, dtype=dtype_of(node.type.dtype), device="meta")
+    # the recipe makes the real value once the weights are loaded (lazy_weights.py)
+    return with_recipe(torch.empty(node.type.shape, dtype=dtype_of(node.type.dtype),
+                                   device="meta"), node.op, node.attrs, args)
 
 
 def prune(graph: Graph) -> Graph:

@@ -509,7 +509,10 @@ def _clone(c: _Converter, node: FxNode, x: FxNode, **_: Any) -> int:
 
 @converts(aten._to_copy.default)
 def _to_copy(c: _Converter, node: FxNode, x: FxNode, **kwargs: Any) -> int:
-    if kwargs.get("device") not in (None, torch.device("cpu")) and "val" in node.meta:
+    # (a model whose weights are on the meta device moves its buffers to its activations'
+    # device, meta: the program runs on one device, its backend's)
+    if kwargs.get("device") not in (None, torch.device("cpu"), torch.device("meta")) and \
+            "val" in node.meta:
         raise Unsupported
     return c.g.add("to_dtype", (c.t(x),), dtype=_out_dtype(node))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -41,11 +42,13 @@ class CRuntime:
     def __init__(self, graph: Graph, plan: MemoryPlan | None = None, *,
                  use_blas: bool | None = None, flags: list[str] | None = None,
                  kernel_hook: KernelHook | None = None, fuse_rope: bool = True,
-                 profile: bool = False):
+                 profile: bool = False, constants: Mapping[str, torch.Tensor] | None = None):
+        # `constants`: the graph's, or a mapping that makes them on access (lazy_weights.py)
         self.graph = graph
+        self.constants = constants = graph.constants if constants is None else constants
         self.plan = plan = plan if plan is not None else plan_memory(graph)
         self._options = {"use_blas": use_blas, "flags": flags, "kernel_hook": kernel_hook,
-                         "fuse_rope": fuse_rope}
+                         "fuse_rope": fuse_rope, "constants": constants}
         link = blas.link_flags() if use_blas is not False else []
         if use_blas and not link:
             raise GraphError("use_blas=True but scipy-openblas32 is not installed")
@@ -81,7 +84,7 @@ class CRuntime:
             self._fn = self._lib.eq_forward
             self._fn.restype = None
             self._fn.argtypes = [ctypes.c_void_p] * 4
-        self.weights = lay.prepared_weights(graph.constants)
+        self.weights = lay.prepared_weights(constants)
         self._w = (ctypes.c_void_p * max(len(self.weights), 1))(
             *[w.data_ptr() for w in self.weights])
         self.n_inputs = lay.n_inputs
@@ -114,7 +117,7 @@ class CRuntime:
                                         or graph.node(i).op == "input"):
                     needed.add(i)
                     stack.append(i)
-        self._torch = steps = ArenaSteps(graph, plan, self.arena, needed)
+        self._torch = steps = ArenaSteps(graph, plan, self.arena, needed, self.constants)
         self.copy_in_ops = steps.copy_in_ops
         pos = {node.id: p for p, (node, *_rest) in enumerate(steps.steps)}
         ends = [pos[phase[-1]] + 1 for phase in prog.torch_phases]
