@@ -96,7 +96,14 @@ def test_int8_dynamic_multiplies_integers_at_prefill_and_keeps_the_gemv_at_decod
     assert report.quantization.quantized_weights == 4 and 0 < err.max_rel <= 0.05, err
     with torch.no_grad():  # the integer product computes the op's reference (coded rows)
         want = ReferenceRuntime(compiled.graph).run(list(inputs))[0]
-        assert max_error(want, compiled(*inputs)) <= 1e-4 * float(want.abs().max())
+        got = compiled(*inputs)
+    # A code flips where x * (1/s) is within an ulp of a rounding tie, since C's and torch's
+    # float32 values upstream (silu, norms) differ in the last bits, by each host's vector
+    # kernels: on an AVX-512 host one row of 128 is 2e-4 off (the down projection's input
+    # 4.8e-7 of a code from its tie). So all rows within float rounding but one in 32, and
+    # those within a few codes' worth.
+    err = (want - got).abs().reshape(-1, want.shape[-1]).amax(1) / float(want.abs().max())
+    assert int((err > 1e-4).sum()) <= err.numel() // 32 and float(err.max()) <= 2e-3, err
 
 
 @needs_cc
