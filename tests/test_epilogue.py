@@ -22,6 +22,7 @@ from eqsat_llm.ops import add_gemm, evaluate
 from eqsat_llm.workloads import llama_block_case
 
 from .conftest import const, inp, max_error, rand_inputs
+from .eager_oracle import run_eager
 
 needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 BLAS = [False] + ([True] if openblas_dir() else [])
@@ -74,6 +75,7 @@ def test_c_backend_matches_reference(blas, x_shape, r_shape):
         got = rt.run(inputs)[0]
         assert got.shape == want.shape
         assert max_error(want, got) <= 1e-5, (x_shape, r_shape, alpha)
+        assert max_error(run_eager(g, inputs)[0], got) <= 1e-5, "torch eager"
         # the planned (torch) runtime runs the reference's own steps: bit-identical
         assert torch.equal(PlannedRuntime(g, check=True).run(inputs)[0], want)
 

@@ -26,6 +26,7 @@ from eqsat_llm.ops import GEMM_DEFAULTS, add_gemm, evaluate
 from eqsat_llm.workloads import gpt2_case
 
 from .conftest import const, inp, max_error, rand_inputs
+from .eager_oracle import run_eager
 
 needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 BLAS = [False] + ([True] if openblas_dir() else [])
@@ -73,9 +74,11 @@ def test_c_backend_matches_reference(blas, m):
         want = ReferenceRuntime(g).run(inputs)
         rt = CRuntime(g, use_blas=blas)
         assert sum(k.op.startswith("gemm[bias+") for k in rt.program.kernels) == len(ACTS)
-        for act, a, b in zip(ACTS, want, rt.run(inputs)):
+        got = rt.run(inputs)
+        for act, a, b, e in zip(ACTS, want, got, run_eager(g, inputs)):
             assert b.shape == a.shape
             assert max_error(a, b) <= 1e-5, (m, act, w_input, bias_2d)
+            assert max_error(e, b) <= 1e-5, (m, act, w_input, bias_2d)  # torch eager
         # the planned (torch) runtime runs the reference's own steps: bit-identical
         for a, b in zip(want, PlannedRuntime(g, check=True).run(inputs)):
             assert torch.equal(a, b)
@@ -110,7 +113,7 @@ def test_c_activations_match_torch_on_a_wide_range():
                  for a in ACTS for bias in (b, r)]
     xs = [torch.linspace(-12, 12, m).reshape(m, 1), torch.zeros(m, 40),
           torch.linspace(-0.5, 0.5, 40)]
-    for want, got in zip(ReferenceRuntime(g).run(xs), CRuntime(g).run(xs)):
+    for want, got in zip(run_eager(g, xs), CRuntime(g).run(xs)):
         assert max_error(want, got) <= 1e-5
 
 

@@ -28,6 +28,7 @@ def test_reference_is_the_ops_it_replaces():
     attrs = {**GEMM_DEFAULTS, "n": 9, "epilogue": "swiglu"}
     got = evaluate("gemm", [x, torch.cat([wg, wu], 1), 0.0, 0.0, 0.0], attrs)
     assert torch.equal(got, want)
+    torch.testing.assert_close(got, torch.nn.functional.silu(g) * u)  # torch's meaning
 
 
 def _graph(m: int, k: int, n: int, constant: bool, batch: tuple[int, ...] = (1,)) -> Graph:

@@ -35,6 +35,8 @@ def test_reference_is_exactly_the_pair():
         attrs = {**GEMM_DEFAULTS, "n": 40, "eps": 1e-6, "alpha": alpha, "prologue": "rms_norm"}
         fused = evaluate("gemm", [x, w, 0.0, g, 0.0], attrs)
         assert torch.equal(pair, fused)
+        eager = torch.nn.functional.rms_norm(x, (24,), g, 1e-6) @ w * alpha  # torch's meaning
+        torch.testing.assert_close(fused, eager, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.slow  # (test_rulecheck checks every library rule on 3 instances by default)

@@ -21,6 +21,7 @@ from eqsat_llm.ops import evaluate
 from eqsat_llm.workloads import llama_block_case, llama_case
 
 from .conftest import max_error
+from .eager_oracle import run_eager
 
 needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 H = 9  # half the head dim: odd
@@ -93,6 +94,7 @@ def test_c_kernel_matches_reference(x_shape, cs_shape):
         got = rt.run(inputs)[0]
         assert got.shape == want.shape and got.dtype == want.dtype
         assert max_error(want, got) <= 1e-5, (x_shape, cs_shape, kw)
+        assert max_error(run_eager(g, inputs)[0], got) <= 1e-5, "torch eager"
         # the planned (torch) runtime runs the reference itself: bit-identical
         assert torch.equal(PlannedRuntime(g, check=True).run(inputs)[0], want)
 
