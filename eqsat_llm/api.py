@@ -130,12 +130,21 @@ class Compiled:
             return tuple(outs)
         return pytree.tree_unflatten(outs, self.captured.out_spec)
 
-    def load_weights(self, source: WeightSource) -> None:
-        """Make a program planned on meta weights runnable: `source(meta parameter)` gives
-        each parameter's values, and each prepared weight is made from them one at a time
-        (lazy_weights.py), so the model is never held whole beside its prepared form."""
+    def load_weights(self, source: WeightSource,
+                     state: dict[str, torch.Tensor] | None = None) -> None:
+        """Make a program planned on meta weights runnable: `source(name)` gives each weight's
+        values by the graph's constant name, and each prepared weight is made from them one at
+        a time (lazy_weights.py), so the model is never held whole beside its prepared form.
+        `state`: real tensors for the buffers the model writes in place (a KV cache), by
+        name, where those were planned on the meta device too."""
         if not self.meta_weights:
             raise EqsatError("this program's weights are loaded already")
+        for name, tensor in (state or {}).items():
+            key = next((k for k in self.captured.state if k.split(".")[-1] == name), name)
+            if key not in self.captured.state:
+                raise EqsatError(f"state {name}: the program writes no such buffer")
+            self.captured.state[key] = tensor
+        self._state = list(self.captured.state.values())
         constants = LazyConstants(self.graph.constants, source)
         with _phase(self.report.timings, "load"):
             self._runtime, self.report.backend = _make_runtime(self.graph, self.plan,

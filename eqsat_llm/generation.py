@@ -15,11 +15,13 @@ values). docs/generation.md gives the measurements behind the chunk size."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import warnings
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +29,7 @@ from torch import nn
 
 from .errors import EqsatError
 from .kv_cache import CachedStep
+from .lazy_weights import WeightSource
 
 DEFAULT_CHUNK = 64
 
@@ -128,7 +131,8 @@ class Generator:
     `eqsat_llm.optimize` for both programs (rules, extractor, limits, progress...)."""
 
     def __init__(self, model: nn.Module, max_seq_len: int, *, batch_size: int = 1,
-                 prefill_chunk: int | None = None, **optimize_options: Any):
+                 prefill_chunk: int | None = None, weights: WeightSource | None = None,
+                 **optimize_options: Any):
         from .api import FallbackWarning, optimize
 
         if max_seq_len < 2 or batch_size < 1:
@@ -138,7 +142,7 @@ class Generator:
         if limit is not None and max_seq_len > limit:
             raise EqsatError(f"max_seq_len {max_seq_len} exceeds the model's "
                              f"max_position_embeddings ({limit})")
-        if any(p.is_meta for p in model.parameters()):  # it generates: it needs the weights
+        if weights is None and any(p.is_meta for p in model.parameters()):  # it needs them
             raise EqsatError("Generator runs the model, but its weights are on the meta device: "
                              "load them first (optimize() plans a meta-device model without "
                              "running it: docs/memory.md)")
@@ -152,7 +156,10 @@ class Generator:
         if optimize_options.get("backend", "auto") != "reference" and dtype in (
                 torch.bfloat16, torch.float16):
             dtype = torch.float32  # the backends compute half models in float32 (half.py)
-        self.step = CachedStep(model, batch_size, max_seq_len, dtype).eval()
+        # planned on the meta device (from_pretrained): the cache and the example inputs too
+        self._meta = weights is not None
+        with torch.device("meta") if self._meta else contextlib.nullcontext():
+            self.step = CachedStep(model, batch_size, max_seq_len, dtype).eval()
         options = {"measure_eager": False, **optimize_options}
         t0 = time.perf_counter()
         with torch.no_grad(), warnings.catch_warnings():
@@ -161,6 +168,15 @@ class Generator:
                                     category=FallbackWarning)
             self.decode_program = optimize(self.step, self._example(1), **options)
             self.prefill_program = optimize(self.step, self._example(self.chunk), **options)
+        if weights is not None:  # planned on the meta device: each prepared weight is made now
+            t1 = time.perf_counter()
+            caches = {name: torch.zeros(meta.shape, dtype=meta.dtype)  # the caches, real (the
+                      for name, meta in zip(self.step.cache_names(), self.step.caches())}
+            for name, cache in caches.items():  # model's parameters stay meta)
+                setattr(self.step, name, cache)
+            for program in (self.decode_program, self.prefill_program):
+                program.load_weights(weights, state=caches)
+            self.load_seconds = time.perf_counter() - t1
         caches = self.step.caches()
         self.report = GeneratorReport(
             prefill=self.prefill_program.report, decode=self.decode_program.report,
@@ -178,8 +194,35 @@ class Generator:
         self._past = torch.zeros((), dtype=torch.long)
         self._last = torch.zeros(1, dtype=torch.long)
 
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, max_seq_len: int,
+                        quantize: str | None = None, dtype: torch.dtype | None = None,
+                        **options: Any) -> Generator:
+        """A Generator for the checkpoint directory `path` (config.json and safetensors
+        shards, as save_pretrained writes them). The model is built and both programs are
+        optimized and planned on the meta device; then each weight is read from the memory-
+        mapped shards straight into the form its kernel reads (quantized with `quantize`,
+        widened from half...), and its source bytes dropped: the full-precision model is never
+        held (checkpoint.py, lazy_weights.py). `dtype`: the model's, default the
+        checkpoint's. Other options as Generator's and optimize's."""
+        from .checkpoint import Checkpoint
+
+        ckpt = Checkpoint(path)
+        model = ckpt.empty_model(dtype)
+        if quantize is not None:
+            options["quantize"] = quantize
+        gen = cls(model, max_seq_len, weights=ckpt.weight_source(model), **options)
+        gen.checkpoint = ckpt
+        return gen
+
     def _example(self, t: int) -> tuple[torch.Tensor, ...]:
         b, n = self.batch_size, self.max_seq_len
+        if self._meta:
+            return tuple(x.to("meta") for x in self._example_on_cpu(t, b, n))
+        return self._example_on_cpu(t, b, n)
+
+    @staticmethod
+    def _example_on_cpu(t: int, b: int, n: int) -> tuple[torch.Tensor, ...]:
         return (torch.zeros(b, t, dtype=torch.long), torch.tensor(0),
                 torch.arange(t).expand(b, t).contiguous(), torch.ones(b, n, dtype=torch.long),
                 torch.zeros(1, dtype=torch.long))

@@ -111,8 +111,10 @@ class CachedStep(nn.Module):
                     batch_size, heads, max_seq_len, dim, dtype=dtype), persistent=False)
 
     def caches(self) -> list[torch.Tensor]:
-        return [getattr(self, f"{kind}_{i}") for i in range(self.layers)
-                for kind in ("keys", "values")]
+        return [getattr(self, name) for name in self.cache_names()]
+
+    def cache_names(self) -> list[str]:
+        return [f"{kind}_{i}" for i in range(self.layers) for kind in ("keys", "values")]
 
     def forward(self, input_ids: torch.Tensor, past: torch.Tensor, position_ids: torch.Tensor,
                 attention_mask: torch.Tensor, last: torch.Tensor) -> torch.Tensor:

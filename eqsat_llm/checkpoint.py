@@ -1,0 +1,194 @@
+"""A checkpoint directory as transformers' `save_pretrained` writes it: config.json and one or
+several safetensors shards (model.safetensors, or model-0000k-of-0000n.safetensors with
+model.safetensors.index.json).
+
+    ckpt = Checkpoint(path)
+    model = ckpt.empty_model()             # parameters on the meta device, buffers real
+    source = ckpt.weight_source(model)     # graph constant name -> tensor read from its shard
+
+The shards are memory-mapped and read one tensor at a time (lazy_weights.py makes each
+prepared weight from them and drops the source bytes), so the full-precision model is never
+held. Every problem is an EqsatError that names the file or the tensor.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import EqsatError
+
+INDEX = "model.safetensors.index.json"
+
+
+class Checkpoint:
+    def __init__(self, path: str | Path):
+        self.path = path = Path(path)
+        if not path.is_dir():
+            raise EqsatError(f"{path}: not a checkpoint directory")
+        if not (path / "config.json").is_file():
+            raise EqsatError(f"{path}: no config.json (a directory as save_pretrained "
+                             "writes it: config.json and model*.safetensors)")
+        self.config = _config(path)
+        self._where = _tensor_files(path)
+        self._open: dict[Path, Any] = {}
+
+    def keys(self) -> list[str]:
+        return list(self._where)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return tuple(self._handle(key).get_slice(key).get_shape())
+
+    def tensor(self, key: str) -> torch.Tensor:
+        """One tensor, read from its memory-mapped shard."""
+        try:
+            return self._handle(key).get_tensor(key)
+        except Exception as exc:  # safetensors raises its own types for bad bytes
+            raise EqsatError(f"{self._where[key].name}: cannot read tensor {key} ({exc})") \
+                from exc
+
+    def _handle(self, key: str) -> Any:
+        from safetensors import safe_open
+
+        if key not in self._where:
+            raise EqsatError(f"{self.path}: the checkpoint has no tensor {key}")
+        file = self._where[key]
+        if file not in self._open:
+            try:
+                self._open[file] = safe_open(str(file), framework="pt")
+            except Exception as exc:
+                raise EqsatError(f"{file}: not a readable safetensors file, truncated or "
+                                 f"corrupt ({exc})") from exc
+        return self._open[file]
+
+    def empty_model(self, dtype: torch.dtype | None = None, *, buffers: bool = False
+                    ) -> nn.Module:
+        """The causal LM of config.json on the meta device (no bytes); with `buffers`, its
+        buffers real (rotary tables are computed from the config, not stored: the weight
+        source reads them there). `dtype` defaults to the checkpoint's."""
+        from transformers import AutoModelForCausalLM
+
+        dtype = dtype or _dtype(self.config)
+        try:
+            with parameters_on_meta() if buffers else torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(self.config, dtype=dtype)
+        except Exception as exc:
+            raise EqsatError(f"{self.path}: cannot build {type(self.config).__name__}'s causal "
+                             f"LM on the meta device ({exc})") from exc
+        model.eval()
+        self.check(model)
+        return model
+
+    def check(self, model: nn.Module) -> None:
+        """Every parameter has a tensor of its shape in the checkpoint (tied ones once)."""
+        for names in _tied_names(model).values():
+            key = next((n for n in names if n in self._where), None)
+            if key is None:
+                raise EqsatError(f"{self.path}: the checkpoint has no tensor {names[0]}")
+            want = tuple(model.get_parameter(names[0]).shape)
+            if self.shape(key) != want:
+                raise EqsatError(f"{self._where[key].name}: tensor {key} has shape "
+                                 f"{list(self.shape(key))}, the config's model "
+                                 f"{list(want)}")
+
+    def weight_source(self, model: nn.Module) -> Callable[[str], torch.Tensor]:
+        """Graph constant name -> tensor: the captured graph names a parameter by its path
+        under whatever wraps `model`, so the longest suffix that is a parameter of `model`
+        is looked up, through the names tied to it."""
+        key_of: dict[str, str] = {}
+        for names in _tied_names(model).values():
+            key = next(n for n in names if n in self._where)
+            key_of.update(dict.fromkeys(names, key))
+        buffers: dict[str, torch.Tensor] = {}
+
+        def source(name: str) -> torch.Tensor:
+            parts = name.split(".")
+            suffixes = [".".join(parts[i:]) for i in range(len(parts))]
+            for suffix in suffixes:
+                if suffix in key_of:
+                    return self.tensor(key_of[suffix])
+            if not buffers:  # the buffers a meta model lacks, computed once
+                real = self.empty_model(next(model.parameters()).dtype, buffers=True)
+                buffers.update(real.named_buffers())
+            for suffix in suffixes:
+                if suffix in buffers:
+                    return buffers[suffix]
+            raise EqsatError(f"weight {name}: no parameter or buffer of the checkpoint's model")
+        return source
+
+
+def _config(path: Path) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:
+        raise EqsatError(f"{path / 'config.json'}: not a config transformers can read "
+                         f"({exc})") from exc
+
+
+def _tensor_files(path: Path) -> dict[str, Path]:
+    index = path / INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError) as exc:
+            raise EqsatError(f"{index}: not a safetensors index ({exc})") from exc
+        where = {k: path / f for k, f in weight_map.items()}
+        for file in sorted(set(where.values())):
+            if not file.is_file():
+                raise EqsatError(f"{file}: a shard the index names is missing")
+        return where
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise EqsatError(f"{path}: no *.safetensors file")
+    where = {}
+    for file in files:
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(file), framework="pt") as f:
+                where.update(dict.fromkeys(f.keys(), file))
+        except Exception as exc:
+            raise EqsatError(f"{file}: not a readable safetensors file, truncated or corrupt "
+                             f"({exc})") from exc
+    return where
+
+
+def _dtype(config: Any) -> torch.dtype:
+    dt = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(dt, str):
+        dt = getattr(torch, dt, None)
+    return dt if isinstance(dt, torch.dtype) else torch.float32
+
+
+def _tied_names(model: nn.Module) -> dict[int, list[str]]:
+    """Each distinct parameter's names (tied ones share a tensor), in module order."""
+    groups: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    return groups
+
+
+@contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Modules built inside get their parameters on the meta device, their buffers where they
+    are made (a rotary embedding's inv_freq is computed from the config, not stored)."""
+    register = nn.Module.register_parameter
+
+    def on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        if param is not None and not param.is_meta:
+            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register(module, name, param)
+
+    nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register  # type: ignore[method-assign]

@@ -1,0 +1,75 @@
+"""Generator.from_pretrained: a checkpoint directory read one tensor at a time into the
+programs' prepared weights (checkpoint.py, lazy_weights.py), against transformers' own run of
+the same checkpoint; and every bad directory a clear EqsatError naming the file or tensor."""
+
+import json
+import shutil
+import warnings
+
+import pytest
+import torch
+
+from eqsat_llm.errors import EqsatError
+from eqsat_llm.generation import Generator
+
+transformers = pytest.importorskip("transformers")
+PROMPT = torch.tensor([[5, 17, 42, 8, 99, 310, 64, 7, 250, 12, 3, 77]])
+
+
+def _save(path, dtype=torch.float32, tied=True, shard="200KB"):
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=400, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        initializer_range=0.3, tie_word_embeddings=tied)  # wide weights: greedy tokens vary
+    model = transformers.LlamaForCausalLM(cfg).to(dtype).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(path, max_shard_size=shard)
+    return model
+
+
+@pytest.mark.parametrize("dtype,tied", [(torch.float32, True), (torch.bfloat16, False)])
+def test_generates_transformers_tokens_from_a_sharded_checkpoint(tmp_path, dtype, tied):
+    model = _save(tmp_path, dtype, tied)
+    assert len(list(tmp_path.glob("*.safetensors"))) > 1  # shards and their index
+    want = model.generate(PROMPT, max_new_tokens=8, do_sample=False)
+    gen = Generator.from_pretrained(tmp_path, max_seq_len=32)
+    assert all(p.is_meta for p in gen.model.parameters())  # the model was never loaded
+    assert torch.equal(gen.generate(PROMPT, max_new_tokens=8), want)
+
+
+def test_quantized_at_load_equals_quantizing_the_loaded_model(tmp_path):
+    model = _save(tmp_path)
+    want = Generator(model, 32, quantize="int8").generate(PROMPT, max_new_tokens=6)
+    gen = Generator.from_pretrained(tmp_path, max_seq_len=32, quantize="int8")
+    assert torch.equal(gen.generate(PROMPT, max_new_tokens=6), want)
+
+
+def test_bad_checkpoints_name_the_file_or_tensor(tmp_path):
+    _save(tmp_path / "good", shard="10GB")
+    with pytest.raises(EqsatError, match="not a checkpoint directory"):
+        Generator.from_pretrained(tmp_path / "absent", max_seq_len=32)
+    no_config = shutil.copytree(tmp_path / "good", tmp_path / "no_config")
+    (no_config / "config.json").unlink()
+    with pytest.raises(EqsatError, match="no config.json"):
+        Generator.from_pretrained(no_config, max_seq_len=32)
+    truncated = shutil.copytree(tmp_path / "good", tmp_path / "truncated")
+    shard = truncated / "model.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-1000])
+    with pytest.raises(EqsatError, match="model.safetensors"):
+        Generator.from_pretrained(truncated, max_seq_len=32)
+    reshaped = shutil.copytree(tmp_path / "good", tmp_path / "reshaped")
+    cfg = json.loads((reshaped / "config.json").read_text())
+    cfg["intermediate_size"] = 96  # the MLP weights on disk are 128 wide
+    (reshaped / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(EqsatError, match=r"mlp\.\w+_proj\.weight has shape"):
+        Generator.from_pretrained(reshaped, max_seq_len=32)
+
+
+def test_a_missing_shard_is_named(tmp_path):
+    _save(tmp_path)
+    shards = sorted(tmp_path.glob("model-*.safetensors"))
+    shards[-1].unlink()
+    with pytest.raises(EqsatError, match=f"{shards[-1].name}: a shard the index names"):
+        Generator.from_pretrained(tmp_path, max_seq_len=32)
