@@ -251,3 +251,21 @@ def test_generated_kernels_are_charged_their_own_overhead():
     mm = ("mm", {"alpha": 1.0}, [f32(1, 1), f32(1, 1)], f32(1, 1))
     assert fused.kernel(*mm).seconds == pytest.approx(m.gemm_overhead, rel=0.01)
     assert fused.overhead(gemm=False) == 4e-8 and ref.overhead(gemm=False) == 2e-6
+
+
+def test_a_rule_built_node_without_a_type_is_priced_pessimistically_not_refused():
+    """mul-through-view moves `* 32` off an int32 view onto its source: the new mul's dtype
+    (int32 x a Python int) is a promotion the analysis leaves unknown, so its class has no
+    type. It used to raise CostError at extraction (CPM-Ant's position buckets); it is priced
+    as unknown instead, and the program still matches eager."""
+    import torch
+
+    from eqsat_llm import optimize
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return (torch.cat([x, x], 1).view(1, 8, 1) * 32).float() + 0.5
+
+    x = torch.arange(4, dtype=torch.int32).view(1, 4)
+    got = optimize(M(), (x,), backend="reference", measure_eager=False)
+    torch.testing.assert_close(got(x), M()(x))

@@ -45,13 +45,16 @@ def enode_cost_fn(serialized: dict[str, Any], view: dict[str, Any], constant: se
         else:
             raw = nodes[node.id]
             ins = input_types(raw, opdef.arity)
-            if ins is None:  # an input's type is unknown (a tuple, or not derived): pessimistic
+            out = types.get(node.eclass)
+            # an input's type is unknown (a tuple, or not derived), or the node's own (a rule
+            # built it from operands whose promotion the analysis leaves unknown, such as
+            # int32 x a Python int): pessimistic
+            if ins is None or out is None and opdef.cost not in UNTYPED_OK:
                 value = UNKNOWN_MICROS
                 cost.unpriced.append(node.op)  # type: ignore[attr-defined]
             else:
                 # a tuple-valued fallback's class has no single tensor type: ()
-                out = types.get(node.eclass) or ()
-                value = model.micros(node.op, node_attrs(view, raw), ins, out)
+                value = model.micros(node.op, node_attrs(view, raw), ins, out or ())
         memo[node.id] = value
         return value
 
@@ -63,6 +66,8 @@ def enode_cost_fn(serialized: dict[str, Any], view: dict[str, Any], constant: se
 # (tuple-valued fallbacks): pessimistic, so that extraction never prefers a program because
 # it knows less about it.
 UNKNOWN_MICROS = 1000.0
+# cost kinds priced without their output's type (a fallback's may be a tuple)
+UNTYPED_OK = ("leaf", "view", "fold", "fallback")
 
 
 def constant_nodes(graph: Any) -> set[int]:
