@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[Check]]:
                    "the families' entries in tests/families_expected.json")
     args = p.parse_args(argv)
     torch.set_num_threads(2)
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # per-model notices about defaults
     seqs = [int(s) for s in args.seqs.split(",")]
     names = [f for f in args.families.split(",") if f] or list(families.families())
     jsonl = Path(args.jsonl) if args.jsonl else None
@@ -153,8 +156,6 @@ def main(argv: list[str] | None = None) -> dict[str, list[Check]]:
         print(table({fam: checks}, seqs).splitlines()[-1], flush=True)
     results = {f: results[f] for f in names if f in results}
     total = time.perf_counter() - t0
-    import transformers
-
     argv_ = argv if argv is not None else sys.argv[1:]
     cmd = ".venv/bin/python benchmarks/families.py" + (" " + shlex.join(argv_) if argv_ else "")
     date = f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}"

@@ -244,6 +244,8 @@ def shrink(default: Any) -> dict[str, Any]:
     for k, v in fields.items():
         if hasattr(v, "to_dict") and k not in out:  # a nested sub-config (DBRX's attn/ffn)
             out[k] = shrink(v)
+    if fields.get("is_decoder") is False:  # an encoder family's causal-LM class: causal
+        out["is_decoder"] = True  # attention (transformers warns that it is needed)
     vocab = out.get("vocab_size", fields.get("vocab_size"))
     if isinstance(vocab, int):
         for k, v in fields.items():
