@@ -296,7 +296,10 @@ def aligned_bytes(n: int, device: torch.device | str = "cpu") -> torch.Tensor:
 def memory_events(fn: Callable[[], Any]) -> list[tuple[int, int, str | None]]:
     """Every storage allocation (+bytes) and free (-bytes) torch makes on the CPU while `fn`
     runs, in time order, each with the innermost enclosing `record_function` label (or None)."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    # (a call measured for its allocations runs once: the poisoned-arena check's second run
+    # and its copies are not the call's)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, \
+            poison.suspended():
         fn()
     events: list[tuple[int, int, str | None]] = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -33,8 +35,22 @@ class StaleReadError(EqsatError):
     the poisoned-arena check)."""
 
 
+_SUSPENDED = threading.local()
+
+
 def enabled() -> bool:
-    return os.environ.get(ENV, "") not in ("", "0")
+    return os.environ.get(ENV, "") not in ("", "0") and not getattr(_SUSPENDED, "on", False)
+
+
+@contextmanager
+def suspended() -> Iterator[None]:
+    """Calls made inside run once, unchecked (a measurement of one call's allocations)."""
+    before = getattr(_SUSPENDED, "on", False)
+    _SUSPENDED.on = True
+    try:
+        yield
+    finally:
+        _SUSPENDED.on = before
 
 
 def checked_run(arena: torch.Tensor, inputs: list[Any], run: Callable[[], list[Any]],
