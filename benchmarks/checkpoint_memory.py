@@ -1,0 +1,161 @@
+"""Generating from a checkpoint directory: peak memory and start-up, per precision.
+
+    .venv/bin/python benchmarks/checkpoint_memory.py [--shape tinyllama|llama7b] [--layers N]
+        [--formats bf16,int8,int4] [--write]
+
+Writes a LLaMA-shaped checkpoint in bf16 with random weights layer by layer (one shard a
+layer: never the whole model in memory), then for each format runs, in a fresh process,
+`Generator.from_pretrained(dir, max_seq_len=256, quantize=...)` and a 16-token prompt with 16
+new tokens, and reports the process's peak RSS beside what it must hold (the prepared weights,
+the KV cache, the two arenas) and the bare `import eqsat_llm, torch` process. --write puts the
+table into benchmarks/RESULTS.md ("Generating from a checkpoint").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SHAPES = {
+    "tinyllama": {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22,
+                  "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000},
+    "llama7b": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000},
+}
+
+
+def write_checkpoint(path: Path, shape: dict, layers: int) -> int:
+    """config.json and one bf16 safetensors shard per layer (and one for the rest), random
+    weights; returns the checkpoint's bytes."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    cfg = transformers.LlamaConfig(**(shape | {"num_hidden_layers": layers}),
+                                   max_position_embeddings=2048, rms_norm_eps=1e-5,
+                                   tie_word_embeddings=False, dtype="bfloat16")
+    cfg.save_pretrained(path)
+    d, f, v = shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"]
+    kv = d // shape["num_attention_heads"] * shape["num_key_value_heads"]
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(*s: int) -> torch.Tensor:
+        return (torch.randn(*s, generator=gen) * 0.02).to(torch.bfloat16)
+
+    shards = [{"model.embed_tokens.weight": rand(v, d), "model.norm.weight":
+               torch.ones(d, dtype=torch.bfloat16), "lm_head.weight": rand(v, d)}]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shards.append({p + "self_attn.q_proj.weight": rand(d, d),
+                       p + "self_attn.k_proj.weight": rand(kv, d),
+                       p + "self_attn.v_proj.weight": rand(kv, d),
+                       p + "self_attn.o_proj.weight": rand(d, d),
+                       p + "mlp.gate_proj.weight": rand(f, d),
+                       p + "mlp.up_proj.weight": rand(f, d),
+                       p + "mlp.down_proj.weight": rand(d, f),
+                       p + "input_layernorm.weight": torch.ones(d, dtype=torch.bfloat16),
+                       p + "post_attention_layernorm.weight": torch.ones(
+                           d, dtype=torch.bfloat16)})
+    weight_map, total = {}, 0
+    n = len(shards)
+    for k, tensors in enumerate(shards):
+        name = f"model-{k + 1:05d}-of-{n:05d}.safetensors"
+        save_file(tensors, str(path / name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(tensors, name))
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+        shards[k] = {}  # written: let it go
+    (path / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": weight_map}))
+    return total
+
+
+CHILD = r"""
+import json, resource, sys, time, warnings
+warnings.filterwarnings("ignore")
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+import torch, eqsat_llm
+from eqsat_llm.generation import Generator
+bare = rss()
+path, fmt = sys.argv[1], sys.argv[2]
+t = time.perf_counter()
+gen = Generator.from_pretrained(path, max_seq_len=256, quantize=None if fmt == "bf16" else fmt)
+start = time.perf_counter() - t
+programs = (gen.decode_program, gen.prefill_program)
+held = {w.untyped_storage().data_ptr(): w.untyped_storage().nbytes()
+        for p in programs for w in p._runtime.weights}
+ids = torch.randint(3, 30000, (1, 16), generator=torch.Generator().manual_seed(1))
+gen.generate(ids, max_new_tokens=16)
+run = gen.report.last_run
+print(json.dumps({"format": fmt, "bare": bare, "peak": resource.getrusage(
+    resource.RUSAGE_SELF).ru_maxrss * 1024, "prepared": sum(held.values()),
+    "decode_prepared": sum(w.untyped_storage().nbytes()
+                           for w in gen.decode_program._runtime.weights),
+    "cache": gen.report.cache_bytes, "arenas": sum(p.plan.arena_bytes for p in programs),
+    "start_s": start, "load_s": gen.load_seconds, "decode_tok_s": run["new_tokens"] /
+    run["decode_s"] if run["decode_s"] else None}))
+"""
+
+
+def measure(path: Path, fmt: str) -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path), fmt], capture_output=True,
+                         text=True, env=env, check=False)
+    if out.returncode:
+        raise SystemExit(f"{fmt}: the run failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="tinyllama", choices=sorted(SHAPES))
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--formats", default="bf16,int8,int4")
+    ap.add_argument("--dir", default=None, help="reuse or keep the checkpoint here")
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    shape = SHAPES[args.shape]
+    layers = args.layers or shape["num_hidden_layers"]
+    root = Path(args.dir or tempfile.mkdtemp(prefix="eqsat-ckpt-"))
+    if not (root / "config.json").is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        size = write_checkpoint(root, shape, layers)
+    else:
+        size = sum(f.stat().st_size for f in root.glob("*.safetensors"))
+    rows = [measure(root, fmt) for fmt in args.formats.split(",")]
+    gb = 1e9
+    lines = [(f"{args.shape} shape, {layers} layers, bf16 checkpoint of {size / gb:.2f} GB, "
+              "max_seq_len 256; peak RSS of a fresh process"),
+             "",
+             ("| format | peak RSS GB | prepared weights GB (decode's) | KV cache + arenas GB "
+              "| bare process GB | peak / (held + bare) | start s (weights s) | decode tok/s |"),
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        held = r["prepared"] + r["cache"] + r["arenas"]
+        lines.append(f"| {r['format']} | {r['peak'] / gb:.2f} | {r['prepared'] / gb:.2f} "
+                     f"({r['decode_prepared'] / gb:.2f}) | {(r['cache'] + r['arenas']) / gb:.2f} "
+                     f"| {r['bare'] / gb:.2f} | {r['peak'] / (held + r['bare']):.2f} | "
+                     f"{r['start_s']:.0f} ({r['load_s']:.0f}) | {r['decode_tok_s'] or 0:.1f} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.write:
+        import datetime
+        import platform
+
+        from optimize_time import write_section
+
+        cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                    if ln.startswith("model name")), platform.processor())
+        head = (f"Command: `.venv/bin/python benchmarks/checkpoint_memory.py "
+                f"{' '.join(sys.argv[1:])}` ({datetime.date.today()}, {cpu}, "
+                f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end).")
+        write_section(head + "\n\n" + table, "## Generating from a checkpoint")
+
+
+if __name__ == "__main__":
+    main()
