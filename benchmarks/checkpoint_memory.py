@@ -149,8 +149,9 @@ def main() -> None:
 
         from optimize_time import write_section
 
-        cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                    if ln.startswith("model name")), platform.processor())
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")),
+                   platform.processor())
         head = (f"Command: `.venv/bin/python benchmarks/checkpoint_memory.py "
                 f"{' '.join(sys.argv[1:])}` ({datetime.date.today()}, {cpu}, "
                 f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end).")
