@@ -11,6 +11,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 
 def interleaved_ms(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
@@ -205,19 +206,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .model_matrix import causal_lm
 
     torch.set_num_threads(args.threads)
-    try:
-        model = causal_lm(args.model)
-    except KeyError as exc:
-        raise SystemExit(f"error: {exc.args[0]}") from None
+    max_len = args.max_seq_len or args.prompt_len + args.new_tokens
+    print(f"compiling {args.model} for generation: batch {args.batch}, max_seq_len {max_len}",
+          flush=True)
+    options = dict(batch_size=args.batch, prefill_chunk=args.chunk,
+                   progress=print if args.verbose else None, **_program_options(args))
+    if Path(args.model).is_dir():  # a checkpoint directory: weights read at load
+        gen = Generator.from_pretrained(args.model, max_seq_len=max_len, **options)
+        model = gen.model
+        if args.eager:
+            raise SystemExit("error: --eager loads the model whole; run transformers apart")
+    else:
+        try:
+            model = causal_lm(args.model)
+        except KeyError as exc:
+            raise SystemExit(f"error: {exc.args[0]}") from None
+        gen = Generator(model, max_len, **options)
     model.generation_config.eos_token_id = None  # always --new-tokens tokens: a measurement
     vocab = model.config.get_text_config().vocab_size
     ids = torch.randint(3, vocab - 1, (args.batch, args.prompt_len),
                         generator=torch.Generator().manual_seed(args.seed))
-    max_len = args.max_seq_len or args.prompt_len + args.new_tokens
-    print(f"compiling {args.model} for generation: batch {args.batch}, max_seq_len {max_len}",
-          flush=True)
-    gen = Generator(model, max_len, batch_size=args.batch, prefill_chunk=args.chunk,
-                    progress=print if args.verbose else None, **_program_options(args))
     print(f"compiled in {gen.report.compile_seconds:.1f} s", flush=True)
     if args.report:
         print(gen.report.summary())
@@ -355,8 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     rdiff.add_argument("b")
     rdiff.set_defaults(fn=cmd_report_diff)
     gen = sub.add_parser("generate", help="compile a causal LM for text generation; tokens/s")
-    gen.add_argument("model", help="a model-matrix family (llama, gpt2:medium, ...), "
-                     "tinyllama[:layers], or package.module:function returning the model")
+    gen.add_argument("model", help="a checkpoint directory (config.json, *.safetensors), a "
+                     "model-matrix family (llama, gpt2:medium, ...), tinyllama[:layers], or "
+                     "package.module:function returning the model")
     gen.add_argument("--prompt-len", type=int, default=128)
     gen.add_argument("--new-tokens", type=int, default=128)
     gen.add_argument("--batch", type=int, default=1)
