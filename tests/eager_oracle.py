@@ -252,8 +252,11 @@ OPS: dict[str, Callable[[list[Any], dict], Any]] = {
 }
 
 
-def run_eager(graph: Graph, inputs: list[torch.Tensor]) -> list[Any]:
-    """The graph's outputs, each op run as torch eager runs what it stands for."""
+def run_eager(graph: Graph, inputs: list[torch.Tensor],
+              constants: dict[str, torch.Tensor] | None = None) -> list[Any]:
+    """The graph's outputs, each op run as torch eager runs what it stands for (`constants`:
+    other values for the graph's constants, by name)."""
+    constants = {**graph.constants, **(constants or {})}
     values: dict[int, Any] = {}
     live = graph.live_ids()
     for node in graph.nodes:
@@ -262,7 +265,7 @@ def run_eager(graph: Graph, inputs: list[torch.Tensor]) -> list[Any]:
         if node.op == "input":
             values[node.id] = inputs[node.attrs["index"]]
         elif node.op in ("param", "const"):
-            values[node.id] = graph.constants[node.attrs["name"]]
+            values[node.id] = constants[node.attrs["name"]]
         else:
             xs = [values[i] for i in node.inputs]
             if node.op == "fallback":

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from eqsat_llm import optimize
-from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.errors import EqsatError, GraphError
 from eqsat_llm.model_matrix import FAMILIES, build
@@ -18,6 +17,7 @@ from eqsat_llm.rulebook import resolve
 from eqsat_llm.workloads import llama_block_case
 
 from .conftest import max_error
+from .eager_oracle import run_eager
 
 TOLERANCE = {"int8": {"max_rel": 0.05, "top1": 0.8}, "int4": {"max_rel": 0.5, "top1": 0.4}}
 needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
@@ -77,8 +77,9 @@ def test_llama_block_runs_every_gemm_quantized_in_c(case, fmt, tol):
     assert q.format == ("int4_g32" if fmt == "int4" else fmt) and q.quantized_weights == 4
     (err,) = q.outputs
     assert 0 < err.max_rel <= tol, err
-    with torch.no_grad():  # the C kernels compute the quantized program's reference
-        want = ReferenceRuntime(compiled.graph).run(list(inputs))[0]
+    with torch.no_grad():  # the C kernels compute the quantized program: torch eager on the
+        # weights as stored, unpacked by the test (tests/eager_oracle.py), to float32's error
+        want = run_eager(compiled.graph, list(inputs))[0]
         assert max_error(want, compiled(*inputs)) <= 1e-4
         assert "max abs" in report.summary() and report.to_dict()["quantization"]["format"]
 
@@ -94,8 +95,8 @@ def test_int8_dynamic_multiplies_integers_at_prefill_and_keeps_the_gemv_at_decod
     assert ("eq_gemm_w8a8(" in compiled._runtime.source) == (fmt == "int8_dynamic")
     (err,) = report.quantization.outputs
     assert report.quantization.quantized_weights == 4 and 0 < err.max_rel <= 0.05, err
-    with torch.no_grad():  # the integer product computes the op's reference (coded rows)
-        want = ReferenceRuntime(compiled.graph).run(list(inputs))[0]
+    with torch.no_grad():  # the integer product: torch eager on the coded rows and weights
+        want = run_eager(compiled.graph, list(inputs))[0]
         got = compiled(*inputs)
     # A code flips where x * (1/s) is within an ulp of a rounding tie, since C's and torch's
     # float32 values upstream (silu, norms) differ in the last bits, by each host's vector
@@ -148,6 +149,13 @@ def test_model_matrix_families_within_tolerance(family, fmt):
     logits = q.outputs[0]
     assert logits.max_rel <= TOLERANCE[fmt]["max_rel"], q.summary()
     assert logits.top1_agreement >= TOLERANCE[fmt]["top1"], q.summary()
+    # those tolerances would let a scale bug pass; the program against torch eager on its own
+    # stored weights (tests/eager_oracle.py) is float32's error
+    with torch.no_grad():
+        got = compiled(*inputs)
+        got = got[0] if isinstance(got, tuple) else got
+        want = run_eager(compiled.graph, list(inputs))[0]
+    assert max_error(want, got) <= 1e-4 * float(want.abs().max()), family
 
 
 @needs_cc
