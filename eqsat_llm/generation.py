@@ -30,6 +30,7 @@ from torch import nn
 from .errors import EqsatError
 from .kv_cache import CachedStep
 from .lazy_weights import WeightSource
+from .rulebook import resolve
 
 DEFAULT_CHUNK = 64
 
@@ -161,6 +162,11 @@ class Generator:
         with torch.device("meta") if self._meta else contextlib.nullcontext():
             self.step = CachedStep(model, batch_size, max_seq_len, dtype).eval()
         options = {"measure_eager": False, **optimize_options}
+        if options.get("quantize") and "rules" not in options:
+            # weights held once: a half-precision weight form would win at prefill (compute)
+            # where the quantized one wins at decode (bytes), and both programs would hold
+            # the weight; without it they share the quantized form (docs/generation.md)
+            options["rules"] = [r for r in resolve(["all"]) if r.family != "half-weights"]
         t0 = time.perf_counter()
         with torch.no_grad(), warnings.catch_warnings():
             # the cache writes run in torch, in place on the buffers: expected, not a fallback

@@ -73,3 +73,18 @@ def test_a_missing_shard_is_named(tmp_path):
     shards[-1].unlink()
     with pytest.raises(EqsatError, match=f"{shards[-1].name}: a shard the index names"):
         Generator.from_pretrained(tmp_path, max_seq_len=32)
+
+
+def test_quantized_weights_are_held_once_by_both_programs(tmp_path):
+    """From a bf16 checkpoint with int4, the prefill program would pick the bf16 form of a
+    weight the decode program holds as int4; a Generator shares the quantized form."""
+    _save(tmp_path, torch.bfloat16, tied=False)
+    gen = Generator.from_pretrained(tmp_path, max_seq_len=32, quantize="int4_g32")
+
+    def large(program):
+        return {w.untyped_storage().data_ptr() for w in program._runtime.weights
+                if w.numel() >= 4096}
+
+    decode, prefill = large(gen.decode_program), large(gen.prefill_program)
+    assert decode and prefill == decode
+    assert gen.decode_program.report.weight_formats == gen.prefill_program.report.weight_formats
