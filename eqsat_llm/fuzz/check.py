@@ -38,15 +38,19 @@ def available_backends() -> list[str]:
 
 
 def check_spec(spec: Spec, backends: list[str]) -> list[Failure]:
-    """Optimize the spec's model once, run the program on each backend, compare with eager;
-    the failures found (none: the model passed)."""
+    """Optimize the spec's model once, run the program on each backend, compare with eager
+    (the outputs, and the buffers a model writes in place after the call); the failures found
+    (none: the model passed)."""
     from .. import optimize
 
-    model = FuzzModel(spec).eval()
     inputs = make_inputs(spec)
     with torch.no_grad():
-        eager = model(*inputs)
-        exact = FuzzModel(spec, wide=True)(*inputs)
+        reference = FuzzModel(spec).eval()  # eager runs on a copy: it writes its buffers
+        eager = reference(*inputs) + tuple(reference.buffers())
+        wide = FuzzModel(spec, wide=True)
+        exact = wide(*inputs) + tuple(wide.buffers())
+    model = FuzzModel(spec).eval()
+    state = [x.clone() for x in model.buffers()]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -55,27 +59,31 @@ def check_spec(spec: Spec, backends: list[str]) -> list[Failure]:
         return [Failure("optimize", _describe(e))]
     failures = []
     for backend in backends:
+        for x, x0 in zip(model.buffers(), state):  # each backend from the initial state
+            x.copy_(x0)
         try:
             program = compiled if backend == backends[0] else compiled.on_backend(backend)
-            failures += _run(program, backend, inputs, eager, exact,
+            failures += _run(program, model, backend, inputs, eager, exact,
                              model_rtol(spec.dtypes()))
         except Exception as e:  # noqa: BLE001
             failures.append(Failure(backend, _describe(e)))
     return failures
 
 
-def _run(program, backend: str, inputs: tuple, eager: tuple, exact: tuple,
+def _run(program, model, backend: str, inputs: tuple, eager: tuple, exact: tuple,
          rtol: float) -> list[Failure]:
     before = [x.clone() for x in inputs]
     got = program(*inputs)
-    got = got if isinstance(got, tuple) else (got,)
+    got = (got if isinstance(got, tuple) else (got,)) + tuple(model.buffers())
     failures = []
     if len(got) != len(eager):
         return [Failure(backend, f"{len(got)} outputs, eager has {len(eager)}")]
+    n_out = len(eager) - len(list(model.buffers()))
     for k, (g, e, x) in enumerate(zip(got, eager, exact)):
         why = mismatch(g, e, x, rtol)
         if why is not None:
-            failures.append(Failure(backend, f"output {k}: {why}"))
+            what = f"output {k}" if k < n_out else f"buffer b{k - n_out} after the call"
+            failures.append(Failure(backend, f"{what}: {why}"))
     for k, (x, x0) in enumerate(zip(inputs, before)):
         if not torch.equal(x.nan_to_num(), x0.nan_to_num()):
             failures.append(Failure(backend, f"input {k} was written"))

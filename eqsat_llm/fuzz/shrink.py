@@ -1,5 +1,5 @@
 """Shrinking a failing model to a minimal one that still fails: fewer outputs (or an earlier
-value as the output), steps bypassed
+value as the output), fewer layers in a stack, steps bypassed
 (a step's uses read one of its operands, or a fresh input, of the same shape and dtype),
 no NaN/inf in inputs that do not need them; dead steps, inputs and parameters pruned.
 Greedy: each candidate that is still a valid model and still fails is kept."""
@@ -36,8 +36,10 @@ def shrink(spec: Spec, fails: Callable[[Spec], bool], budget: int = 80,
     return best
 
 
-def _size(spec: Spec) -> tuple[int, int, int]:
-    return (len(spec.steps), len(spec.inputs) + len(spec.params) + len(spec.outputs),
+def _size(spec: Spec) -> tuple[int, int, int, int]:
+    return (len(spec.steps),
+            len(spec.inputs) + len(spec.params) + len(spec.buffers) + len(spec.outputs),
+            sum(kw["count"] for op, _, kw in spec.steps if op == "layers"),
             sum(t.special for t in spec.inputs))
 
 
@@ -67,6 +69,11 @@ def _candidates(spec: Spec) -> Iterator[Spec]:
         bypass.inputs.append(Tensor(list(shape), dtype, high=2,
                                     seed=1000 + len(bypass.inputs)))
         yield _replace(bypass, ref, f"i{len(bypass.inputs) - 1}")
+    for k, (op, refs, kw) in enumerate(spec.steps):
+        if op == "layers" and kw["count"] > 1:  # fewer layers
+            fewer = spec.copy()
+            fewer.steps[k] = (op, refs, {**kw, "count": kw["count"] - 1})
+            yield fewer
     for k, t in enumerate(spec.inputs):
         if t.special:
             calm = spec.copy()
@@ -106,7 +113,8 @@ def prune(spec: Spec) -> Spec:
             live.update(r for r in spec.steps[k][1] if r is not None)
     rename: dict[str, str] = {}
     out = Spec(seed=spec.seed)
-    for prefix, tensors, kept in (("i", spec.inputs, out.inputs), ("p", spec.params, out.params)):
+    for prefix, tensors, kept in (("i", spec.inputs, out.inputs), ("p", spec.params, out.params),
+                                  ("b", spec.buffers, out.buffers)):
         for k, t in enumerate(tensors):
             if f"{prefix}{k}" in live:
                 rename[f"{prefix}{k}"] = f"{prefix}{len(kept)}"

@@ -1,11 +1,13 @@
 """A fuzz model as data: a straight-line program over tensors that is JSON (so a failing model
 can be saved as a regression test and read back) and a module that runs it.
 
-A spec holds the model's inputs and parameters (shape, dtype; their values come from the
-spec's seed), its steps `[op, [refs...], {kwargs}]` and its outputs. A ref names an input
-("i0"), a parameter ("p0") or an earlier step's result ("v0"); `None` stands for an omitted
-optional tensor (a norm without weight). Each op is one torch expression in OPS: the torch
-functions LLM code calls, not the optimizer's IR, so the frontend is fuzzed too."""
+A spec holds the model's inputs, parameters and buffers (shape, dtype; their values come from
+the spec's seed), its steps `[op, [refs...], {kwargs}]` and its outputs. A ref names an input
+("i0"), a parameter ("p0"), a buffer ("b0": state a step may write in place, as a KV cache)
+or an earlier step's result ("v0"); `None` stands for an omitted optional tensor (a norm
+without weight). Each op is one torch expression in OPS: the torch functions LLM code calls,
+not the optimizer's IR, so the frontend is fuzzed too. The op "layers" is a stack of
+identical modules (fuzz/layers.py), so that repeated layers are fuzzed as models have them."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .layers import layer_stack
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
           "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
@@ -40,6 +44,11 @@ def _causal_mask(*, s, t, value=None):
     if value is None:
         return keep
     return torch.zeros(s, t).masked_fill(~keep, value)
+
+
+def _additive_mask(keep, *, value):
+    """A boolean keep-mask as the additive bias model code builds (0 where kept)."""
+    return torch.zeros(keep.shape).masked_fill(~keep, value)
 
 
 # op name -> torch expression; tensors positional (refs), everything else keyword
@@ -101,6 +110,21 @@ OPS: dict[str, Callable[..., torch.Tensor]] = {
     # attention
     "sdpa": _sdpa,
     "causal_mask": _causal_mask,
+    "additive_mask": _additive_mask,
+    # state, positions and routing (mostly outside the registry: they run as torch steps)
+    "index_copy_": lambda buf, idx, src, *, dim: buf.index_copy_(dim, idx, src),
+    "positions": lambda start, *, n: start + torch.arange(n),
+    "arange": lambda *, n: torch.arange(n),
+    "zeros": lambda *, shape: torch.zeros(shape),
+    "topk": lambda x, *, k, part: torch.topk(x, k, -1)[part],
+    "argmax": lambda x, *, dim: torch.argmax(x, dim),
+    "scatter_add": lambda x, idx, src, *, dim: torch.scatter_add(x, dim, idx, src),
+    "index_add": lambda x, idx, src, *, dim: torch.index_add(x, dim, idx, src),
+    # integers
+    "floor_divide": lambda x, *, c: torch.div(x, c, rounding_mode="floor"),
+    "remainder": lambda x, *, c: torch.remainder(x, c),
+    "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
+    "bitwise_xor": torch.bitwise_xor,
 }
 
 
@@ -121,19 +145,22 @@ class Spec:
     steps: list[tuple[str, list[str | None], dict[str, Any]]] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     seed: int = 0
+    buffers: list[Tensor] = field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps({"inputs": [vars(t) for t in self.inputs],
-                           "params": [vars(t) for t in self.params],
-                           "steps": [list(s) for s in self.steps],
-                           "outputs": self.outputs, "seed": self.seed}, indent=1)
+        d = {"inputs": [vars(t) for t in self.inputs], "params": [vars(t) for t in self.params],
+             "steps": [list(s) for s in self.steps], "outputs": self.outputs, "seed": self.seed}
+        if self.buffers:  # (older regression files have none)
+            d["buffers"] = [vars(t) for t in self.buffers]
+        return json.dumps(d, indent=1)
 
     @staticmethod
     def from_json(text: str) -> Spec:
         d = json.loads(text)
         return Spec([Tensor(**t) for t in d["inputs"]], [Tensor(**t) for t in d["params"]],
                     [(op, list(refs), dict(kw)) for op, refs, kw in d["steps"]],
-                    list(d["outputs"]), int(d.get("seed", 0)))
+                    list(d["outputs"]), int(d.get("seed", 0)),
+                    [Tensor(**t) for t in d.get("buffers", [])])
 
     def copy(self) -> Spec:
         return copy.deepcopy(self)
@@ -141,7 +168,7 @@ class Spec:
     def dtypes(self) -> set[torch.dtype]:
         """The dtypes its tensors take: inputs', parameters' and those it casts to (no other
         op makes a dtype from nothing)."""
-        names = {t.dtype for t in self.inputs + self.params}
+        names = {t.dtype for t in self.inputs + self.params + self.buffers}
         names |= {kw["dtype"] for op, _, kw in self.steps if op == "to"}
         return {DTYPES[n] for n in names}
 
@@ -150,9 +177,10 @@ class Spec:
         lines = ["inputs: " + ", ".join(f"i{k}: {t.dtype}{t.shape}"
                                          + (" with NaN/inf" if t.special else "")
                                          for k, t in enumerate(self.inputs))]
-        if self.params:
-            lines.append("params: " + ", ".join(f"p{k}: {t.dtype}{t.shape}"
-                                                for k, t in enumerate(self.params)))
+        for prefix, tensors in (("p", self.params), ("b", self.buffers)):
+            if tensors:
+                lines.append(("params: " if prefix == "p" else "buffers: ") + ", ".join(
+                    f"{prefix}{k}: {t.dtype}{t.shape}" for k, t in enumerate(tensors)))
         for k, (op, refs, kw) in enumerate(self.steps):
             args = [str(r) for r in refs] + [f"{a}={v!r}" for a, v in kw.items()]
             lines.append(f"v{k} = {op}({', '.join(args)})")
@@ -188,6 +216,12 @@ class FuzzModel(nn.Module):
         for k, t in enumerate(spec.params):
             self.register_parameter(f"p{k}", nn.Parameter(self._widen(make_tensor(
                 t, spec.seed, 0.5)), requires_grad=False))
+        for k, t in enumerate(spec.buffers):
+            self.register_buffer(f"b{k}", self._widen(make_tensor(t, spec.seed)))
+        for k, (op, _, kw) in enumerate(spec.steps):
+            if op == "layers":  # a stack of modules, s<k>
+                stack = layer_stack(kw, spec.seed * 7919 + kw["seed"])  # (kept by a shrink)
+                self.add_module(f"s{k}", stack.double() if wide else stack)
 
     def _widen(self, x: Any) -> Any:
         wide = self.wide and isinstance(x, torch.Tensor) and x.is_floating_point()
@@ -201,9 +235,12 @@ class FuzzModel(nn.Module):
         """Every value of the program by its ref: inputs, parameters, each step's result."""
         env: dict[str | None, Any] = {f"i{k}": self._widen(x) for k, x in enumerate(inputs)}
         env.update({f"p{k}": getattr(self, f"p{k}") for k in range(len(self.spec.params))})
+        env.update({f"b{k}": getattr(self, f"b{k}") for k in range(len(self.spec.buffers))})
         env[None] = None
         for k, (op, refs, kw) in enumerate(self.spec.steps):
-            env[f"v{k}"] = self._widen(OPS[op](*(env[r] for r in refs), **kw))
+            fn = getattr(self, f"s{k}") if op == "layers" else OPS[op]
+            kw = {} if op == "layers" else kw
+            env[f"v{k}"] = self._widen(fn(*(env[r] for r in refs), **kw))
         del env[None]
         return env
 
