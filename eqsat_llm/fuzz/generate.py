@@ -252,13 +252,15 @@ def dtypes(b: Builder) -> None:
 
 
 # (the structures' families build bigger programs, 1.3-2.7x a one-op model's optimize time:
-# each is drawn about once in 100, a model has one about one time in six, so that the default
-# test share takes the time it took without them)
+# each is drawn about once in 100, a model has one about one time in six)
 FAMILIES: tuple[tuple[Callable[[Builder], None], int], ...] = (
     (unary, 15), (scalar, 9), (binary, 15), (select_by_mask, 6), (reduction, 12), (norm, 6),
     (layout, 15), (matmul, 12), (structures.attention, 3), (gathers, 3), (dtypes, 6),
     (structures.kv_cache, 1), (structures.layers, 1), (structures.moe, 1),
     (structures.integers, 2), (structures.large, 1))
+# what a family spends of a model's budget of families: a big one ends a model sooner, so that
+# the models stay about as costly to optimize on average
+BUDGET = {structures.kv_cache: 3, structures.layers: 4, structures.moe: 2, structures.large: 3}
 
 
 def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -269,12 +271,16 @@ def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | Non
 
 
 def generate(draw: Draw, seed: int = 0, max_steps: int = 8) -> Spec:
-    """A random valid model of 1..max_steps families (a family may add several steps); its
-    outputs are the newest value and, sometimes, one earlier."""
+    """A random valid model of 1..max_steps families' worth (BUDGET: a big family counts as
+    several; a family may add several steps); its outputs are the newest value and,
+    sometimes, one earlier."""
     b = Builder(draw, seed)
     table = [f for f, weight in FAMILIES for _ in range(weight)]
-    for _ in range(draw.int(1, max_steps)):
-        draw.choice(table)(b)
+    budget = draw.int(1, max_steps)
+    while budget > 0:
+        family = draw.choice(table)
+        family(b)
+        budget -= BUDGET.get(family, 1)
     if not b.spec.steps:
         unary(b)
     computed = [v for v in b.values if v.ref.startswith("v")]
