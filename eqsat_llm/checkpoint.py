@@ -37,18 +37,22 @@ class Checkpoint:
                              "writes it: config.json and model*.safetensors)")
         self.config = _config(path)
         self._where = _tensor_files(path)
-        self._open: dict[Path, Any] = {}
 
     def keys(self) -> list[str]:
         return list(self._where)
 
     def shape(self, key: str) -> tuple[int, ...]:
-        return tuple(self._handle(key).get_slice(key).get_shape())
+        with self._handle(key) as f:
+            return tuple(f.get_slice(key).get_shape())
 
     def tensor(self, key: str) -> torch.Tensor:
-        """One tensor, read from its memory-mapped shard."""
+        """One tensor, read from its memory-mapped shard. The shard is mapped for this read
+        alone: a mapping kept open would keep every page read through it resident."""
         try:
-            return self._handle(key).get_tensor(key)
+            with self._handle(key) as f:
+                return f.get_tensor(key)
+        except EqsatError:
+            raise
         except Exception as exc:  # safetensors raises its own types for bad bytes
             raise EqsatError(f"{self._where[key].name}: cannot read tensor {key} ({exc})") \
                 from exc
@@ -59,13 +63,11 @@ class Checkpoint:
         if key not in self._where:
             raise EqsatError(f"{self.path}: the checkpoint has no tensor {key}")
         file = self._where[key]
-        if file not in self._open:
-            try:
-                self._open[file] = safe_open(str(file), framework="pt")
-            except Exception as exc:
-                raise EqsatError(f"{file}: not a readable safetensors file, truncated or "
-                                 f"corrupt ({exc})") from exc
-        return self._open[file]
+        try:
+            return safe_open(str(file), framework="pt")
+        except Exception as exc:
+            raise EqsatError(f"{file}: not a readable safetensors file, truncated or "
+                             f"corrupt ({exc})") from exc
 
     def empty_model(self, dtype: torch.dtype | None = None, *, buffers: bool = False
                     ) -> nn.Module:
