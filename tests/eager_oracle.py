@@ -69,6 +69,8 @@ def _attention(xs: list[Any], a: dict) -> torch.Tensor:
     mask = bias if isinstance(bias, torch.Tensor) else None
     if mask is None and bias != 0.0:
         mask = torch.tensor(float(bias))
+    if mask is not None and mask.dim() < 2:  # (sdpa broadcasts a mask of 2 dims or more)
+        mask = mask.reshape((1,) * (2 - mask.dim()) + tuple(mask.shape))
     gqa = q.dim() >= 3 and k.shape[-3] != q.shape[-3]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=a["scale"],
                                           enable_gqa=gqa)

@@ -47,6 +47,16 @@ def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5, **kw) -> CRun
     return rt
 
 
+def test_the_eager_oracle_has_every_op():
+    """Every registry op that runs has a torch meaning in tests/eager_oracle.py (leaves are
+    bound, fallbacks are torch calls already; sparse packing folds at compile time)."""
+    from eqsat_llm.ops import REGISTRY
+
+    from .eager_oracle import OPS
+    skip = {"input", "param", "const", "fallback", "sparse_values", "sparse_index"}
+    assert sorted(set(REGISTRY) - set(OPS) - skip) == []
+
+
 # --- kernels ----------------------------------------------------------------------------------
 def test_binary_broadcast_scalars_comparisons_where():
     g = binary_ops_graph()

@@ -1,6 +1,6 @@
 """The differential fuzzer: random valid models optimized and run on every backend against
 eager (100 in the default run, 300 more in the slow set), the regressions it saved, and its
-own parts."""
+own parts (the state check, the shrinker's moves)."""
 
 from __future__ import annotations
 
@@ -113,3 +113,40 @@ def test_fuzz_command_runs_and_reports(capsys):
                  "--save", ""]) == 0
     out = capsys.readouterr().out
     assert "3 models" in out and "0 failing" in out
+
+
+def _kv_write_spec() -> Spec:
+    """A KV-cache write as the fuzzer draws it: k projected, index_copy_ into a buffer at
+    run-time positions, the cache read after."""
+    return Spec(inputs=[Tensor([1, 2, 8], seed=0), Tensor([1], "int64", high=5, seed=1)],
+                params=[Tensor([8, 8], seed=2)], buffers=[Tensor([1, 6, 8], seed=500)],
+                steps=[("linear", ["i0", "p0"], {}), ("positions", ["i1"], {"n": 2}),
+                       ("index_copy_", ["b0", "v1", "v0"], {"dim": 1}),
+                       ("mul_scalar", ["v2"], {"c": 2.0})],
+                outputs=["v3"])
+
+
+def test_state_writes_are_checked_after_the_call(monkeypatch):
+    """The buffers a model writes are compared with eager's after the call: a program that
+    drops its write-back (planted) is caught, though its outputs are right."""
+    from eqsat_llm import api
+
+    spec = _kv_write_spec()
+    assert Spec.from_json(spec.to_json()) == spec
+    assert not check_spec(spec, ["reference"])
+    monkeypatch.setattr(api, "write_state_in_place", lambda graph, captured: [])
+    monkeypatch.setattr(api.Compiled, "_write_back",
+                        lambda self, outs, flat: outs[len(self._writes):])
+    failures = check_spec(spec, ["reference"])
+    assert [f.message.split(":")[0] for f in failures] == ["buffer b0 after the call"], failures
+
+
+def test_shrink_takes_layers_off_a_stack():
+    kw = {"kind": "mlp", "count": 4, "d": 8, "f": 8, "heads": 1, "kv": 1, "dh": 4,
+          "norm": "rms", "causal": False, "seed": 0}
+    spec = Spec(inputs=[Tensor([1, 3, 8], seed=0)],
+                steps=[("exp", ["i0"], {}), ("layers", ["v0"], kw), ("tanh", ["v1"], {})],
+                outputs=["v2"])
+    assert Spec.from_json(spec.to_json()) == spec
+    shrunk = shrink(spec, lambda s: any(op == "layers" for op, _, _ in s.steps))
+    assert [(op, kw.get("count")) for op, _, kw in shrunk.steps] == [("layers", 1)]

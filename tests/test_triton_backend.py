@@ -27,13 +27,14 @@ from .conftest import (
     scalar,
     unary_ops_graph,
 )
+from .eager_oracle import run_eager
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy in the interpreter
 
 
 def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5) -> TritonRuntime:
     rt = TritonRuntime(g)
-    want = ReferenceRuntime(g).run(inputs)
+    want = run_eager(g, inputs)  # torch eager (tests/eager_oracle.py)
     for _ in range(2):  # the arena is reused: nothing may leak from the first call
         with np.errstate(all="ignore"):
             assert_outputs_match(want, rt.run(inputs), tol)
