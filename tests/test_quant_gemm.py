@@ -1,6 +1,6 @@
 """Weight-only quantized GEMMs (codegen/c/quant_gemm.py): the quantizers' formats, and the C
-kernel eq_gemm_q (int8, int4 and half-precision weights) against torch on the dequantized
-weight: row counts around the GEMV threshold
+kernel eq_gemm_q (int8, int4 and half-precision weights) against torch on the weight the test
+unpacks from the stored data (tests/eager_oracle.py): row counts around the GEMV threshold
 and the 14-row tile, column counts around the 32-column panel and the 64-column block, every
 epilogue, swiglu, strided operands; built native, portable (no AVX-512), with the other
 targets' vector widths (16 floats: AVX-512's tiling through generic vectors; SSE's 4), and with
@@ -21,6 +21,7 @@ from eqsat_llm.errors import GraphError
 from eqsat_llm.quant_formats import FORMATS, dequantize, format_group, quantize
 
 from .conftest import build_c, c_build_dir, check_gemm_result, gemm_operands
+from .eager_oracle import dequantized
 
 WRAPPER = r"""
 void widen(const uint16_t* h, float* f, int64_t n, int fmt) {
@@ -96,7 +97,8 @@ def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
     width = (2 if swiglu else 1) * n
     ldw = width + ldw_pad
     wq, s = _random_weight(k, ldw, fmt, gen)
-    w = (wq if s is None else dequantize(wq, s, fmt))[:, :width].double()
+    # the expected weight unpacked by the test from the documented layout (not dequantize)
+    w = (wq.float() if s is None else dequantized(fmt, wq, s, k, ldw))[:, :width].double()
     ops = gemm_operands(m, n, k, gen, lda_pad=lda_pad, rowscale=rowscale, addends=addends)
     halves = 2 if swiglu else 1
     pq = QuantPanels("q", 0, wq.shape[0], n, ldw, halves).prepare({"q": wq})

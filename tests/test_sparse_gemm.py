@@ -1,5 +1,6 @@
 """Sparse-weight GEMMs (codegen/c/sparse_gemm.py): the C kernel eq_gemm_sparse against torch
-on sparse_formats.unpack of the stored arrays: row counts around the GEMV threshold and the
+on the stored arrays as the test unpacks them (tests/eager_oracle.py, from the documented
+layout; sparse_formats.unpack must give the same): row counts around the GEMV threshold and the
 register tiles, column counts around the 64-column block, the 32-column panel and vector
 tails, every epilogue, swiglu, strided operands, serial and parallel; bsr16 with empty block
 columns and fully dense; sparse24 with groups of fewer than 2 non-zeros. Built native,
@@ -20,6 +21,7 @@ from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.sparse_gemm import SPARSE_GEMM_C
 
 from .conftest import build_c, c_build_dir, check_gemm_result, gemm_operands
+from .eager_oracle import dequantized
 
 WRAPPER = r"""
 void sgemm_sparse(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
@@ -88,15 +90,17 @@ def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
         ldw = width + ldw_pad  # the stored arrays wider than the weight: a view's row stride
         w_full = random_sparse(k, ldw, fmt, gen)
         values, index = sparse_formats.pack(w_full, fmt)
-        w = sparse_formats.unpack(values, index, fmt, k, ldw)[:, :width].double()
+        w = dequantized(fmt, values, index, k, ldw)[:, :width].double()  # (the test's unpacking)
         assert torch.equal(sparse_formats.unpack(values, index, fmt, k, ldw), w_full)
+        assert torch.equal(w, w_full[:, :width].double())
     else:
         ldw = 0
         w_full = random_sparse(k, width, fmt, gen, density, empty_cols)
         if not bool((w_full != 0).any()):
             w_full[0, 0] = 1.0  # pack needs a block (an all-empty weight is not a format case)
         values, index = sparse_formats.pack(w_full, fmt)
-        w = sparse_formats.unpack(values, index, fmt, k, width).double()
+        w = dequantized(fmt, values, index, k, width).double()
+        assert torch.equal(w, w_full.double())
     ops = gemm_operands(m, n, k, gen, lda_pad=lda_pad, rowscale=rowscale, addends=addends)
     lib.sgemm_sparse(m, n, k, ops.a_full.data_ptr(), ops.lda, 24 if fmt == "sparse24" else 16,
                      values.data_ptr(), index.data_ptr(), ldw, ops.c.data_ptr(), ops.ldc, alpha,
