@@ -23,6 +23,7 @@ from eqsat_llm.ir import Graph, TensorType
 from eqsat_llm.plan import MemoryPlan, check_plan, plan_memory
 
 from .conftest import as_tuple, inp, max_error
+from .eager_oracle import run_eager
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 
@@ -160,7 +161,8 @@ def const(g: Graph, name: str, shape: tuple[int, ...], seed: int) -> int:
 
 
 def run_both(g: Graph, plan: MemoryPlan | None = None, inputs=None, **kw):
-    """CRuntime against the reference runtime (and the planned one), on two sets of inputs."""
+    """CRuntime against torch eager, the reference runtime (and the planned one), on two sets
+    of inputs."""
     rt = CRuntime(g, plan, **kw)
     for seed in (0, 1):
         gen = torch.Generator().manual_seed(seed)
@@ -169,6 +171,7 @@ def run_both(g: Graph, plan: MemoryPlan | None = None, inputs=None, **kw):
         want = tuple(ReferenceRuntime(g).run(xs))
         got = tuple(rt.run(xs))
         assert max_error(want, got) <= 1e-5
+        assert max_error(tuple(run_eager(g, xs)), got) <= 1e-5  # torch eager
         assert max_error(tuple(PlannedRuntime(g, plan).run(xs)), got) <= 1e-5
     return rt
 
