@@ -8,8 +8,9 @@ Families: transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, each config shrunk ge
 (eqsat_llm.families), random weights, the family's attention (sdpa, eager where transformers
 has no sdpa path). Per family and prompt length: eager logits vs `optimize(model, (ids,),
 backend="c")` with the default rules, on the example ids and on fresh ones, every compiled
-call run twice on a poisoned arena (EQSAT_POISON_CHECK=1). `--write` puts the summary in
-benchmarks/RESULTS.md and the table in docs/families.md. How to read it: docs/families.md.
+call run twice on a poisoned arena (EQSAT_POISON_CHECK=1). `--write` puts the summary and the
+table in benchmarks/RESULTS.md and docs/families.md, and the classification in
+tests/families_expected.json. How to read it: docs/families.md.
 """
 
 from __future__ import annotations
@@ -44,13 +45,15 @@ BEGIN, END = "<!-- families table: benchmarks/families.py --write -->", "<!-- en
 
 
 def cpu_name() -> str:
+    """The CPU's model name and its widest vector ISA (/proc/cpuinfo)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        info = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
-    return platform.processor() or platform.platform()
+        return platform.processor() or platform.platform()
+    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
+                 if ln.startswith("model name")), platform.processor())
+    isa = "AVX-512" if " avx512f" in info else "AVX2" if " avx2" in info else "no AVX2"
+    return f"{name}, {isa}"
 
 
 def cell(c: Check) -> str:
@@ -71,12 +74,21 @@ def attention_cell(c: Check) -> str:
     return ", ".join(bits) or "none"
 
 
+def op_name(op: str) -> str:
+    """`aten.cumsum.default` -> `cumsum`, `transformers.grouped_mm_fallback.default` ->
+    `grouped_mm_fallback`: the table's width."""
+    parts = op.split(".")
+    if parts[0] in ("aten", "transformers") and len(parts) > 1:
+        parts = parts[1:]
+    return ".".join(parts[:-1] if len(parts) > 1 and parts[-1] == "default" else parts)
+
+
 def row(fam: str, cls: str, checks: list[Check]) -> str:
     first = checks[0]
     ops = Counter()
     for c in checks:
         ops.update(c.torch_ops)
-    steps = ", ".join(sorted(ops)) or "-"
+    steps = ", ".join(sorted({op_name(op) for op in ops})) or "-"
     reason = next((c.reason for c in checks if c.status in ("refused", "WRONG")), "")
     reason += "" if all(c.backend in ("c", "") for c in checks) else \
         f" backend {'/'.join(c.backend for c in checks)}"
@@ -101,6 +113,18 @@ def counts(results: dict[str, list[Check]]) -> str:
     return ", ".join(f"{n.get(s, 0)} {s}" for s in STATUSES) + f" (of {len(results)})"
 
 
+def attention_counts(results: dict[str, list[Check]]) -> str:
+    """How the families that ran computed attention (at the first prompt length)."""
+    n: Counter = Counter()
+    for cs in results.values():
+        c = cs[0]
+        if c.status != "refused":
+            n["all fused" if c.fused_attention and not c.softmax else
+              "unfused, some or all layers (softmax over scores left)" if c.softmax else
+              "no attention kernel or score softmax (state-space / recurrent layers)"] += 1
+    return ", ".join(f"{k} in {v}" for k, v in n.most_common())
+
+
 def write_doc(text: str) -> None:
     old = DOC.read_text()
     start, end = old.index(BEGIN) + len(BEGIN), old.index(END)
@@ -114,7 +138,8 @@ def write_expected(results: dict[str, list[Check]]) -> None:
     for fam, checks in results.items():
         old[fam] = {str(c.seq): {"status": c.status, "torch_ops": sorted(c.torch_ops)}
                     for c in checks}
-    EXPECTED.write_text(json.dumps(dict(sorted(old.items())), indent=1) + "\n")
+    EXPECTED.write_text("{\n" + ",\n".join(f" {json.dumps(f)}: {json.dumps(v)}"
+                                           for f, v in sorted(old.items())) + "\n}\n")
 
 
 def load(path: Path) -> dict[str, list[Check]]:
@@ -156,25 +181,26 @@ def main(argv: list[str] | None = None) -> dict[str, list[Check]]:
         print(table({fam: checks}, seqs).splitlines()[-1], flush=True)
     results = {f: results[f] for f in names if f in results}
     total = time.perf_counter() - t0
+    checked = sum(c.seconds for cs in results.values() for c in cs)
     argv_ = argv if argv is not None else sys.argv[1:]
     cmd = ".venv/bin/python benchmarks/families.py" + (" " + shlex.join(argv_) if argv_ else "")
     date = f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}"
     tab = table(results, seqs)
     summary = (f"Command: `{cmd}` ({date}, {cpu_name()}, {os.cpu_count()} cores, torch "
                f"{torch.__version__}, transformers {transformers.__version__}, Python "
-               f"{platform.python_version()}; {total:.0f} s in this run; EQSAT_POISON_CHECK="
+               f"{platform.python_version()}; the checks took {checked:.0f} s in all, "
+               f"{total:.0f} s in this run (the rest read from --jsonl); EQSAT_POISON_CHECK="
                f"{os.environ.get('EQSAT_POISON_CHECK')}).\n\n"
                f"Families: {counts(results)}. Prompt lengths {', '.join(map(str, seqs))}; "
-               f"tolerance {TOL:g} of the largest |logit|. The table (per family: status, "
-               "torch ops, how attention ran, the reason for each refusal) is "
-               "docs/families.md.")
+               f"tolerance {TOL:g} of the largest |logit|. Attention at T={seqs[0]}: "
+               f"{attention_counts(results)}. How to read the table: docs/families.md.")
     print("\n" + tab + "\n\n" + summary)
     if args.write:
         wrong = [f for f, cs in results.items() if worst(cs) == "WRONG"]
         listing = "\n".join(f"- {f}: {next(c.reason for c in results[f] if c.status == 'WRONG')}"
                             for f in wrong)
-        write_section(f"{SECTION}\n\n{summary}" + (f"\n\nWRONG:\n\n{listing}" if wrong else ""),
-                      SECTION)
+        write_section(f"{SECTION}\n\n{summary}" + (f"\n\nWRONG:\n\n{listing}" if wrong else "")
+                      + "\n\n" + tab, SECTION)
         write_doc(summary + "\n\n" + tab)
         write_expected(results)
         print(f"wrote {SECTION!r} in benchmarks/RESULTS.md, the table in {DOC}, {EXPECTED}")

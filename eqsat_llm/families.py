@@ -132,6 +132,15 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # its hybrid layers share one attention block, tied from the first to the others: two
     "zamba": {"num_hidden_layers": 3, "layers_block_type": ["linear_attention", "hybrid",
                                                             "hybrid"]},
+    # Jamba derives its layer kinds from periods (attention at layer 4 of every 8): period 2,
+    # offset 1 keeps a Mamba and an attention layer, as the generic shrink keeps two kinds
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
+    # Bamba's default config has no attention layer (attn_layer_indices None); checkpoints do
+    "bamba": {"attn_layer_indices": [1]},
+    # RecurrentGemma cycles (recurrent, recurrent, attention): two layers would be recurrent
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    # GraniteMoE-Hybrid's default config is all Mamba; checkpoints mix in attention layers
+    "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
     # ships rope_parameters {}: the checkpoint gives one entry per layer type
     "cohere_compass_text": {"rope_parameters": {"full_attention": {
         "rope_type": "default", "rope_theta": 10000.0}}},
