@@ -20,7 +20,7 @@ def test_strided_simd_copies_keep_their_stores(tmp_path):
     flags = [f for f in CFLAGS if f not in ("-shared", "-fPIC")]
     subprocess.run([compiler(), *flags, str(FIXTURES / "lost_stores.c"), "-o", str(exe)],
                    check=True)
-    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, check=False)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout
 
 
