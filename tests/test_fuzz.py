@@ -127,8 +127,8 @@ def _kv_write_spec() -> Spec:
 
 
 def test_state_writes_are_checked_after_the_call(monkeypatch):
-    """The buffers a model writes are compared with eager's after the call: a program that
-    drops its write-back (planted) is caught, though its outputs are right."""
+    """The buffers a model writes are compared with eager's after each of two calls: a program
+    that drops its write-back (planted) is caught, though its outputs are right."""
     from eqsat_llm import api
 
     spec = _kv_write_spec()
@@ -138,7 +138,8 @@ def test_state_writes_are_checked_after_the_call(monkeypatch):
     monkeypatch.setattr(api.Compiled, "_write_back",
                         lambda self, outs, flat: outs[len(self._writes):])
     failures = check_spec(spec, ["reference"])
-    assert [f.message.split(":")[0] for f in failures] == ["buffer b0 after the call"], failures
+    assert [f.message.split(":")[0] for f in failures] == [
+        "buffer b0 after the call", "call 2, buffer b0 after the call"], failures
 
 
 def test_shrink_takes_layers_off_a_stack():

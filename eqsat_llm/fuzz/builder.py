@@ -22,7 +22,8 @@ EXACT_OPS = {"neg", "abs", "relu", "maximum", "minimum", "where", "masked_fill",
              "to", "reshape", "permute", "transpose", "unsqueeze", "slice", "select", "chunk",
              "cat", "expand", "contiguous", "flatten", "tril", "triu", "embedding",
              "index_select", "gather", "gt", "lt", "ge", "le", "eq", "ne", "logical_and",
-             "logical_or", "logical_not", "causal_mask", "topk", "index_copy_"}
+             "logical_or", "logical_not", "causal_mask", "topk", "index_copy_", "index_put_",
+             "slice_assign_"}
 
 
 class Draw(Protocol):
@@ -142,10 +143,11 @@ class Builder:
                          lambda: self.fresh(target, param=self.chance(40)))
 
     # --- steps ----------------------------------------------------------------------------
-    def buffer(self, shape: Sequence[int]) -> Value:
-        """A new float32 buffer of the model (state a step may write in place)."""
-        self.spec.buffers.append(Tensor(list(shape), FLOAT, seed=500 + len(self.spec.buffers)))
-        v = Value(f"b{len(self.spec.buffers) - 1}", tuple(shape), FLOAT, True)
+    def buffer(self, shape: Sequence[int], dtype: str = FLOAT, high: int = 0) -> Value:
+        """A new buffer of the model (state a step may write in place)."""
+        self.spec.buffers.append(Tensor(list(shape), dtype, high,
+                                        seed=500 + len(self.spec.buffers)))
+        v = Value(f"b{len(self.spec.buffers) - 1}", tuple(shape), dtype, True)
         self.values.append(v)
         return v
 

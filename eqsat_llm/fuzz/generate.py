@@ -257,7 +257,7 @@ FAMILIES: tuple[tuple[Callable[[Builder], None], int], ...] = (
     (unary, 15), (scalar, 9), (binary, 15), (select_by_mask, 6), (reduction, 12), (norm, 6),
     (layout, 15), (matmul, 12), (structures.attention, 3), (gathers, 3), (dtypes, 6),
     (structures.kv_cache, 1), (structures.layers, 1), (structures.moe, 1),
-    (structures.integers, 2), (structures.large, 1))
+    (structures.integers, 2), (structures.large, 1), (structures.state, 1))
 # what a family spends of a model's budget of families: a big one ends a model sooner, so that
 # the models stay about as costly to optimize on average
 BUDGET = {structures.kv_cache: 3, structures.layers: 4, structures.moe: 2, structures.large: 3}

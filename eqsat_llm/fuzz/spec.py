@@ -51,6 +51,12 @@ def _additive_mask(keep, *, value):
     return torch.zeros(keep.shape).masked_fill(~keep, value)
 
 
+def _slice_assign(buf, src, dim, start):
+    """buf[..., start:start + n] = src along dim, as model code writes it; the buffer."""
+    buf.narrow(dim, start, src.shape[dim]).copy_(src)
+    return buf
+
+
 # op name -> torch expression; tensors positional (refs), everything else keyword
 OPS: dict[str, Callable[..., torch.Tensor]] = {
     # elementwise, one operand
@@ -113,6 +119,10 @@ OPS: dict[str, Callable[..., torch.Tensor]] = {
     "additive_mask": _additive_mask,
     # state, positions and routing (mostly outside the registry: they run as torch steps)
     "index_copy_": lambda buf, idx, src, *, dim: buf.index_copy_(dim, idx, src),
+    "index_put_": lambda buf, idx, src: buf.index_put_((idx,), src),  # buf[idx] = src
+    "slice_assign_": lambda buf, src, *, dim, start: _slice_assign(buf, src, dim, start),
+    "add_": lambda buf, *, c: buf.add_(c),  # count += 1
+    "mul_": lambda buf, *, c: buf.mul_(c),
     "positions": lambda start, *, n: start + torch.arange(n),
     "arange": lambda *, n: torch.arange(n),
     "zeros": lambda *, shape: torch.zeros(shape),

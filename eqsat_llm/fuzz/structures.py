@@ -1,6 +1,7 @@
 """The fuzzer's step families for what LLM code builds around its GEMMs: attention with masks
 that mask (padding from a run-time attention_mask, causal, additive), a KV cache written in
-place (`index_copy_` into a buffer at run-time positions), stacks of identical layers,
+place (`index_copy_` into a buffer at run-time positions) and other state writes (rows,
+slices, a step counter, a decay), stacks of identical layers,
 mixture-of-experts routing (softmax, top-k, gathers by index, scatter_add / index_add) and
 integer arithmetic (positions, floor division, remainder, bitwise ops, argmax), and shapes
 large enough to reach the tiled and split kernels (K, T >= 256). Ops outside the registry
@@ -126,6 +127,38 @@ def kv_cache(b: Builder, tc: int | None = None) -> None:
                                         dtype="bool")], shape=[batch, 1, 1, tc])
         mask = b.step("logical_and", [mask, pad])
     _sdpa(b, q, caches[0], caches[1], mask, causal=False)
+
+
+def state(b: Builder) -> None:
+    """Other state a model writes in place: rows at run-time indices (buf[idx] = x), a slice
+    (buf[:, a:b] = x), a step counter (count += 1, read as positions), a decay (buf *= c); now
+    and then the old value is read too."""
+    form = b.draw.int(0, 3)
+    if form == 2:
+        count = b.buffer((1,), "int64", high=50)
+        new = b.step("add_", [count], c=1)
+        pos = b.step("add", [b.step("arange", [], n=b.draw.choice((1, 4))), new])
+        b.step("to", [pos], dtype=FLOAT)
+        return
+    rows, width = b.draw.choice((4, 8)), b.draw.choice((3, 8))
+    buf = b.buffer((rows, width))
+    if b.chance(20):
+        b.step("mul_scalar", [buf], c=0.5)
+    if form == 3:
+        written = b.step("mul_", [buf], c=b.draw.choice((0.5, -2.0)))
+    else:
+        n = b.draw.choice((1, 2, 3))
+        src = b.pick(lambda u: u.dtype == FLOAT and u.shape == (n, width),
+                     lambda: b.fresh((n, width)))
+        if form == 0:
+            pos = b.step("positions", [b.fresh((1,), "int64", high=rows - n + 1)], n=n)
+            written = b.step("index_put_", [buf, pos, src])
+        else:
+            written = b.step("slice_assign_", [buf, src], dim=0,
+                             start=b.draw.int(0, rows - n))
+        buf.exact = written.exact = src.exact and buf.exact
+    if b.chance(50):
+        b.step(b.draw.choice(("sum", "amax")), [written], dim=-1, keepdim=False)
 
 
 def layers(b: Builder) -> None:
