@@ -3,7 +3,7 @@ failures and time appended to a log as it finishes (a run may be stopped at any 
 totals written to benchmarks/RESULTS.md.
 
     .venv/bin/python benchmarks/fuzz_long.py --seeds 2000 2100 [--per-seed 250]
-        [--backend c,reference] [--log fuzz_long.jsonl] [--save DIR]
+        [--backend c,reference] [--log fuzz_long.jsonl] [--save DIR] [--structures 4]
     .venv/bin/python benchmarks/fuzz_long.py --log fuzz_long.jsonl --write   # totals only
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 import warnings
@@ -25,10 +26,13 @@ def run(args: argparse.Namespace) -> None:
     warnings.filterwarnings("ignore")
     for seed in range(args.seeds[0], args.seeds[1]):
         result = fuzz(args.per_seed, seed, args.backend.split(","),
-                      save_dir=Path(args.save) if args.save else None)
-        line = {"seed": seed, "models": result.models, "steps": result.steps,
+                      save_dir=Path(args.save) if args.save else None,
+                      structures_weight=args.structures)
+        line = {"seed": seed, "structures": args.structures, "models": result.models,
+                "steps": result.steps,
                 "backends": result.backends, "failing": len(result.found),
                 "seconds": round(result.seconds, 1),
+                "holds": dict(result.holds),
                 "failures": [str(f.failures[0]) for f in result.found],
                 "saved": [str(f.saved) for f in result.found if f.saved]}
         with open(args.log, "a") as f:
@@ -37,24 +41,46 @@ def run(args: argparse.Namespace) -> None:
               f"{result.seconds:.0f} s", flush=True)
 
 
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def summary(log: Path) -> str:
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    by_backends: dict[str, list[dict]] = {}
+    groups: dict[tuple[str, int], list[dict]] = {}
     for r in rows:
-        by_backends.setdefault(",".join(r["backends"]), []).append(r)
-    lines = [(f"Command: `.venv/bin/python benchmarks/fuzz_long.py --seeds A B --backend ... "
-             f"--log {log.name}` then `--write` ({platform.machine()}, 2 cores shared with "
-             "other work, so seconds per model are upper bounds). Each model is optimized "
-             "once and run on every backend of its row; a failing model is shrunk and saved "
-             "(docs/fuzzing.md)."), "",
-             "| backends | seeds | models | steps | failing models | seconds per model |",
-             "|---|---|---|---|---|---|"]
-    for backends, rs in by_backends.items():
+        groups.setdefault((",".join(r["backends"]), r.get("structures", 1)), []).append(r)
+    lines = [(f"Command: `EQSAT_POISON_CHECK=1 .venv/bin/python benchmarks/fuzz_long.py "
+             f"--seeds A B --backend ... [--structures N] --log {log.name}` then `--write` "
+             f"({_cpu()}, "
+             f"{platform.machine()}, {os.cpu_count()} cores shared with other work, so seconds "
+             "per model are upper bounds). Each model is optimized once and run on every "
+             "backend of its row, every compiled call twice on a poisoned arena; a failing "
+             "model is shrunk and saved (docs/fuzzing.md). `--structures N` draws the big "
+             "families (KV cache, state, layers, MoE, integers, large) N times as often as the "
+             "test share does."), "",
+             ("| backends | big families | seeds | models | steps | failing models "
+              "| seconds per model |"), "|---|---|---|---|---|---|---|"]
+    for (backends, weight), rs in groups.items():
         models = sum(r["models"] for r in rs)
-        lines.append(f"| {backends} | {min(r['seed'] for r in rs)}..{max(r['seed'] for r in rs)}"
-                     f" | {models:,} | {sum(r['steps'] for r in rs):,} | "
-                     f"{sum(r['failing'] for r in rs)} | "
+        lines.append(f"| {backends} | x{weight} | {min(r['seed'] for r in rs)}.."
+                     f"{max(r['seed'] for r in rs)} | {models:,} | "
+                     f"{sum(r['steps'] for r in rs):,} | {sum(r['failing'] for r in rs)} | "
                      f"{sum(r['seconds'] for r in rs) / max(models, 1):.2f} |")
+    for (backends, weight), rs in groups.items():
+        holds: dict[str, int] = {}
+        for r in rs:
+            for kind, n in r.get("holds", {}).items():
+                holds[kind] = holds.get(kind, 0) + n
+        if holds:
+            lines.append(f"\nModels holding each kind ({backends}, big families x{weight}): "
+                         + ", ".join(f"{k} {n}" for k, n in sorted(holds.items())) + ".")
     for r in rows:
         for failure in r["failures"]:
             lines.append(f"- seed {r['seed']}: {failure}")
@@ -68,6 +94,8 @@ def main() -> None:
     ap.add_argument("--backend", default="c,reference")
     ap.add_argument("--log", default="fuzz_long.jsonl")
     ap.add_argument("--save", default="", help="save failing models here")
+    ap.add_argument("--structures", type=int, default=1,
+                    help="weight multiplier of the big families (KV cache, layers, MoE, ...)")
     ap.add_argument("--write", action="store_true", help="write the totals to RESULTS.md")
     args = ap.parse_args()
     start = time.perf_counter()

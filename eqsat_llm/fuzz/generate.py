@@ -258,6 +258,8 @@ FAMILIES: tuple[tuple[Callable[[Builder], None], int], ...] = (
     (layout, 15), (matmul, 12), (structures.attention, 3), (gathers, 3), (dtypes, 6),
     (structures.kv_cache, 1), (structures.layers, 1), (structures.moe, 1),
     (structures.integers, 2), (structures.large, 1), (structures.state, 1))
+STRUCTURES = {structures.kv_cache, structures.layers, structures.moe, structures.integers,
+              structures.large, structures.state}
 # what a family spends of a model's budget of families: a big one ends a model sooner, so that
 # the models stay about as costly to optimize on average
 BUDGET = {structures.kv_cache: 3, structures.layers: 4, structures.moe: 2, structures.large: 3}
@@ -270,12 +272,14 @@ def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | Non
         return None
 
 
-def generate(draw: Draw, seed: int = 0, max_steps: int = 8) -> Spec:
+def generate(draw: Draw, seed: int = 0, max_steps: int = 8, structures_weight: int = 1) -> Spec:
     """A random valid model of 1..max_steps families' worth (BUDGET: a big family counts as
     several; a family may add several steps); its outputs are the newest value and,
-    sometimes, one earlier."""
+    sometimes, one earlier. `structures_weight` multiplies the weights of the structures'
+    families beyond attention (a long run draws more of them than the test share)."""
     b = Builder(draw, seed)
-    table = [f for f, weight in FAMILIES for _ in range(weight)]
+    table = [f for f, weight in FAMILIES
+             for _ in range(weight * (structures_weight if f in STRUCTURES else 1))]
     budget = draw.int(1, max_steps)
     while budget > 0:
         family = draw.choice(table)

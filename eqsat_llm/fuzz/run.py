@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ class FuzzResult:
     steps: int = 0  # in all models
     found: list[Found] = field(default_factory=list)
     seconds: float = 0.0
+    holds: Counter = field(default_factory=Counter)  # models holding each CENSUS kind
 
     def summary(self) -> str:
         lines = [(f"{self.models} models ({self.steps} steps), seed {self.seed}, backends "
@@ -49,9 +51,11 @@ class FuzzResult:
 
 def fuzz(count: int, seed: int = 0, backends: list[str] | None = None, *,
          shrink_failures: bool = True, save_dir: Path | None = None, max_steps: int = 8,
+         structures_weight: int = 1,
          progress: Callable[[str], None] | None = None) -> FuzzResult:
     """Draw `count` models with hypothesis (reproducible from `seed`), check each on every
-    backend, shrink each failing one and save it under `save_dir` (when given)."""
+    backend, shrink each failing one and save it under `save_dir` (when given).
+    `structures_weight`: generate()'s, more of the big families."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
@@ -67,10 +71,11 @@ def fuzz(count: int, seed: int = 0, backends: list[str] | None = None, *,
     def one(data) -> None:
         index = result.models
         spec = generate(HypothesisDraw(data), seed=seed * 1_000_003 + index,
-                        max_steps=max_steps)
+                        max_steps=max_steps, structures_weight=structures_weight)
         failures = check_spec(spec, backends)
         result.models += 1
         result.steps += len(spec.steps)
+        result.holds.update(census(spec))
         if failures:  # shrunk and saved at once: a long run may be stopped at any time
             found = Found(index, spec, failures)
             if shrink_failures:
@@ -87,6 +92,27 @@ def fuzz(count: int, seed: int = 0, backends: list[str] | None = None, *,
     one()
     result.seconds = time.perf_counter() - start
     return result
+
+
+CENSUS = {"KV cache write": {"index_copy_"},
+          "other state write": {"index_put_", "slice_assign_", "add_", "mul_"},
+          "layer stack": {"layers"}, "MoE routing (topk)": {"topk"},
+          "integer ops": {"floor_divide", "remainder", "bitwise_and", "bitwise_or",
+                          "bitwise_xor", "argmax"}}
+
+
+def census(spec: Spec) -> set[str]:
+    """What of note a model holds (the long runs report how many models held each)."""
+    ops = {op for op, _, _ in spec.steps}
+    kinds = {kind for kind, names in CENSUS.items() if ops & names}
+    if any(op == "layers" and kw["count"] >= 4 for op, _, kw in spec.steps):
+        kinds.add("stamped layer stack (4-5)")
+    if "sdpa" in ops and any(t.dtype == "int64" and t.high == 2 and len(t.shape) == 2
+                             for t in spec.inputs):
+        kinds.add("run-time padding mask")
+    if any(max(t.shape, default=0) >= 256 for t in spec.inputs + spec.params + spec.buffers):
+        kinds.add("K or T >= 256")
+    return kinds
 
 
 def save_regression(found: Found, directory: Path, seed: int) -> Path:
