@@ -251,15 +251,18 @@ def dtypes(b: Builder) -> None:
         b.step("to", [x], dtype=FLOAT)
 
 
-# (the structures' families build bigger programs, 1.3-2.7x a one-op model's optimize time:
-# each is drawn about once in 100, a model has one about one time in six)
+# The families and their weights; the structures' big families (fuzz/structures.py) are
+# weighed in twelfths of a classic family's unit: their programs are bigger (1.3-2.7x a one-op
+# model's optimize time), so the test share draws one in about 60 families (a model has one
+# about one time in twelve) and keeps its time, and a long run asks for more
+# (`structures_weight`).
 FAMILIES: tuple[tuple[Callable[[Builder], None], int], ...] = (
-    (unary, 15), (scalar, 9), (binary, 15), (select_by_mask, 6), (reduction, 12), (norm, 6),
-    (layout, 15), (matmul, 12), (structures.attention, 3), (gathers, 3), (dtypes, 6),
+    (unary, 5), (scalar, 3), (binary, 5), (select_by_mask, 2), (reduction, 4), (norm, 2),
+    (layout, 5), (matmul, 4), (structures.attention, 1), (gathers, 1), (dtypes, 2))
+STRUCTURES: tuple[tuple[Callable[[Builder], None], int], ...] = (
     (structures.kv_cache, 1), (structures.layers, 1), (structures.moe, 1),
     (structures.integers, 2), (structures.large, 1), (structures.state, 1))
-STRUCTURES = {structures.kv_cache, structures.layers, structures.moe, structures.integers,
-              structures.large, structures.state}
+UNIT = 12
 # what a family spends of a model's budget of families: a big one ends a model sooner, so that
 # the models stay about as costly to optimize on average
 BUDGET = {structures.kv_cache: 3, structures.layers: 4, structures.moe: 2, structures.large: 3}
@@ -275,11 +278,11 @@ def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | Non
 def generate(draw: Draw, seed: int = 0, max_steps: int = 8, structures_weight: int = 1) -> Spec:
     """A random valid model of 1..max_steps families' worth (BUDGET: a big family counts as
     several; a family may add several steps); its outputs are the newest value and,
-    sometimes, one earlier. `structures_weight` multiplies the weights of the structures'
-    families beyond attention (a long run draws more of them than the test share)."""
+    sometimes, one earlier. `structures_weight` multiplies the weights of the structures' big
+    families (a long run draws more of them than the test share)."""
     b = Builder(draw, seed)
-    table = [f for f, weight in FAMILIES
-             for _ in range(weight * (structures_weight if f in STRUCTURES else 1))]
+    table = [f for f, weight in FAMILIES for _ in range(weight * UNIT)]
+    table += [f for f, weight in STRUCTURES for _ in range(weight * structures_weight)]
     budget = draw.int(1, max_steps)
     while budget > 0:
         family = draw.choice(table)
