@@ -28,7 +28,8 @@ def run(args: argparse.Namespace) -> None:
         result = fuzz(args.per_seed, seed, args.backend.split(","),
                       save_dir=Path(args.save) if args.save else None,
                       structures_weight=args.structures)
-        line = {"seed": seed, "structures": args.structures, "models": result.models,
+        line = {"seed": seed, "structures": args.structures,
+                "big_share": round(big_share(args.structures), 3), "models": result.models,
                 "steps": result.steps,
                 "backends": result.backends, "failing": len(result.found),
                 "seconds": round(result.seconds, 1),
@@ -39,6 +40,14 @@ def run(args: argparse.Namespace) -> None:
             f.write(json.dumps(line) + "\n")
         print(f"seed {seed}: {result.models} models, {len(result.found)} failing, "
               f"{result.seconds:.0f} s", flush=True)
+
+
+def big_share(weight: int) -> float:
+    """The share of a model's family draws that are big families (fuzz/structures.py)."""
+    from eqsat_llm.fuzz.generate import FAMILIES, STRUCTURES, UNIT
+
+    big = sum(w for _, w in STRUCTURES) * weight
+    return big / (big + sum(w for _, w in FAMILIES) * UNIT)
 
 
 def _cpu() -> str:
@@ -53,9 +62,10 @@ def _cpu() -> str:
 
 def summary(log: Path) -> str:
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    groups: dict[tuple[str, int], list[dict]] = {}
+    groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        groups.setdefault((",".join(r["backends"]), r.get("structures", 1)), []).append(r)
+        share = f"{r['big_share']:.1%}" if "big_share" in r else "none"
+        groups.setdefault((",".join(r["backends"]), share), []).append(r)
     lines = [(f"Command: `EQSAT_POISON_CHECK=1 .venv/bin/python benchmarks/fuzz_long.py "
              f"--seeds A B --backend ... [--structures N] --log {log.name}` then `--write` "
              f"({_cpu()}, "
@@ -64,22 +74,22 @@ def summary(log: Path) -> str:
              "backend of its row, every compiled call twice on a poisoned arena; a failing "
              "model is shrunk and saved (docs/fuzzing.md). `--structures N` draws the big "
              "families (KV cache, state, layers, MoE, integers, large) N times as often as the "
-             "test share does."), "",
-             ("| backends | big families | seeds | models | steps | failing models "
+             "test share does; the table gives their share of the family draws."), "",
+             ("| backends | big families' share | seeds | models | steps | failing models "
               "| seconds per model |"), "|---|---|---|---|---|---|---|"]
-    for (backends, weight), rs in groups.items():
+    for (backends, share), rs in groups.items():
         models = sum(r["models"] for r in rs)
-        lines.append(f"| {backends} | x{weight} | {min(r['seed'] for r in rs)}.."
+        lines.append(f"| {backends} | {share} | {min(r['seed'] for r in rs)}.."
                      f"{max(r['seed'] for r in rs)} | {models:,} | "
                      f"{sum(r['steps'] for r in rs):,} | {sum(r['failing'] for r in rs)} | "
                      f"{sum(r['seconds'] for r in rs) / max(models, 1):.2f} |")
-    for (backends, weight), rs in groups.items():
+    for (backends, share), rs in groups.items():
         holds: dict[str, int] = {}
         for r in rs:
             for kind, n in r.get("holds", {}).items():
                 holds[kind] = holds.get(kind, 0) + n
         if holds:
-            lines.append(f"\nModels holding each kind ({backends}, big families x{weight}): "
+            lines.append(f"\nModels holding each kind ({backends}, big families {share}): "
                          + ", ".join(f"{k} {n}" for k, n in sorted(holds.items())) + ".")
     for r in rows:
         for failure in r["failures"]:
