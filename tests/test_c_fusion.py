@@ -1,6 +1,6 @@
 """Elementwise-chain fusion in the C backend (codegen/c/fuse_elementwise.py): random chains
-against the reference runtime, the cases that must not fuse, kernel counts, and a module
-through `eqsat_llm.optimize`."""
+against torch eager and the reference runtime (test_c_backend.check), the cases that must not
+fuse, kernel counts, and a module through `eqsat_llm.optimize`."""
 
 from __future__ import annotations
 

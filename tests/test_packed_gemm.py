@@ -1,7 +1,8 @@
-"""The packed-weight GEMM of the C backend (codegen/c/packed_gemm.py) against the reference:
-row counts around the 14-row tile, column counts around the 32-column panel, the fused
-epilogue (alpha, bias, residual broadcast along rows or columns), batched and strided
-operands, the vector kernel (AVX-512 or AVX2) and the portable one."""
+"""The packed-weight GEMM of the C backend (codegen/c/packed_gemm.py) against torch eager and
+the reference (test_c_backend.check): row counts around the 14-row tile, column counts around
+the 32-column panel, the fused epilogue (alpha, bias, residual broadcast along rows or
+columns), batched and strided operands, the vector kernel (AVX-512 or AVX2) and the portable
+one."""
 
 from __future__ import annotations
 
