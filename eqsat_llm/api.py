@@ -147,8 +147,11 @@ class Compiled:
         self._state = list(self.captured.state.values())
         constants = LazyConstants(self.graph.constants, source)
         with _phase(self.report.timings, "load"):
-            self._runtime, self.report.backend = _make_runtime(self.graph, self.plan,
-                                                               self._backend, constants)
+            try:
+                self._runtime, self.report.backend = _make_runtime(self.graph, self.plan,
+                                                                   self._backend, constants)
+            finally:
+                constants.release()
         self.meta_weights = []
         self._prepare_call()
 

@@ -12,7 +12,8 @@ loading holds the prepared weights plus one weight's intermediates.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,10 +53,11 @@ def recipe_of(t: torch.Tensor) -> Recipe | None:
     return getattr(t, _RECIPE, None)
 
 
-def materialize(t: Any, source: WeightSource, name: str | None = None) -> Any:
-    """The values of `t`: itself unless on the meta device; a folded meta value by its recipe;
-    a meta parameter (a WeightRef, or `name`) from `source`, checked against its shape and
-    converted to its dtype."""
+def materialize(t: Any, source: WeightSource, name: str | None = None,
+                args_of: Callable[[Recipe], list[Any]] | None = None) -> Any:
+    """The values of `t`: itself unless on the meta device; a folded meta value by its recipe
+    (its arguments' values from `args_of`, default made here); a meta parameter (a WeightRef,
+    or `name`) from `source`, checked against its shape and converted to its dtype."""
     if isinstance(t, WeightRef):
         name, t = t.name, t.meta
     if not isinstance(t, torch.Tensor) or not t.is_meta:
@@ -69,19 +71,95 @@ def materialize(t: Any, source: WeightSource, name: str | None = None) -> Any:
             raise EqsatError(f"weight {name}: the source has shape {list(value.shape)}, the "
                              f"model {list(t.shape)}")
         return value if value.dtype == t.dtype else value.to(t.dtype)
+    args = args_of(recipe) if args_of else [materialize(a, source) for a in recipe.args]
     with torch.no_grad():
-        return evaluate(recipe.op, [materialize(a, source) for a in recipe.args], recipe.attrs)
+        return evaluate(recipe.op, args, recipe.attrs)
+
+
+def recipe_key(t: Any, name: str | None = None) -> Hashable | None:
+    """What `t` is made of, as a value equal for equal recipes in any program: the ops, their
+    attributes and the source's weights by name, down to the leaves. None where a real
+    tensor of some size takes part (compared by identity only, so not shared)."""
+    if isinstance(t, WeightRef):
+        name, t = t.name, t.meta
+    if isinstance(t, torch.Tensor):
+        if not t.is_meta:
+            if t.numel() > 64:
+                return None
+            return ("tensor", str(t.dtype), tuple(t.shape), tuple(t.reshape(-1).tolist()))
+        recipe = recipe_of(t)
+        if recipe is None:
+            return None if name is None else ("weight", name, str(t.dtype), tuple(t.shape))
+        keys = tuple(recipe_key(a) for a in recipe.args)
+        if None in keys:
+            return None
+        return (recipe.op, _frozen(recipe.attrs), keys)
+    return ("value", type(t).__name__, _frozen(t))
+
+
+def _frozen(v: Any) -> Hashable:
+    if isinstance(v, dict):
+        return tuple(sorted((k, _frozen(x)) for k, x in v.items()))
+    if isinstance(v, list | tuple):
+        return tuple(_frozen(x) for x in v)
+    if isinstance(v, torch.dtype | torch.device):
+        return str(v)
+    hash(v)  # a TypeError here: an attribute kind this key does not know yet
+    return v
+
+
+# Prepared weights by what they are made of, per weight source: a second program loaded
+# from the same source (a Generator's prefill beside its decode step) takes the first's
+# prepared tensors instead of making them again. Weak on both sides: an entry goes with its
+# source or its tensor.
+_SHARED: weakref.WeakKeyDictionary[Any, weakref.WeakValueDictionary[Hashable, torch.Tensor]] = \
+    weakref.WeakKeyDictionary()
 
 
 class LazyConstants(Mapping[str, torch.Tensor]):
-    """`constants` with every meta tensor made on access (`materialize`), never cached."""
+    """`constants` with every meta tensor made on access (`materialize`), not cached, except
+    for the last recipe's arguments (a weight's integers and scales are two recipes of the
+    same arguments, asked one after the other). `release()` drops those once loading is
+    done."""
 
     def __init__(self, constants: Mapping[str, torch.Tensor], source: WeightSource):
         self._constants = constants
         self._source = source
+        self._last_args: tuple[Hashable, list[Any]] | None = None
+        try:
+            self._shared = _SHARED.setdefault(source, weakref.WeakValueDictionary())
+        except TypeError:  # a source that takes no weak reference: nothing shared
+            self._shared = weakref.WeakValueDictionary()
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        return materialize(self._constants[name], self._source, name)
+        return materialize(self._constants[name], self._source, name, self._args)
+
+    def _args(self, recipe: Recipe) -> list[Any]:
+        key = tuple(recipe_key(a) for a in recipe.args)
+        if self._last_args is not None and None not in key and self._last_args[0] == key:
+            return self._last_args[1]
+        values = [materialize(a, self._source, None, self._args) for a in recipe.args]
+        self._last_args = (key, values)
+        return values
+
+    def key(self, name: str) -> Hashable | None:
+        """recipe_key of the constant `name` (None: not made from the source alone)."""
+        t = self._constants[name]
+        return recipe_key(t, name) if isinstance(t, torch.Tensor) and t.is_meta else None
+
+    def shared(self, key: Hashable | None, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """The prepared tensor made for `key` by an earlier program from this source, else
+        `make()` (remembered for the next)."""
+        if key is None:
+            return make()
+        t = self._shared.get(key)
+        if t is None:
+            t = make()
+            self._shared[key] = t
+        return t
+
+    def release(self) -> None:
+        self._last_args = None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._constants)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from .errors import GraphError
+from .last_call import last_call
 from .tensor_type import TensorType
 
 FORMATS = ("int8", "int4_g32", "int4_g64", "int4_g128")
@@ -47,6 +48,7 @@ def quantizable(k: int, fmt: str) -> bool:
     return k > 0 and (group == 0 or k % group == 0)
 
 
+@last_call
 def quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(integers, scales) of the float weight w [K, N] in format `fmt`."""
     group = format_group(fmt)

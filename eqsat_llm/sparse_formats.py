@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import GraphError
+from .last_call import last_call
 from .tensor_type import TensorType
 
 FORMATS = ("sparse24", "bsr16")
@@ -67,6 +68,7 @@ def _check(w: torch.Tensor, fmt: str) -> tuple[int, int]:
     return k, n
 
 
+@last_call
 def pack(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, index) of the float weight w [K, N] in format `fmt`; a GraphError if w does
     not have the structure."""

@@ -88,3 +88,32 @@ def test_quantized_weights_are_held_once_by_both_programs(tmp_path):
     decode, prefill = large(gen.decode_program), large(gen.prefill_program)
     assert decode and prefill == decode
     assert gen.decode_program.report.weight_formats == gen.prefill_program.report.weight_formats
+
+
+def test_each_weight_is_read_and_quantized_once_and_held_only_prepared(tmp_path, monkeypatch):
+    """The second program takes the first's prepared weights (made from the same recipe: no
+    second read or quantization), and no program holds a quantized constant beside the
+    panels its kernel reads."""
+    from eqsat_llm.checkpoint import Checkpoint
+
+    _save(tmp_path, torch.bfloat16, tied=False)
+    reads: dict[str, int] = {}
+    read = Checkpoint.tensor
+
+    def counting(self, key):
+        reads[key] = reads.get(key, 0) + 1
+        return read(self, key)
+
+    monkeypatch.setattr(Checkpoint, "tensor", counting)
+    gen = Generator.from_pretrained(tmp_path, max_seq_len=32, quantize="int4_g32")
+    # q, k and v are merged in a different order in the two programs (equal values, other
+    # recipes: the panels are still shared, by value, see above); every other weight is read once
+    assert {k: n for k, n in reads.items() if n > 1 and "self_attn" not in k} == {}
+    assert max(reads.values()) == 2
+    for program in (gen.decode_program, gen.prefill_program):
+        quantized = [w for w in program._runtime.weights if w.dtype == torch.uint8 and w.numel()]
+        assert quantized and all(w.dim() == 3 for w in quantized)  # panels, never [K / 2, N]
+    ids = PROMPT[:, :6]
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    want = Generator(model, 32, quantize="int4_g32").generate(ids, max_new_tokens=4)
+    assert torch.equal(gen.generate(ids, max_new_tokens=4), want)

@@ -33,3 +33,23 @@ def test_small_tensors_and_tensors_that_need_grad_are_left_alone():
     assert intern(s.clone()) is not intern(s.clone())
     p = torch.randn(64, 128, requires_grad=True)
     assert intern(p) is p
+
+
+def test_last_call_answers_the_same_input_and_misses_a_changed_one():
+    from eqsat_llm.last_call import last_call
+
+    calls = []
+
+    @last_call
+    def double(t, k):
+        calls.append(k)
+        return t * k
+
+    x = torch.arange(6.0)
+    first = double(x, 2)
+    assert double(x, 2) is first and calls == [2]
+    assert torch.equal(double(x, 3), x * 3) and calls == [2, 3]  # other arguments
+    x.add_(1)  # an in-place write: its version counter moves on
+    assert torch.equal(double(x, 3), x * 3) and calls == [2, 3, 3]
+    y = x.clone()
+    assert torch.equal(double(y, 3), y * 3) and len(calls) == 4  # an equal, other tensor

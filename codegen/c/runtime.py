@@ -71,7 +71,9 @@ class CRuntime:
         lay = prog.layout
         # refused before the arena and the prepared weights are allocated (memcheck.py)
         check_fits({"arena": plan.arena_bytes,
-                    "prepared weights": prepared_bytes(lay.weights, graph.constants),
+                    "prepared weights": prepared_bytes(
+                        [w for k, w in enumerate(lay.weights) if lay.is_read(k)],
+                        graph.constants),
                     "outputs per call": output_bytes(graph)}, "run this program on the C backend")
         self.arena = aligned_bytes(plan.arena_bytes)
         # the nodes run in torch between segments: (node id, op; a fallback's aten target)

@@ -8,7 +8,10 @@ has one; one whose dtype has no C type (`Ref.in_c`) is only read and written by 
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +26,12 @@ from .packed_gemm import PackedWeight
 
 CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t",
           "bool": "_Bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t"}
+
+
+_W_SLOT = re.compile(r"\bW\[(\d+)\]")  # how Ref.ptr names a W slot in C
+_UNREAD = torch.empty(0, dtype=torch.uint8)  # the tensor of a W slot no kernel reads
+# the fields of a prepared weight's spec (PackedWeight, QuantPanels, ...) that name a constant
+NAMING_FIELDS = ("name", "row_scale")
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,9 @@ class Layout:
     weights: list[Any]
     outputs: list[int]  # node ids with an OUT slot, by slot
     copy_out: list[int]  # COPY_OUT nodes (a kernel copies them into their OUT slot)
+    # the W slots some kernel or result reads (emit.py sets it once the kernels are emitted):
+    # a constant a kernel only reads prepared (quantized panels, packed) gets no copy as is
+    read: set[int] | None = None
 
     def constant_name(self, ref: Ref) -> str | None:
         """The name of the constant `ref` views, or None when it is not a view of one."""
@@ -117,9 +129,45 @@ class Layout:
 
     def prepared_weights(self, constants: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """The tensors of the W slots, contiguous, in slot order (equal ones shared with
-        other programs: interning.intern)."""
-        return [intern(constants[w].contiguous() if isinstance(w, str) else
-                       w.prepare(constants)) for w in self.weights]
+        other programs: interning.intern); an empty tensor for a slot nothing reads."""
+        return [self._prepared(w, constants) if self.is_read(slot) else _UNREAD
+                for slot, w in enumerate(self.weights)]
+
+    @staticmethod
+    def _prepared(w: Any, constants: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        def make() -> torch.Tensor:
+            return intern(constants[w].contiguous() if isinstance(w, str) else
+                          w.prepare(constants))
+
+        shared = getattr(constants, "shared", None)  # weights made on access: lazy_weights.py
+        if shared is None:
+            return make()
+        return shared(spec_key(w, constants.key), make)  # type: ignore[attr-defined]
+
+    def is_read(self, slot: int) -> bool:
+        return self.read is None or slot in self.read
+
+    def note_reads(self, code: str) -> None:
+        """Record the W slots `code` (emitted C) reads."""
+        self.read = (self.read or set()) | {int(k) for k in _W_SLOT.findall(code)}
+
+
+def spec_key(spec: Any, key_of: Callable[[str], Hashable | None]) -> Hashable | None:
+    """What the W slot `spec` holds, with each constant it names replaced by what that
+    constant is made of (`key_of`): equal in every program that prepares the same weight.
+    None when a constant it names has no such key."""
+    if isinstance(spec, str):
+        k = key_of(spec)
+        return None if k is None else ("as stored", k)
+    parts: list[Hashable] = [type(spec).__name__]
+    for f in dataclasses.fields(spec):
+        v = getattr(spec, f.name)
+        if isinstance(v, str) and f.name in NAMING_FIELDS:
+            v = key_of(v)
+            if v is None:
+                return None
+        parts.append((f.name, v))
+    return tuple(parts)
 
 
 def view_of(base: Ref, op: str, attrs: dict[str, Any], shape: tuple[int, ...]) -> Ref:
