@@ -180,7 +180,9 @@ class Generator:
                       for name, meta in zip(self.step.cache_names(), self.step.caches())}
             for name, cache in caches.items():  # model's parameters stay meta)
                 setattr(self.step, name, cache)
-            for program in (self.decode_program, self.prefill_program):
+            # prefill first: its SwiGLU weights are prepared whole, and the decode step,
+            # which may read the gate and up halves apart, takes them as views of those
+            for program in (self.prefill_program, self.decode_program):
                 program.load_weights(weights, state=caches)
             self.load_seconds = time.perf_counter() - t1
         caches = self.step.caches()

@@ -78,23 +78,69 @@ def materialize(t: Any, source: WeightSource, name: str | None = None,
 
 def recipe_key(t: Any, name: str | None = None) -> Hashable | None:
     """What `t` is made of, as a value equal for equal recipes in any program: the ops, their
-    attributes and the source's weights by name, down to the leaves. None where a real
-    tensor of some size takes part (compared by identity only, so not shared)."""
+    attributes and the source's weights by name, down to the leaves (nested cats along one
+    dim flattened: the programs merge q, k and v in either order). None where a real tensor
+    of some size takes part (compared by identity only, so not shared)."""
     if isinstance(t, WeightRef):
         name, t = t.name, t.meta
-    if isinstance(t, torch.Tensor):
-        if not t.is_meta:
-            if t.numel() > 64:
-                return None
-            return ("tensor", str(t.dtype), tuple(t.shape), tuple(t.reshape(-1).tolist()))
-        recipe = recipe_of(t)
-        if recipe is None:
-            return None if name is None else ("weight", name, str(t.dtype), tuple(t.shape))
-        keys = tuple(recipe_key(a) for a in recipe.args)
-        if None in keys:
+    if not isinstance(t, torch.Tensor):
+        return ("value", type(t).__name__, _frozen(t))
+    if not t.is_meta:
+        if t.numel() > 64:
             return None
-        return (recipe.op, _frozen(recipe.attrs), keys)
-    return ("value", type(t).__name__, _frozen(t))
+        return ("tensor", str(t.dtype), tuple(t.shape), tuple(t.reshape(-1).tolist()))
+    recipe = recipe_of(t)
+    if recipe is None:
+        return None if name is None else ("weight", name, str(t.dtype), tuple(t.shape))
+    if recipe.op == "cat":
+        dim = recipe.attrs["dim"] % t.dim()
+        keys = tuple(recipe_key(a) for a in _cat_parts(t, dim))
+        return None if None in keys else ("cat", dim, keys)
+    keys = tuple(recipe_key(a) for a in recipe.args)
+    return None if None in keys else (recipe.op, _frozen(recipe.attrs), keys)
+
+
+def _cat_parts(t: torch.Tensor, dim: int) -> list[Any]:
+    """The parts of the cat `t` along `dim` (normalised), nested cats along it flattened."""
+    parts = []
+    for a in recipe_of(t).args:  # type: ignore[union-attr]
+        inner = recipe_of(a) if isinstance(a, torch.Tensor) else None
+        if inner is not None and inner.op == "cat" and inner.attrs["dim"] % a.dim() == dim:
+            parts.extend(_cat_parts(a, dim))
+        else:
+            parts.append(a)
+    return parts
+
+
+# ops whose result's columns (last dim) are made from the same columns of their first
+# argument alone: quantize_weight and weight_scales work per output channel or per group
+# along K, to_dtype per element
+COLUMN_WISE = ("quantize_weight", "weight_scales", "to_dtype")
+
+
+def columns_key(t: Any, start: int, width: int, name: str | None = None) -> Hashable | None:
+    """recipe_key of the columns [start, start + width) of `t`: a SwiGLU weight's gate half
+    (columns of quantize_weight(cat(gate, up))) is the key of the gate weight's own
+    quantize_weight, so a program that prepares the halves apart shares them."""
+    meta = t.meta if isinstance(t, WeightRef) else t
+    if not isinstance(meta, torch.Tensor) or meta.dim() == 0:
+        return None
+    if start == 0 and width == meta.shape[-1]:
+        return recipe_key(t, name)
+    recipe = recipe_of(meta) if meta.is_meta else None
+    if recipe is not None and recipe.op in COLUMN_WISE and len(recipe.args) == 1:
+        inner = columns_key(recipe.args[0], start, width)
+        return None if inner is None else (recipe.op, _frozen(recipe.attrs), (inner,))
+    if recipe is not None and recipe.op == "cat" and recipe.attrs["dim"] % meta.dim() == \
+            meta.dim() - 1:
+        first = 0
+        for part in _cat_parts(meta, meta.dim() - 1):
+            cols = (part.meta if isinstance(part, WeightRef) else part).shape[-1]
+            if first <= start and start + width <= first + cols:
+                return columns_key(part, start - first, width)
+            first += cols
+    key = recipe_key(t, name)
+    return None if key is None else ("columns", key, start, width)
 
 
 def _frozen(v: Any) -> Hashable:
@@ -109,10 +155,11 @@ def _frozen(v: Any) -> Hashable:
 
 
 # Prepared weights by what they are made of, per weight source: a second program loaded
-# from the same source (a Generator's prefill beside its decode step) takes the first's
-# prepared tensors instead of making them again. Weak on both sides: an entry goes with its
+# from the same source (a Generator's decode step beside its prefill) takes the first's
+# prepared tensors instead of making them again. Key -> (weak reference to the tensor, the
+# rows of it that are the entry: a half of a SwiGLU weight's panels); an entry goes with its
 # source or its tensor.
-_SHARED: weakref.WeakKeyDictionary[Any, weakref.WeakValueDictionary[Hashable, torch.Tensor]] = \
+_SHARED: weakref.WeakKeyDictionary[Any, dict[Hashable, tuple[weakref.ref, slice | None]]] = \
     weakref.WeakKeyDictionary()
 
 
@@ -127,9 +174,9 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         self._source = source
         self._last_args: tuple[Hashable, list[Any]] | None = None
         try:
-            self._shared = _SHARED.setdefault(source, weakref.WeakValueDictionary())
+            self._shared = _SHARED.setdefault(source, {})
         except TypeError:  # a source that takes no weak reference: nothing shared
-            self._shared = weakref.WeakValueDictionary()
+            self._shared = {}
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return materialize(self._constants[name], self._source, name, self._args)
@@ -147,16 +194,40 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         t = self._constants[name]
         return recipe_key(t, name) if isinstance(t, torch.Tensor) and t.is_meta else None
 
+    def view_key(self, name: str, offset: int, rows: int, cols: int, rs: int
+                 ) -> Hashable | None:
+        """The key of the [rows, cols] view (row stride rs, unit columns) at `offset` of the
+        constant `name`: columns_key when it is whole rows of a matrix (or part of a
+        vector), else the constant's key with the view's geometry."""
+        t = self._constants[name]
+        if not isinstance(t, torch.Tensor) or not t.is_meta:
+            return None
+        whole_rows = (t.dim() == 2 and rows == t.shape[0] and rs == t.shape[1]) or \
+            (t.dim() == 1 and rows == 1)
+        if whole_rows and offset + cols <= t.shape[-1]:
+            return columns_key(t, offset, cols, name)
+        key = recipe_key(t, name)
+        return None if key is None else ("view", key, offset, rows, cols, rs)
+
     def shared(self, key: Hashable | None, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         """The prepared tensor made for `key` by an earlier program from this source, else
         `make()` (remembered for the next)."""
-        if key is None:
-            return make()
-        t = self._shared.get(key)
-        if t is None:
-            t = make()
-            self._shared[key] = t
-        return t
+        found = self.lookup(key)
+        if found is None:
+            found = make()
+            self.remember(key, found)
+        return found
+
+    def lookup(self, key: Hashable | None) -> torch.Tensor | None:
+        ref, rows = self._shared.get(key, (None, None)) if key is not None else (None, None)
+        base = ref() if ref is not None else None
+        return base if base is None or rows is None else base[rows]
+
+    def remember(self, key: Hashable | None, t: torch.Tensor, rows: slice | None = None
+                 ) -> None:
+        """`t` (or its `rows`: a part another program prepares alone) is what `key` makes."""
+        if key is not None:
+            self._shared[key] = (weakref.ref(t), rows)
 
     def release(self) -> None:
         self._last_args = None

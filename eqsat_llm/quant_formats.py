@@ -50,18 +50,34 @@ def quantizable(k: int, fmt: str) -> bool:
 
 @last_call
 def quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(integers, scales) of the float weight w [K, N] in format `fmt`."""
-    group = format_group(fmt)
+    """(integers, scales) of the float weight w [K, N] in format `fmt`. Columns are
+    independent, so a wide weight is done some columns at a time: its float32 temporaries
+    stay small (an LM head's would be several times the head's size)."""
     if w.dim() != 2 or not quantizable(w.shape[0], fmt):
         raise GraphError(f"cannot quantize a weight of shape {tuple(w.shape)} to {fmt}")
-    w = w.detach().to(torch.float32)
+    w = w.detach()
+    k, n = w.shape
+    step = max(1, _CHUNK_ELEMENTS // max(k, 1))
+    if n <= step:
+        return _quantize_columns(w, fmt)
+    parts = [_quantize_columns(w[:, i:i + step], fmt) for i in range(0, n, step)]
+    return torch.cat([q for q, _ in parts], 1), torch.cat([s for _, s in parts], -1)
+
+
+_CHUNK_ELEMENTS = 1 << 22  # elements of w quantized at a time (16 MB of float32)
+
+
+def _quantize_columns(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    group = format_group(fmt)
+    w = w.to(torch.float32, copy=True)  # a private copy: rounded in place below
     if group == 0:
         scale = _scale(w.abs().amax(0), 127.0)
-        return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale
+        return w.div_(scale).round_().clamp_(-127, 127).to(torch.int8), scale
     k, n = w.shape
     groups = w.reshape(k // group, group, n)
     scale = _scale(groups.abs().amax(1), 7.0)
-    q = (torch.round(groups / scale[:, None, :]).clamp(-8, 7) + 8).to(torch.uint8).reshape(k, n)
+    q = groups.div_(scale[:, None, :]).round_().clamp_(-8, 7).add_(8).to(torch.uint8)
+    q = q.reshape(k, n)
     return q[0::2] | (q[1::2] << 4), scale
 
 

@@ -106,10 +106,11 @@ def test_each_weight_is_read_and_quantized_once_and_held_only_prepared(tmp_path,
 
     monkeypatch.setattr(Checkpoint, "tensor", counting)
     gen = Generator.from_pretrained(tmp_path, max_seq_len=32, quantize="int4_g32")
-    # q, k and v are merged in a different order in the two programs (equal values, other
-    # recipes: the panels are still shared, by value, see above); every other weight is read once
-    assert {k: n for k, n in reads.items() if n > 1 and "self_attn" not in k} == {}
-    assert max(reads.values()) == 2
+    # every weight read once, though the programs merge q, k and v in other orders and the
+    # decode step reads the SwiGLU weight's halves apart (views of the prefill's panels)
+    assert set(reads.values()) == {1}
+    decode_views = [w for w in gen.decode_program._runtime.weights if w._base is not None]
+    assert decode_views
     for program in (gen.decode_program, gen.prefill_program):
         quantized = [w for w in program._runtime.weights if w.dtype == torch.uint8 and w.numel()]
         assert quantized and all(w.dim() == 3 for w in quantized)  # panels, never [K / 2, N]

@@ -104,7 +104,7 @@ the commit before and after the panels, each its own process, one after the othe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -123,6 +123,11 @@ class WeightView:
     n: int
     rs: int
     halves: int = 1
+
+    def half(self, h: int) -> WeightView:
+        """Half h alone: its prepared tensor is the h-th of this one's `halves` equal blocks
+        of rows (prepare puts the halves' panels one after the other)."""
+        return replace(self, offset=self.offset + h * self.n, halves=1)
 
     def halves_of(self, constants: dict[str, torch.Tensor], rows: int | None = None
                   ) -> list[torch.Tensor]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from ...ops import evaluate
 from ...plan import ALIAS, ARENA, COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, TEMP, MemoryPlan
 from .errors import UnsupportedByBackend
 from .packed_gemm import PackedWeight
+from .quant_gemm import WeightView
 
 CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t",
           "bool": "_Bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t"}
@@ -133,17 +134,6 @@ class Layout:
         return [self._prepared(w, constants) if self.is_read(slot) else _UNREAD
                 for slot, w in enumerate(self.weights)]
 
-    @staticmethod
-    def _prepared(w: Any, constants: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        def make() -> torch.Tensor:
-            return intern(constants[w].contiguous() if isinstance(w, str) else
-                          w.prepare(constants))
-
-        shared = getattr(constants, "shared", None)  # weights made on access: lazy_weights.py
-        if shared is None:
-            return make()
-        return shared(spec_key(w, constants.key), make)  # type: ignore[attr-defined]
-
     def is_read(self, slot: int) -> bool:
         return self.read is None or slot in self.read
 
@@ -151,19 +141,41 @@ class Layout:
         """Record the W slots `code` (emitted C) reads."""
         self.read = (self.read or set()) | {int(k) for k in _W_SLOT.findall(code)}
 
+    @staticmethod
+    def _prepared(w: Any, constants: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        def make() -> torch.Tensor:
+            return intern(constants[w].contiguous() if isinstance(w, str) else
+                          w.prepare(constants))
 
-def spec_key(spec: Any, key_of: Callable[[str], Hashable | None]) -> Hashable | None:
+        if not hasattr(constants, "shared"):  # weights made on access: lazy_weights.py
+            return make()
+        t = constants.shared(spec_key(w, constants), make)  # type: ignore[attr-defined]
+        halves = getattr(w, "halves", 1)
+        for h in range(halves if halves > 1 else 0):  # each half: rows of the whole
+            rows = t.shape[0] // halves
+            constants.remember(spec_key(w.half(h), constants), t,  # type: ignore
+                               slice(h * rows, (h + 1) * rows))
+        return t
+
+
+def spec_key(spec: Any, constants: Any) -> Hashable | None:
     """What the W slot `spec` holds, with each constant it names replaced by what that
-    constant is made of (`key_of`): equal in every program that prepares the same weight.
-    None when a constant it names has no such key."""
+    constant is made of (LazyConstants.key / view_key): equal in every program that prepares
+    the same weight. None when a constant it names has no such key."""
     if isinstance(spec, str):
-        k = key_of(spec)
+        k = constants.key(spec)
         return None if k is None else ("as stored", k)
+    if isinstance(spec, WeightView):  # by the columns it reads: a SwiGLU half is its weight
+        view = constants.view_key(spec.name, spec.offset, spec.rows, spec.halves * spec.n,
+                                  spec.rs)
+        rest = tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)
+                     if f.name not in ("name", "offset", "rs"))
+        return None if view is None else (type(spec).__name__, view, rest)
     parts: list[Hashable] = [type(spec).__name__]
     for f in dataclasses.fields(spec):
         v = getattr(spec, f.name)
         if isinstance(v, str) and f.name in NAMING_FIELDS:
-            v = key_of(v)
+            v = constants.key(v)
             if v is None:
                 return None
         parts.append((f.name, v))
