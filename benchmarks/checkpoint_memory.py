@@ -1,7 +1,7 @@
 """Generating from a checkpoint directory: peak memory and start-up, per precision.
 
     .venv/bin/python benchmarks/checkpoint_memory.py [--shape tinyllama|llama7b] [--layers N]
-        [--formats bf16,int8,int4] [--write]
+        [--formats bf16,int8,int4] [--check-logits] [--write]
 
 Writes a LLaMA-shaped checkpoint in bf16 with random weights layer by layer (one shard a
 layer: never the whole model in memory), then for each format runs, in a fresh process,
@@ -47,28 +47,29 @@ def write_checkpoint(path: Path, shape: dict, layers: int) -> int:
     def rand(*s: int) -> torch.Tensor:
         return (torch.randn(*s, generator=gen) * 0.02).to(torch.bfloat16)
 
-    shards = [{"model.embed_tokens.weight": rand(v, d), "model.norm.weight":
-               torch.ones(d, dtype=torch.bfloat16), "lm_head.weight": rand(v, d)}]
-    for i in range(layers):
+    def layer(i: int) -> dict[str, torch.Tensor]:
+        if i == layers:
+            return {"model.embed_tokens.weight": rand(v, d), "model.norm.weight":
+                    torch.ones(d, dtype=torch.bfloat16), "lm_head.weight": rand(v, d)}
         p = f"model.layers.{i}."
-        shards.append({p + "self_attn.q_proj.weight": rand(d, d),
-                       p + "self_attn.k_proj.weight": rand(kv, d),
-                       p + "self_attn.v_proj.weight": rand(kv, d),
-                       p + "self_attn.o_proj.weight": rand(d, d),
-                       p + "mlp.gate_proj.weight": rand(f, d),
-                       p + "mlp.up_proj.weight": rand(f, d),
-                       p + "mlp.down_proj.weight": rand(d, f),
-                       p + "input_layernorm.weight": torch.ones(d, dtype=torch.bfloat16),
-                       p + "post_attention_layernorm.weight": torch.ones(
-                           d, dtype=torch.bfloat16)})
-    weight_map, total = {}, 0
-    n = len(shards)
-    for k, tensors in enumerate(shards):
+        return {p + "self_attn.q_proj.weight": rand(d, d),
+                p + "self_attn.k_proj.weight": rand(kv, d),
+                p + "self_attn.v_proj.weight": rand(kv, d),
+                p + "self_attn.o_proj.weight": rand(d, d),
+                p + "mlp.gate_proj.weight": rand(f, d),
+                p + "mlp.up_proj.weight": rand(f, d),
+                p + "mlp.down_proj.weight": rand(d, f),
+                p + "input_layernorm.weight": torch.ones(d, dtype=torch.bfloat16),
+                p + "post_attention_layernorm.weight": torch.ones(d, dtype=torch.bfloat16)}
+
+    weight_map, total, n = {}, 0, layers + 1
+    for k in range(n):  # one shard made, written and dropped at a time
+        tensors = layer(k)
         name = f"model-{k + 1:05d}-of-{n:05d}.safetensors"
         save_file(tensors, str(path / name), metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(tensors, name))
         total += sum(t.numel() * t.element_size() for t in tensors.values())
-        shards[k] = {}  # written: let it go
+        del tensors
     (path / "model.safetensors.index.json").write_text(json.dumps(
         {"metadata": {"total_size": total}, "weight_map": weight_map}))
     return total
@@ -92,23 +93,66 @@ held = {w.untyped_storage().data_ptr(): w.untyped_storage().nbytes()
 ids = torch.randint(3, 30000, (1, 16), generator=torch.Generator().manual_seed(1))
 gen.generate(ids, max_new_tokens=16)
 run = gen.report.last_run
+if len(sys.argv) > 3:  # the next-token logits of the check's prompts, for --check-logits
+    prompts = torch.load(sys.argv[3])
+    torch.save(torch.cat([gen.next_token_logits(p[None]) for p in prompts]), sys.argv[4])
 print(json.dumps({"format": fmt, "bare": bare, "peak": resource.getrusage(
     resource.RUSAGE_SELF).ru_maxrss * 1024, "prepared": sum(held.values()),
-    "decode_prepared": sum(w.untyped_storage().nbytes()
-                           for w in gen.decode_program._runtime.weights),
+    "decode_prepared": sum({w.untyped_storage().data_ptr(): w.untyped_storage().nbytes()
+                            for w in gen.decode_program._runtime.weights}.values()),
     "cache": gen.report.cache_bytes, "arenas": sum(p.plan.arena_bytes for p in programs),
     "start_s": start, "load_s": gen.load_seconds, "decode_tok_s": run["new_tokens"] /
     run["decode_s"] if run["decode_s"] else None}))
 """
 
 
-def measure(path: Path, fmt: str) -> dict:
+EAGER = r"""
+import resource, sys, torch, transformers
+model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.bfloat16)
+with torch.no_grad():
+    logits = model(torch.load(sys.argv[2])).logits[:, -1].float()
+torch.save(logits, sys.argv[3])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+PROMPTS = 8  # prompts of 16 tokens whose next-token logits --check-logits compares
+
+
+def measure(path: Path, fmt: str, logits: Path | None = None) -> dict:
+    extra = [str(logits.parent / "prompts.pt"), str(logits)] if logits else []
+    out = _child(CHILD, str(path), fmt, *extra)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _child(code: str, *args: str) -> str:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path), fmt], capture_output=True,
-                         text=True, env=env, check=False)
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         env=env, check=False)
     if out.returncode:
-        raise SystemExit(f"{fmt}: the run failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"{args}: the run failed:\n{out.stderr[-3000:]}")
+    return out.stdout
+
+
+def compare_logits(path: Path, work: Path, formats: list[str]) -> list[str]:
+    """transformers' own bf16 run of the checkpoint (a fresh process, after ours), against
+    each format's next-token logits: the largest difference over the largest |logit|, the
+    cosine, and whether the top token agrees, over PROMPTS prompts."""
+    import torch
+
+    peak = int(_child(EAGER, str(path), str(work / "prompts.pt"),
+                      str(work / "eager.pt")).strip().splitlines()[-1])
+    want = torch.load(work / "eager.pt")
+    lines = [(f"Logits against transformers' own bf16 run of the checkpoint ({PROMPTS} prompts "
+             f"of 16 tokens, the next token's logits; transformers' peak RSS "
+             f"{peak / 1e9:.1f} GB):"), "",
+             "| format | max abs diff / max abs logit | cosine (worst prompt) | top-1 agrees |",
+             "|---|---|---|---|"]
+    for fmt in formats:
+        got = torch.load(work / f"{fmt}.pt")
+        rel = float((got - want).abs().max() / want.abs().max())
+        cos = float(torch.nn.functional.cosine_similarity(got, want, dim=-1).min())
+        top1 = int((got.argmax(-1) == want.argmax(-1)).sum())
+        lines.append(f"| {fmt} | {rel:.3f} | {cos:.4f} | {top1} of {PROMPTS} |")
+    return lines
 
 
 def main() -> None:
@@ -117,6 +161,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--formats", default="bf16,int8,int4")
     ap.add_argument("--dir", default=None, help="reuse or keep the checkpoint here")
+    ap.add_argument("--check-logits", action="store_true",
+                    help="compare each format's logits with transformers' run, after")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     shape = SHAPES[args.shape]
@@ -127,7 +173,15 @@ def main() -> None:
         size = write_checkpoint(root, shape, layers)
     else:
         size = sum(f.stat().st_size for f in root.glob("*.safetensors"))
-    rows = [measure(root, fmt) for fmt in args.formats.split(",")]
+    formats = args.formats.split(",")
+    work = Path(tempfile.mkdtemp(prefix="eqsat-logits-")) if args.check_logits else None
+    if work:
+        import torch
+
+        torch.save(torch.randint(3, shape["vocab_size"], (PROMPTS, 16),
+                                 generator=torch.Generator().manual_seed(2)),
+                   work / "prompts.pt")
+    rows = [measure(root, fmt, work / f"{fmt}.pt" if work else None) for fmt in formats]
     gb = 1e9
     lines = [(f"{args.shape} shape, {layers} layers, bf16 checkpoint of {size / gb:.2f} GB, "
               "max_seq_len 256; peak RSS of a fresh process"),
@@ -141,6 +195,8 @@ def main() -> None:
                      f"({r['decode_prepared'] / gb:.2f}) | {(r['cache'] + r['arenas']) / gb:.2f} "
                      f"| {r['bare'] / gb:.2f} | {r['peak'] / (held + r['bare']):.2f} | "
                      f"{r['start_s']:.0f} ({r['load_s']:.0f}) | {r['decode_tok_s'] or 0:.1f} |")
+    if work:
+        lines += [""] + compare_logits(root, work, formats)
     table = "\n".join(lines)
     print(table)
     if args.write:

@@ -258,9 +258,19 @@ class Generator:
             return self._generate(ids, max_new_tokens, attention_mask, sampling,
                                   *self._eos_and_pad(eos_token_id, pad_token_id))
 
-    def _generate(self, ids: torch.Tensor, max_new_tokens: int,
-                  attention_mask: torch.Tensor | None, sampling: Sampling, eos: list[int],
-                  pad: int) -> torch.LongTensor:
+    def next_token_logits(self, input_ids: torch.Tensor, *,
+                          attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits [B, vocab] after each prompt (its prefill alone: what the first new
+        token is chosen from). For scoring, and for checking a program against another
+        implementation of the same checkpoint."""
+        ids = self._check(input_ids, 1, attention_mask)
+        with self._lock, torch.no_grad():
+            logits, _ = self._start(ids, attention_mask)
+        return logits[:ids.shape[0], -1].clone()
+
+    def _start(self, ids: torch.Tensor, attention_mask: torch.Tensor | None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fill the mask and run the prompt: (the prefill's logits, the prompt positions)."""
         rows, prompt = ids.shape
         b = self.batch_size
         full = ids if rows == b else torch.cat([ids, ids[:1].expand(b - rows, prompt)])
@@ -272,9 +282,16 @@ class Generator:
         self._mask[:, :prompt] = given
         # positions as transformers derives them from the mask: left padding does not count
         positions = (given.cumsum(-1) - 1).clamp(min=0)
+        return self._prefill(full, positions), positions
+
+    def _generate(self, ids: torch.Tensor, max_new_tokens: int,
+                  attention_mask: torch.Tensor | None, sampling: Sampling, eos: list[int],
+                  pad: int) -> torch.LongTensor:
+        rows, prompt = ids.shape
+        b = self.batch_size
         t0 = time.perf_counter()
         with torch.no_grad():
-            logits = self._prefill(full, positions)
+            logits, positions = self._start(ids, attention_mask)
             t1 = time.perf_counter()
             out = [ids]
             done = torch.zeros(rows, dtype=torch.bool)

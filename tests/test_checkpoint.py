@@ -118,3 +118,13 @@ def test_each_weight_is_read_and_quantized_once_and_held_only_prepared(tmp_path,
     model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     want = Generator(model, 32, quantize="int4_g32").generate(ids, max_new_tokens=4)
     assert torch.equal(gen.generate(ids, max_new_tokens=4), want)
+
+
+def test_next_token_logits_match_transformers(tmp_path):
+    model = _save(tmp_path)
+    with torch.no_grad():
+        want = model(PROMPT).logits[:, -1]
+    gen = Generator.from_pretrained(tmp_path, max_seq_len=32)
+    got = gen.next_token_logits(PROMPT)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
