@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from . import program_cache
 from .capture import capture
 from .egraph.analysis import analysis
 from .egraph.decode import decode, let_classes, program_view, serialize
@@ -370,7 +371,25 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
                                                                    .values()))
     if extractor not in EXTRACTORS:
         raise EqsatError(f"unknown extractor {extractor!r}; available: {sorted(EXTRACTORS)}")
+    cached_as = None
+    if program_cache.enabled(model):  # a meta-device model: its program may be on disk
+        t0 = time.perf_counter()
+        options = {"rules": resolve(rules) if rules is None or list(rules) else [],
+                   "backend": backend, "extractor": extractor, "limits": limits,
+                   "force_rules": force_rules, "quantize": quantize,
+                   "keep_float": list(keep_float), "sparsity": sparsity}
+        cached_as = program_cache.key(model, example_inputs, example_kwargs, options,
+                                      CostModel().machine)
+        hit = _from_program_cache(cached_as, model, backend)
+        if hit is not None:
+            if hit.captured.fallback_ops:
+                warnings.warn("these ops are not in the registry and run in torch (fallback): "
+                              + ", ".join(hit.captured.fallback_ops), FallbackWarning,
+                              stacklevel=2)
+            hit.report.timings = {"program cache": time.perf_counter() - t0}
+            return hit
     report = Report(backend=backend, extraction_method=extractor)
+    report.program_cache = "miss" if cached_as else "off"
     timings = report.timings
     with _phase(timings, "capture"):
         captured = capture(model, tuple(example_inputs), example_kwargs)
@@ -407,6 +426,8 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     report.state_in_place = len(write_state_in_place(graph, captured))
     compiled = Compiled(graph, captured, report, backend)
     compiled.cost_model = cost_model
+    if cached_as is not None and compiled.meta_weights:
+        program_cache.store(cached_as, (graph, captured, report))
     if isinstance(model, torch.export.ExportedProgram):
         model = model.module()
     # a model that writes its state or its inputs in place is not run: the run would write
@@ -425,6 +446,22 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
         report.quantization = _quantization_report(compiled, model, fmt, list(keep_float),
                                                    tuple(example_inputs), example_kwargs)
     return compiled
+
+
+def _from_program_cache(name: str, model: torch.nn.Module, backend: str) -> Compiled | None:
+    """The program stored under `name` (program_cache.py), its state bound to the model's
+    own buffers; None when there is none."""
+    entry = program_cache.load(name)
+    if entry is None:
+        return None
+    graph, captured, report = entry
+    try:
+        captured.state = {name: model.get_buffer(name) if name in dict(model.named_buffers())
+                          else model.get_parameter(name) for name in captured.state}
+    except AttributeError:
+        return None
+    report.program_cache = "hit"
+    return Compiled(graph, captured, report, backend)
 
 
 def _quantization_report(compiled: Compiled, model: Any, fmt: str, keep_float: list[str],

@@ -55,6 +55,9 @@ class Report:
     folded_constants: int = 0
     folded_bytes: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    # "hit": the program came from the on-disk cache (program_cache.py: a meta-device
+    # model), "miss": optimized and stored there, "off": not cached (a model with weights)
+    program_cache: str = "off"
     backend: str = "reference"
     memory: dict[str, Any] = field(default_factory=dict)
     # nodes the C backend ran in torch between its compiled segments, by op (a fallback by

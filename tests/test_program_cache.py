@@ -1,0 +1,73 @@
+"""The on-disk program cache (program_cache.py): a second start of a meta-device model takes
+its optimized program from disk, generates the same tokens, and misses when anything the
+program depends on changes; a damaged entry is rebuilt with a warning, never loaded."""
+
+import warnings
+
+import pytest
+import torch
+
+from eqsat_llm.cache import CacheWarning
+from eqsat_llm.generation import Generator
+
+transformers = pytest.importorskip("transformers")
+from tests.test_checkpoint import PROMPT, _save
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("EQSAT_PROGRAM_CACHE", raising=False)
+    return tmp_path / "xdg" / "eqsat-llm" / "programs"
+
+
+def _start(path, **options):
+    gen = Generator.from_pretrained(path, max_seq_len=32, **options)
+    return gen, gen.generate(PROMPT, max_new_tokens=5)
+
+
+def test_a_second_start_takes_the_program_from_disk(tmp_path, cache_home):
+    _save(tmp_path / "ck")
+    first, tokens = _start(tmp_path / "ck", quantize="int8")
+    assert first.decode_program.report.program_cache == "miss"
+    assert len(list(cache_home.glob("*.pkl"))) == 2  # the decode step and the prefill chunk
+    second, again = _start(tmp_path / "ck", quantize="int8")
+    assert second.decode_program.report.program_cache == "hit"
+    assert second.prefill_program.report.program_cache == "hit"
+    assert "capture" not in second.decode_program.report.timings  # nothing re-optimized
+    assert torch.equal(again, tokens)
+    # another format, another cache length: other programs
+    other, _ = _start(tmp_path / "ck", quantize="int4_g32")
+    assert other.decode_program.report.program_cache == "miss"
+    longer = Generator.from_pretrained(tmp_path / "ck", max_seq_len=64, quantize="int8")
+    assert longer.decode_program.report.program_cache == "miss"
+
+
+def test_a_changed_config_misses(tmp_path, cache_home):
+    _save(tmp_path / "a")
+    _start(tmp_path / "a")
+    model = _save(tmp_path / "b")  # the same shapes, another rms_norm eps
+    model.config.rms_norm_eps = 1e-3
+    model.config.save_pretrained(tmp_path / "b")
+    gen, _ = _start(tmp_path / "b")
+    assert gen.decode_program.report.program_cache == "miss"
+
+
+def test_a_damaged_entry_is_rebuilt_not_loaded(tmp_path, cache_home):
+    _save(tmp_path / "ck")
+    _, tokens = _start(tmp_path / "ck")
+    for entry in cache_home.glob("*.pkl"):
+        entry.write_bytes(entry.read_bytes()[:-100])
+    with pytest.warns(CacheWarning, match="does not match its digest"):
+        gen, again = _start(tmp_path / "ck")
+    assert gen.decode_program.report.program_cache == "miss"
+    assert torch.equal(again, tokens)
+
+
+def test_models_with_weights_are_not_cached(tmp_path, cache_home):
+    model = _save(tmp_path / "ck")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = Generator(model, 32)
+    assert gen.decode_program.report.program_cache == "off"
+    assert not cache_home.exists() or not list(cache_home.glob("*.pkl"))
