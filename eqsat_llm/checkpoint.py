@@ -37,6 +37,9 @@ class Checkpoint:
                              "writes it: config.json and model*.safetensors)")
         self.config = _config(path)
         self._where = _tensor_files(path)
+        self.total_bytes = sum(f.stat().st_size for f in set(self._where.values()))
+        self.bytes_read = 0  # of tensors read so far (tensor())
+        self.on_read: Callable[[int], None] | None = None  # told bytes_read after each read
 
     def keys(self) -> list[str]:
         return list(self._where)
@@ -50,12 +53,16 @@ class Checkpoint:
         alone: a mapping kept open would keep every page read through it resident."""
         try:
             with self._handle(key) as f:
-                return f.get_tensor(key)
+                t = f.get_tensor(key)
         except EqsatError:
             raise
         except Exception as exc:  # safetensors raises its own types for bad bytes
             raise EqsatError(f"{self._where[key].name}: cannot read tensor {key} ({exc})") \
                 from exc
+        self.bytes_read += t.numel() * t.element_size()
+        if self.on_read is not None:
+            self.on_read(self.bytes_read)
+        return t
 
     def _handle(self, key: str) -> Any:
         from safetensors import safe_open

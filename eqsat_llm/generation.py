@@ -87,6 +87,10 @@ class GeneratorReport:
     prepared_bytes: int = 0  # what both programs hold beyond the model's parameters
     prepared_alone: tuple[int, int] = (0, 0)  # what each would hold alone (prefill, decode)
     last_run: dict[str, float] = field(default_factory=dict)
+    # from_pretrained: the checkpoint's bytes read and the seconds the weights took (read,
+    # converted, quantized, packed), apart from the compile
+    weights_read_bytes: int = 0
+    load_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"prefill": self.prefill.to_dict(), "decode": self.decode.to_dict(),
@@ -95,7 +99,8 @@ class GeneratorReport:
                 "prefill_chunk": self.prefill_chunk, "compile_seconds": self.compile_seconds,
                 "prepared_bytes": self.prepared_bytes,
                 "prepared_alone": list(self.prepared_alone),
-                "last_run": dict(self.last_run)}
+                "weights_read_bytes": self.weights_read_bytes,
+                "load_seconds": self.load_seconds, "last_run": dict(self.last_run)}
 
     def summary(self) -> str:
         def mib(n: float) -> str:
@@ -114,6 +119,11 @@ class GeneratorReport:
              f"{mib(self.prepared_alone[1])}; the model's own parameters not counted)"),
             f"compiled in {self.compile_seconds:.1f} s (both programs)",
         ]
+        if self.weights_read_bytes:
+            lines.append(f"weights: {self.weights_read_bytes / 1e9:.2f} GB of the checkpoint "
+                         f"read and prepared in {self.load_seconds:.1f} s "
+                         f"({self.weights_read_bytes / 1e9 / max(self.load_seconds, 1e-9):.2f}"
+                         f" GB/s), within the compile time")
         if self.last_run:
             r = self.last_run
             lines.append(f"last generate: prompt {r['prompt_tokens']:.0f} tokens in "
@@ -214,13 +224,31 @@ class Generator:
         held (checkpoint.py, lazy_weights.py). `dtype`: the model's, default the
         checkpoint's. Other options as Generator's and optimize's."""
         from .checkpoint import Checkpoint
+        from .progress import ProgressLine, bytes_text
 
         ckpt = Checkpoint(path)
         model = ckpt.empty_model(dtype)
         if quantize is not None:
             options["quantize"] = quantize
-        gen = cls(model, max_seq_len, weights=ckpt.weight_source(model), **options)
+        line = ProgressLine()  # on a terminal only
+        options.setdefault("progress", lambda text: line.show(f"optimizing: {text}"))
+        started: list[float] = []
+
+        def reading(done: int) -> None:
+            if not started:
+                started.append(time.perf_counter())
+            line.show("reading weights: " + bytes_text(done, ckpt.total_bytes,
+                                                       time.perf_counter() - started[0]))
+
+        ckpt.on_read = reading
+        try:
+            gen = cls(model, max_seq_len, weights=ckpt.weight_source(model), **options)
+        finally:
+            ckpt.on_read = None
+            line.done()
         gen.checkpoint = ckpt
+        gen.report.weights_read_bytes, gen.report.load_seconds = ckpt.bytes_read, \
+            gen.load_seconds
         return gen
 
     def _example(self, t: int) -> tuple[torch.Tensor, ...]:

@@ -96,7 +96,7 @@ def test_each_weight_is_read_and_quantized_once_and_held_only_prepared(tmp_path,
     panels its kernel reads."""
     from eqsat_llm.checkpoint import Checkpoint
 
-    _save(tmp_path, torch.bfloat16, tied=False)
+    saved = _save(tmp_path, torch.bfloat16, tied=False)
     reads: dict[str, int] = {}
     read = Checkpoint.tensor
 
@@ -109,6 +109,8 @@ def test_each_weight_is_read_and_quantized_once_and_held_only_prepared(tmp_path,
     # every weight read once, though the programs merge q, k and v in other orders and the
     # decode step reads the SwiGLU weight's halves apart (views of the prefill's panels)
     assert set(reads.values()) == {1}
+    assert gen.report.weights_read_bytes == sum(t.numel() * t.element_size()
+                                                for t in saved.state_dict().values())
     decode_views = [w for w in gen.decode_program._runtime.weights if w._base is not None]
     assert decode_views
     for program in (gen.decode_program, gen.prefill_program):
