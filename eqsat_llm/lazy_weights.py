@@ -71,9 +71,51 @@ def materialize(t: Any, source: WeightSource, name: str | None = None,
             raise EqsatError(f"weight {name}: the source has shape {list(value.shape)}, the "
                              f"model {list(t.shape)}")
         return value if value.dtype == t.dtype else value.to(t.dtype)
-    args = args_of(recipe) if args_of else [materialize(a, source) for a in recipe.args]
+    if args_of is not None:
+        args = args_of(recipe)
+    else:
+        args = [materialize(narrowed(a) if recipe.op in WIDEN_INSIDE else a, source)
+                for a in recipe.args]
     with torch.no_grad():
         return evaluate(recipe.op, args, recipe.attrs)
+
+
+# ops that widen their float argument to float32 themselves, some columns at a time
+# (quant_formats.quantize): a widening to_dtype under layout ops before them is skipped, so a
+# half checkpoint's weight is quantized without being held whole in float32 (exact: the
+# widening is the same wherever it runs)
+WIDEN_INSIDE = ("quantize_weight", "weight_scales")
+_LAYOUT = ("permute", "transpose", "view", "cat")
+
+
+def narrowed(t: Any) -> Any:
+    """`t` with its widening of a half weight to float32 moved past its layout ops and
+    dropped (a meta tensor of the half dtype with the rest of the recipe); `t` itself when
+    there is none."""
+    out = _narrowed(t)
+    return t if out is None else out
+
+
+def _narrowed(t: Any) -> Any:
+    recipe = recipe_of(t) if isinstance(t, torch.Tensor) and t.is_meta else None
+    if recipe is None:
+        return None
+    if recipe.op == "to_dtype" and t.dtype == torch.float32:
+        src = recipe.args[0]
+        meta = src.meta if isinstance(src, WeightRef) else src
+        return src if isinstance(meta, torch.Tensor) and meta.dtype in (
+            torch.bfloat16, torch.float16) else None
+    if recipe.op not in _LAYOUT:
+        return None
+    tensors = [a for a in recipe.args if isinstance(a, torch.Tensor | WeightRef)]
+    inner = [_narrowed(a) for a in tensors]
+    dtypes = {(a.meta if isinstance(a, WeightRef) else a).dtype for a in inner if a is not None}
+    if None in inner or len(dtypes) != 1:
+        return None
+    swap = dict(zip(map(id, tensors), inner))
+    args = [swap.get(id(a), a) for a in recipe.args]
+    return with_recipe(torch.empty(t.shape, dtype=dtypes.pop(), device="meta"), recipe.op,
+                       recipe.attrs, args)
 
 
 def recipe_key(t: Any, name: str | None = None) -> Hashable | None:
@@ -185,7 +227,8 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         key = tuple(recipe_key(a) for a in recipe.args)
         if self._last_args is not None and None not in key and self._last_args[0] == key:
             return self._last_args[1]
-        values = [materialize(a, self._source, None, self._args) for a in recipe.args]
+        values = [materialize(narrowed(a) if recipe.op in WIDEN_INSIDE else a, self._source,
+                              None, self._args) for a in recipe.args]
         self._last_args = (key, values)
         return values
 
@@ -208,6 +251,31 @@ class LazyConstants(Mapping[str, torch.Tensor]):
             return columns_key(t, offset, cols, name)
         key = recipe_key(t, name)
         return None if key is None else ("view", key, offset, rows, cols, rs)
+
+    def column_parts(self, name: str, offset: int, rows: int, cols: int, rs: int
+                     ) -> list[tuple[int, int]]:
+        """The (start, width) of each part of a cat along the last dim (under column-wise
+        ops) inside the view's columns, relative to them: the merged q, k and v projections
+        whose panels another program reads one by one. [] when the view is not whole rows
+        of such a cat."""
+        t = self._constants[name]
+        if not isinstance(t, torch.Tensor) or not t.is_meta or not (
+                (t.dim() == 2 and rows == t.shape[0] and rs == t.shape[1]) or
+                (t.dim() == 1 and rows == 1)):
+            return []
+        while (recipe := recipe_of(t)) is not None and recipe.op in COLUMN_WISE and \
+                isinstance(recipe.args[0], torch.Tensor) and recipe.args[0].is_meta:
+            t = recipe.args[0]
+        recipe = recipe_of(t)
+        if recipe is None or recipe.op != "cat" or recipe.attrs["dim"] % t.dim() != t.dim() - 1:
+            return []
+        parts, first = [], 0
+        for part in _cat_parts(t, t.dim() - 1):
+            width = (part.meta if isinstance(part, WeightRef) else part).shape[-1]
+            if offset <= first and first + width <= offset + cols:
+                parts.append((first - offset, width))
+            first += width
+        return parts
 
     def shared(self, key: Hashable | None, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         """The prepared tensor made for `key` by an earlier program from this source, else

@@ -64,3 +64,61 @@ def test_a_real_tensor_in_a_recipe_is_never_shared():
     lazy.shared(None, lambda: made.append(1) or big)
     lazy.shared(None, lambda: made.append(1) or big)
     assert made == [1, 1]
+
+
+def test_a_half_weight_is_quantized_without_widening_it_whole():
+    """quantize_weight(permute(to_dtype(w_bf16))) runs on the bf16 weight (quantize widens
+    some columns at a time): the same integers and scales as widening it first."""
+    from eqsat_llm.lazy_weights import narrowed
+
+    half = {"h": torch.randn(48, K, generator=torch.Generator().manual_seed(5)).bfloat16()}
+    h = WeightRef("h", torch.empty(48, K, dtype=torch.bfloat16, device="meta"))
+
+    def fold(op, attrs, *args):
+        out = evaluate(op, [materialize(a, half.__getitem__) for a in args], attrs)
+        return with_recipe(torch.empty(out.shape, dtype=out.dtype, device="meta"), op, attrs,
+                           list(args))
+
+    wide = fold("permute", {"dims": [1, 0]}, fold("to_dtype", {"dtype": "float32"}, h))
+    narrow = narrowed(wide)
+    assert narrow.dtype == torch.bfloat16 and narrow.shape == wide.shape
+    for op in ("quantize_weight", "weight_scales"):
+        q = fold(op, {"fmt": "int4_g32"}, wide)
+        lazy = LazyConstants({"q": q}, half.__getitem__)
+        want = evaluate(op, [materialize(wide, half.__getitem__)], {"fmt": "int4_g32"})
+        assert torch.equal(lazy["q"], want)
+    assert narrowed(folded("to_dtype", {"dtype": "float32"}, ref("a"))).dtype == torch.float32
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4_g32"])
+def test_panels_of_a_merged_weight_hold_each_parts_own(fmt):
+    """The prepared panels of quantize_weight(cat(p, q, r)) are, row block by row block,
+    the panels each part's own quantized weight prepares (panel-aligned parts), and are
+    remembered under those parts' keys."""
+    from eqsat_llm.codegen.c.quant_gemm import QuantPanels
+    from eqsat_llm.codegen.c.tiles import QUANT_PANEL
+    from eqsat_llm.codegen.c.values import Layout, spec_key
+
+    widths = {"p": QUANT_PANEL, "q": 2 * QUANT_PANEL, "r": QUANT_PANEL}
+    weights = {n: torch.randn(K, w, generator=torch.Generator().manual_seed(i))
+               for i, (n, w) in enumerate(widths.items())}
+    refs = [WeightRef(n, torch.empty(K, w, device="meta")) for n, w in widths.items()]
+
+    def fold(op, attrs, *args):
+        out = evaluate(op, [materialize(a, weights.__getitem__) for a in args], attrs)
+        return with_recipe(torch.empty(out.shape, dtype=out.dtype, device="meta"), op, attrs,
+                           list(args))
+
+    merged = fold("quantize_weight", {"fmt": fmt}, fold("cat", {"dim": 1}, *refs))
+    alone = fold("quantize_weight", {"fmt": fmt}, refs[1])
+    lazy = LazyConstants({"m": merged, "q_alone": alone}, weights.__getitem__)
+    rows, n = merged.shape[0], merged.shape[1]
+    whole = QuantPanels("m", 0, rows, n, n)
+    parts = whole.parts(lazy)
+    assert [r for _, r in parts] == [slice(0, 1), slice(1, 3), slice(3, 4)]
+    t = Layout._prepared(whole, lazy)
+    own = QuantPanels("q_alone", 0, rows, widths["q"], widths["q"])
+    assert spec_key(own, lazy) == spec_key(parts[1][0], lazy)
+    assert torch.equal(t[1:3], own.prepare(lazy))
+    taken = Layout._prepared(own, lazy)  # made by no one: a view of the whole
+    assert taken.data_ptr() == t[1:3].data_ptr()

@@ -105,6 +105,7 @@ the commit before and after the panels, each its own process, one after the othe
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -124,10 +125,22 @@ class WeightView:
     rs: int
     halves: int = 1
 
-    def half(self, h: int) -> WeightView:
-        """Half h alone: its prepared tensor is the h-th of this one's `halves` equal blocks
-        of rows (prepare puts the halves' panels one after the other)."""
-        return replace(self, offset=self.offset + h * self.n, halves=1)
+    panel = QUANT_PANEL  # columns per panel: a panel is one index of the prepared dim 0
+
+    def parts(self, constants: Any) -> list[tuple[WeightView, slice]]:
+        """The views another program may prepare alone that are rows (dim 0) of this one's
+        prepared tensor: each half of a SwiGLU weight (prepare puts the halves' panels one
+        after the other), and each part of a merged weight whose columns start and end on
+        panel boundaries (the q, k and v of a merged projection: `constants.column_parts`)."""
+        if self.halves > 1:
+            per = self.panels() // self.halves
+            return [(replace(self, offset=self.offset + h * self.n, halves=1),
+                     slice(h * per, (h + 1) * per)) for h in range(self.halves)]
+        cuts = constants.column_parts(self.name, self.offset, self.rows, self.n, self.rs)
+        return [(replace(self, offset=self.offset + start, n=width),
+                 slice(start // self.panel, (start + width) // self.panel))
+                for start, width in cuts if start % self.panel == 0 and
+                width % self.panel == 0 and width < self.n]
 
     def halves_of(self, constants: dict[str, torch.Tensor], rows: int | None = None
                   ) -> list[torch.Tensor]:

@@ -150,11 +150,9 @@ class Layout:
         if not hasattr(constants, "shared"):  # weights made on access: lazy_weights.py
             return make()
         t = constants.shared(spec_key(w, constants), make)  # type: ignore[attr-defined]
-        halves = getattr(w, "halves", 1)
-        for h in range(halves if halves > 1 else 0):  # each half: rows of the whole
-            rows = t.shape[0] // halves
-            constants.remember(spec_key(w.half(h), constants), t,  # type: ignore
-                               slice(h * rows, (h + 1) * rows))
+        if isinstance(w, WeightView):  # the parts another program may prepare alone
+            for part, rows in w.parts(constants):
+                constants.remember(spec_key(part, constants), t, rows)  # type: ignore
         return t
 
 

@@ -98,6 +98,7 @@ class W8A8Panels(WeightView):
     - part "scale": `name` is the scales [N] (rows = 1, rs unused): float32 [P][16].
     The values are the constant's, unchanged."""
     part: str = "q"
+    panel = W8A8_PANEL  # columns per panel (WeightView.parts)
 
     def panels(self) -> int:
         return self.halves * -(-self.n // W8A8_PANEL)
