@@ -256,7 +256,8 @@ def main() -> None:
         head = (f"Command: `.venv/bin/python benchmarks/checkpoint_memory.py "
                 f"{' '.join(sys.argv[1:])}` ({datetime.date.today()}, {cpu}, "
                 f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end).")
-        write_section(head + "\n\n" + table, f"## Generating from a checkpoint: the {args.shape} shape")
+        write_section(head + "\n\n" + table,
+                      f"## Generating from a checkpoint: the {args.shape} shape")
 
 
 if __name__ == "__main__":
