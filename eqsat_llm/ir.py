@@ -19,11 +19,10 @@ from typing import Any
 import torch
 
 from .errors import GraphError
-from .ops import get_op
+from .ops import gemm_label, get_op
 from .tensor_type import TensorType, ValueType, dtype_name, dtype_of
 
 __all__ = [
-    "GEMM_DESCRIPTOR",
     "VALUE_LEAVES",
     "Graph",
     "Node",
@@ -137,16 +136,7 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-GEMM_DESCRIPTOR = (("prologue", "none"), ("weight", "float"), ("epilogue", "none"),
-                   ("act", "none"))
-
-
 def node_label(node: Node) -> str:
-    """What reports and counts call a node: its op, and for the gemm op (ops/gemm.py) the parts of
-    its descriptor that are not the default: gemm[rms_norm], gemm[add], gemm[bias+gelu_tanh],
-    gemm[swiglu], gemm[int8+add]; a plain float gemm is "gemm"."""
-    if node.op != "gemm":
-        return node.op
-    parts = [node.attrs[k] for k, default in GEMM_DESCRIPTOR
-             if node.attrs.get(k, default) != default]
-    return f"gemm[{'+'.join(parts)}]" if parts else "gemm"
+    """What reports and counts call a node: its op, and for the gemm op its descriptor's
+    label (ops/gemm.py gemm_label: gemm[rms_norm], gemm[int8+add], ...)."""
+    return gemm_label(node.attrs) if node.op == "gemm" else node.op

@@ -31,7 +31,7 @@ import torch
 
 from .errors import EqsatError
 from .ir import Graph, Node, TensorType, contiguous_strides, dtype_of
-from .ops import LEAF_OPS, REGISTRY, WEAK_DTYPES, evaluate, get_op
+from .ops import LEAF_OPS, REGISTRY, WEAK_DTYPES, evaluate, get_op, ops_where
 
 ALIGN = 64
 
@@ -153,7 +153,7 @@ def _reference_strides(node: Node, xs: list[Any], t: TensorType) -> tuple[int, .
 
 # ops that write any output strides on every runtime (a strided kernel in C, computed then
 # copied in by the planned runtime): their buffers may take the layout their user wants
-STRIDE_FREE_OPS = frozenset({"attention"})
+STRIDE_FREE_OPS = ops_where("stride_free")  # (ops/registry.py: OpDef.stride_free)
 
 
 def _head_merge_strides(graph: Graph, live: set[int]) -> dict[int, tuple[int, ...]]:

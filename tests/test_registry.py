@@ -52,3 +52,30 @@ def test_a_new_op_nobody_knows_is_reported_by_each_check(monkeypatch):
     for backend in BACKENDS:
         with pytest.raises(AssertionError, match="TORCH_STEP_OPS"):
             test_every_op_is_generated_or_a_declared_torch_step(backend)
+
+
+def test_consumers_derive_op_facts_from_the_registry():
+    """The planner's stride-free ops, the cost model's frontend forms and both backends'
+    matmul ops are the registry's declarations, not lists of their own."""
+    from eqsat_llm.extraction.costmodel import FRONTEND_FORMS
+    from eqsat_llm.ops import MATMUL_OPS, REGISTRY, ops_where
+    from eqsat_llm.plan import STRIDE_FREE_OPS
+
+    assert STRIDE_FREE_OPS == {n for n, d in REGISTRY.items() if d.stride_free} == {"attention"}
+    assert FRONTEND_FORMS == ops_where("frontend_form") == {"sdpa", "sdpa_masked"}
+    assert MATMUL_OPS <= {n for n, d in REGISTRY.items() if d.category == "matmul"}
+    assert MATMUL_OPS <= set(c_emit.EMITTERS) and MATMUL_OPS <= set(triton_program.PLANNERS)
+
+
+@pytest.mark.parametrize("q_heads,kv_heads,group",
+                         [(8, 8, 1), (8, 2, 4), (8, 1, 1), (6, 4, None)])
+def test_kv_group_is_how_kv_heads_repeats(q_heads, kv_heads, group):
+    import torch
+
+    from eqsat_llm.ops import kv_group
+    from eqsat_llm.ops.attention import kv_heads as repeat
+
+    q, kv = torch.empty(1, q_heads, 3, 4), torch.empty(1, kv_heads, 5, 4)
+    assert kv_group(q.shape, kv.shape, kv.shape) == group
+    if group is not None:
+        assert repeat(q, kv).shape[-3] == (q_heads if group > 1 else kv_heads)

@@ -28,6 +28,7 @@ from itertools import pairwise
 import torch
 
 from ...ir import VALUE_LEAVES, Graph, Node, contiguous_strides, node_label
+from ...ops import MATMUL_OPS
 from ...plan import ARENA, COPY_OUT, LEAF, OUTPUT, SCALAR, TEMP, VIEW_OPS, MemoryPlan
 from .emit_attention import emit_attention
 from .emit_elementwise import (
@@ -41,7 +42,7 @@ from .emit_elementwise import (
 from .emit_format_gemm import prepared_operands
 from .emit_gather import GATHER_OPS, emit_gather
 from .emit_gemm import emit_gemm
-from .emit_matmul import MATMUL_OPS, emit_matmul
+from .emit_matmul import emit_matmul
 from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
 from .emit_reduce import REDUCE_OPS, emit_reduce
 from .errors import UnsupportedByBackend

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ...ir import Node
+from ...ops.attention import kv_group
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
 from .values import Ref
 
@@ -48,17 +49,6 @@ def _head_pointers(offs: list[str]) -> str:
     (void)bp;"""
 
 
-def _kv_group(q: Ref, k: Ref, v: Ref) -> int | None:
-    """How many query heads share each KV head (1 without grouped-query attention); None
-    when the head counts do not form groups the kernel handles."""
-    if len(q.shape) < 3 or len(k.shape) < 3 or not 1 < k.shape[-3] < q.shape[-3]:
-        return 1  # the same heads, or broadcast ones
-    hq, hk = q.shape[-3], k.shape[-3]
-    if len(k.shape) != len(q.shape) or v.shape[-3] != hk or hq % hk:
-        return None
-    return hq // hk
-
-
 def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
                    bias_values: torch.Tensor | None = None) -> str | None:
     """bias_values: the bias's values when it is a constant (the packed kernel then skips
@@ -72,7 +62,7 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
     sk, dv = v.shape[-2:]
     batch = out.shape[:-2]
     scores = batch + (sq, sk)
-    group = _kv_group(q, k, v)
+    group = kv_group(q.shape, k.shape, v.shape)
     if group is None:
         return None
     kv_batch = batch[:-1] + (batch[-1] // group,) if group > 1 else batch

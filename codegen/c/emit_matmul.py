@@ -23,7 +23,6 @@ from .packed_gemm import ACTIVATIONS
 from .tiles import BLAS_MIN_M, PACKED_MIN_M
 from .values import Layout, Ref
 
-MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias"})
 UNUSED = Ref("scalar", 0, 0, (), (), "float64", 0.0)  # a gemm's unused operand (ops.add_gemm)
 
 

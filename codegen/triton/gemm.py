@@ -31,12 +31,10 @@ import triton.language as tl
 
 from ...half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from ...ir import Node
-from ...ops import GEMM_DEFAULTS
+from ...ops import GEMM_DEFAULTS, MATMUL_OPS
 from ...quant_formats import DYNAMIC, FORMATS, format_group
 from .common import ACT_CODES, apply_act
 from .launch import FLOATS, Launch, Operand, interpreting, merge_levels
-
-MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias"})
 
 # the kernel's switches (constexprs)
 W_FLOAT, W_INT8, W_INT4 = 0, 1, 2

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import CostError, EqsatError
 from ..ir import TensorType, dtype_of
-from ..ops import ACTIVATIONS, EXP_FLOPS, REGISTRY, WEAK_DTYPES
+from ..ops import ACTIVATIONS, EXP_FLOPS, REGISTRY, WEAK_DTYPES, ops_where
 from ..quant_formats import DYNAMIC
 from ..sparse_formats import FORMATS as SPARSE_FORMATS
 from .machine import Machine, machine_of_this_host
@@ -60,7 +60,7 @@ FALLBACK_SECONDS = 1e-3
 # The frontend's spellings of attention (sdpa, sdpa_masked): no backend generates them, torch's
 # own kernel runs them, reading K/V repeated for every query head; the rules turn them into
 # `attention`. Charged like a fallback so that a tie never keeps them.
-FRONTEND_FORMS = frozenset({"sdpa", "sdpa_masked"})
+FRONTEND_FORMS = ops_where("frontend_form")  # (ops/registry.py: OpDef.frontend_form)
 
 # Sub-byte dtypes are counted packed (torch reports 1 byte for them).
 _PACKED_BITS = {f"{s}int{b}": b for s in ("", "u") for b in range(1, 8)}

@@ -10,6 +10,8 @@ from __future__ import annotations
 from . import sources, layout, matmul  # noqa: F401
 from .activations import ACTIVATIONS, Activation
 from .elementwise import COMPARISONS, weak_scalar_dtype
+from .matmul import MATMUL_OPS
+from .attention import kv_group
 from . import reductions, gathers, attention, fused  # noqa: F401
 from .gemm import (
     GEMM_ACTS,
@@ -18,6 +20,7 @@ from .gemm import (
     GEMM_PROLOGUES,
     GEMM_WEIGHTS,
     add_gemm,
+    gemm_label,
     gemm_writes_in_place,
 )
 from . import formats  # noqa: F401
@@ -34,6 +37,7 @@ from .registry import (
     evaluate,
     get_op,
     leaf_type,
+    ops_where,
     register,
     typed_number,
 )
@@ -48,6 +52,6 @@ LEAF_OPS = frozenset({"input", "param", "const"})
 
 __all__ = ["ACTIVATIONS", "ATTR_KINDS", "COMPARISONS", "COPY_IN", "COST_KINDS", "EXP_FLOPS",
            "GEMM_ACTS", "GEMM_DEFAULTS", "GEMM_EPILOGUES", "GEMM_PROLOGUES", "GEMM_WEIGHTS",
-           "LEAF_OPS", "REGISTRY", "WEAK_DTYPES", "Activation", "OpDef", "Part", "Writer",
-           "add_gemm", "evaluate", "gemm_writes_in_place", "get_op", "register",
-           "typed_number", "weak_scalar_dtype"]
+           "LEAF_OPS", "MATMUL_OPS", "REGISTRY", "WEAK_DTYPES", "Activation", "OpDef", "Part",
+           "Writer", "add_gemm", "evaluate", "gemm_label", "gemm_writes_in_place", "get_op",
+           "kv_group", "ops_where", "register", "typed_number", "weak_scalar_dtype"]

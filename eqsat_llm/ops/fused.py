@@ -81,6 +81,6 @@ register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
          category="elementwise", shape="broadcast", dtype="same", cost="vector",
          flops=TRANSCENDENTAL + 2, parts=_swiglu_parts, writer=COPY_IN)
 register("attention", 4, "scale:float", ref=_attention, category="attention", shape="sdpa",
-         cost="attention", parts=_attention_parts, writer=COPY_IN)
+         cost="attention", parts=_attention_parts, writer=COPY_IN, stride_free=True)
 register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype="same",
          cost="vector", flops=4.0, parts=_rope_parts, writer=COPY_IN)

@@ -35,10 +35,21 @@ from .registry import Part, register
 # them out the same way (bit-identical for the float format).
 GEMM_DEFAULTS = {"alpha": 1.0, "beta": 1.0, "eps": 0.0, "prologue": "none", "weight": "float",
                  "epilogue": "none", "act": "none"}  # every attribute but n
+# the descriptor's parts a label names when not the default, in this order
+GEMM_LABEL_PARTS = ("prologue", "weight", "epilogue", "act")
 GEMM_PROLOGUES = ("none", "rms_norm")
 GEMM_EPILOGUES = ("none", "add", "bias", "swiglu")
 GEMM_ACTS = ("none", *ACTIVATIONS)
 GEMM_WEIGHTS = ("float", *FORMATS, DYNAMIC, *sparse_formats.FORMATS, *HALF_FORMATS)
+
+
+def gemm_label(attrs: dict[str, Any]) -> str:
+    """What reports call a gemm: its descriptor's parts that are not the default, gemm[rms_norm],
+    gemm[add], gemm[bias+gelu_tanh], gemm[swiglu], gemm[int8+add]; a plain float gemm is
+    "gemm"."""
+    parts = [attrs[k] for k in GEMM_LABEL_PARTS if attrs.get(k, GEMM_DEFAULTS[k]) !=
+             GEMM_DEFAULTS[k]]
+    return f"gemm[{'+'.join(parts)}]" if parts else "gemm"
 
 
 def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:

@@ -48,3 +48,7 @@ register("linear", 2, ref=lambda xs, a: F.linear(xs[0], xs[1]), category="matmul
          writer=lambda out, xs, a: aten.linear.out(xs[0], xs[1], None, out=out))
 register("linear_bias", 3, ref=lambda xs, a: F.linear(xs[0], xs[1], xs[2]), category="matmul",
          shape="linear", cost="matmul", writer=lambda out, xs, a: aten.linear.out(*xs, out=out))
+
+# torch's products as captured, each a matmul kernel on both backends until the rules make
+# them the gemm op (ops/gemm.py, also of category "matmul")
+MATMUL_OPS = frozenset({"mm", "bmm", "matmul", "addmm", "linear", "linear_bias"})

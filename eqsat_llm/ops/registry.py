@@ -62,6 +62,13 @@ class OpDef:
     parts: Parts | None = None  # a fused op: the ops its reference runs, for their prices
     writer: Writer | str | None = None  # into a buffer; COPY_IN; None: not computed (leaves)
     may_view: bool = False  # torch may return its result as a view of its input (plan.py)
+    # its kernels write the result through any strides (every runtime: written in place or
+    # copied in), so the planner may give its buffer the strides of its only consumer, a
+    # permute, making that permute a free view (plan.py)
+    stride_free: bool = False
+    # a form only the frontend emits, which the fusion rules replace by a fused op: priced
+    # with a fallback's overhead, so that extraction prefers the fused op (costmodel.py)
+    frontend_form: bool = False
     # Python type inference; by default the reference semantics run on meta tensors,
     # which gives torch's own shape and dtype rules exactly.
     infer: Callable[[list[TensorType], dict[str, Any]], TensorType] | None = None
@@ -154,7 +161,8 @@ TRANSCENDENTAL = 20.0
 def register(name: str, arity: int | None, attrs: str = "", *, ref=None, category: str,
              shape: str, dtype: str = "same", cost: str, flops: float = 0.0,
              parts: Parts | None = None, writer: Writer | str | None = None,
-             may_view: bool = False, infer=None) -> None:
+             may_view: bool = False, stride_free: bool = False, frontend_form: bool = False,
+             infer=None) -> None:
     """Declare an op. `attrs` is "name:kind name:kind ..."."""
     parsed = tuple(tuple(a.split(":")) for a in attrs.split())
     for attr_name, kind in parsed:
@@ -167,7 +175,13 @@ def register(name: str, arity: int | None, attrs: str = "", *, ref=None, categor
     if (cost == "vector") != (flops > 0):
         raise ValueError(f"{name}: a vector op gives its flops per element, no other op does")
     REGISTRY[name] = OpDef(name, arity, parsed, ref, category, shape, dtype,  # type: ignore
-                           cost, flops, parts, writer, may_view, infer)
+                           cost, flops, parts, writer, may_view, stride_free, frontend_form,
+                           infer)
+
+
+def ops_where(fact: str) -> frozenset[str]:
+    """The ops whose boolean declaration `fact` (an OpDef field) is true."""
+    return frozenset(name for name, op in REGISTRY.items() if getattr(op, fact))
 
 
 def get_op(name: str) -> OpDef:

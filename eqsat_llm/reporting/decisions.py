@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ir import VALUE_LEAVES, Graph, TensorType, node_label
-from ..ops import REGISTRY
+from ..ops import REGISTRY, gemm_label, get_op
 from .alternatives import ProgramChoices
 
 TERM_DEPTH = 2  # how deep an alternative's term is written out
@@ -66,8 +66,8 @@ class Decisions:
         nodes = self.program.egraph.nodes
         strings = [json.loads(nodes[n].op) for n in (self.program.choice(c, {}) for c in
                    node.children) if n is not None and nodes[n].op.startswith('"')]
-        parts = [s for s in strings if s not in ("none", "float")]
-        return f"gemm[{'+'.join(parts)}]" if parts else "gemm"
+        names = [name for name, kind in get_op("gemm").attrs if kind == "str"]  # in order
+        return gemm_label(dict(zip(names, strings)))
 
     def explain(self, cls: str) -> dict[str, Any]:
         """The rules, alternatives and sharing of the kernel extracted from `cls`."""
