@@ -30,6 +30,7 @@ from torch import nn
 from .errors import EqsatError
 from .kv_cache import CachedStep
 from .lazy_weights import WeightSource
+from .memcheck import release_freed_memory
 from .rulebook import resolve
 
 DEFAULT_CHUNK = 64
@@ -192,8 +193,10 @@ class Generator:
                 setattr(self.step, name, cache)
             # prefill first: its SwiGLU weights are prepared whole, and the decode step,
             # which may read the gate and up halves apart, takes them as views of those
+            release_freed_memory()  # what optimizing freed: not beside the weights
             for program in (self.prefill_program, self.decode_program):
                 program.load_weights(weights, state=caches)
+                release_freed_memory()
             self.load_seconds = time.perf_counter() - t1
         caches = self.step.caches()
         self.report = GeneratorReport(

@@ -13,6 +13,7 @@ Linux) nothing is checked. docs/errors.md.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -129,3 +130,26 @@ def fold_bytes(graph: Any, keep: frozenset[str]) -> int:
             if not meta and isinstance(t, TensorType) and not t.dtype.startswith("py_"):
                 total += t.numel * dtype_of(t.dtype).itemsize
     return total
+
+
+def release_freed_memory() -> None:
+    """Hand the heap pages freed so far back to the operating system (glibc's malloc_trim;
+    nothing elsewhere). Optimizing a model and loading its weights free many mid-sized blocks
+    that glibc keeps for reuse: trimmed between the phases, they do not add to the peak of
+    the next (TinyLlama shape, int4 from bf16: 0.18 GB kept after optimizing)."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+@functools.cache
+def _libc() -> Any:
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") else None

@@ -164,11 +164,14 @@ class QuantPanels(WeightView):
         return self.halves * -(-self.n // QUANT_PANEL)
 
     def prepare(self, constants: dict[str, torch.Tensor]) -> torch.Tensor:
-        parts = []
-        for half in self.halves_of(constants):
-            part = torch.nn.functional.pad(half, (0, -self.n % QUANT_PANEL))
-            parts.append(part.reshape(self.rows, -1, QUANT_PANEL).permute(1, 0, 2))
-        out = torch.cat(parts, 0).contiguous()
+        halves = self.halves_of(constants)
+        per = self.panels() // self.halves
+        # written in place, panel by panel: no padded or concatenated copy of the weight
+        out = torch.zeros(self.panels(), self.rows, QUANT_PANEL, dtype=halves[0].dtype)
+        for h, half in enumerate(halves):
+            for p in range(per):
+                cols = half[:, p * QUANT_PANEL:(p + 1) * QUANT_PANEL]
+                out[h * per + p, :, :cols.shape[1]] = cols
         # half-precision values travel as their bits (the C side has no half type)
         return out.view(torch.int16) if out.dtype in (torch.float16, torch.bfloat16) else out
 
