@@ -232,6 +232,11 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         self._last_args = (key, values)
         return values
 
+    def narrowed(self, name: str) -> torch.Tensor:
+        """The constant `name` with its widening of a half weight dropped (`narrowed`): a
+        half checkpoint's table in its own dtype, never widened whole."""
+        return materialize(narrowed(self._constants[name]), self._source, name, self._args)
+
     def key(self, name: str) -> Hashable | None:
         """recipe_key of the constant `name` (None: not made from the source alone)."""
         t = self._constants[name]

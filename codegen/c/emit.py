@@ -21,7 +21,7 @@ copied out contiguously). Nothing is allocated by the generated code."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
@@ -48,6 +48,7 @@ from .emit_reduce import REDUCE_OPS, emit_reduce
 from .errors import UnsupportedByBackend
 from .fuse_elementwise import emit_fused, fusion_groups, overlaps
 from .fuse_rope import RopeEpilogue, rope_epilogues
+from .half_table import HalfTable, holds_bfloat16
 from .packed_gemm import PACKED_GEMM_C, PackedWeight
 from .prelude import PRELUDE
 from .quant_gemm import QUANT_GEMM_C
@@ -105,7 +106,7 @@ EMITTERS: dict[str, Emitter] = {
     **dict.fromkeys(VIEW_OPS, _view_copy),
     "view": lambda s: emit_reshape_copy(s.out, s.ins[0]) if s.out.dtype == s.ins[0].dtype
     else None,
-    "embedding": lambda s: _embedding(s.out, s.ins),
+    "embedding": lambda s: _embedding(s.out, s.ins, s.layout, s.constants),
     **dict.fromkeys(REDUCE_OPS, lambda s: emit_reduce(s.node, s.out, s.ins)),
     **dict.fromkeys(GATHER_OPS, lambda s: emit_gather(s.node, s.out, s.ins)),
     "full": _full,
@@ -152,22 +153,40 @@ class Program:
         return None
 
 
-def _embedding(out: Ref, ins: list[Ref]) -> str | None:
+def _embedding(out: Ref, ins: list[Ref], layout: Layout | None = None,
+               constants: Mapping[str, torch.Tensor] | None = None) -> str | None:
     w, idx = ins
     if len(w.shape) != 2 or idx.ctype not in ("int64_t", "int32_t") or out.dtype != w.dtype:
         return None
     d = w.shape[1]
     flat = out.with_view(idx.shape + (d,), out.strides, out.offset)
     from .loops import loop_nest
-    return (f"{out.ctype}* o = {out.ptr(const=False)};\nconst {w.ctype}* w = {w.ptr()};\n"
+    table, value = f"const {w.ctype}* w = {w.ptr()};", f"w[r * {w.strides[0]} + c * {w.strides[1]}]"
+    half = _half_table(w, layout, constants)
+    if half is not None:  # bf16 bits, widened as copied (half_table.py)
+        table = f"const uint16_t* w = (const uint16_t*){half.ptr()};"
+        value = (f"({{ uint32_t b = (uint32_t)w[r * {d} + c] << 16; float f; "
+                 f"memcpy(&f, &b, 4); f; }})")
+    return (f"{out.ctype}* o = {out.ptr(const=False)};\n{table}\n"
             f"const {idx.ctype}* ix = {idx.ptr()};\n"
             + loop_nest(idx.shape, [flat.strides[:-1], idx.strides],
                         lambda o: f"    const int64_t r = (int64_t)ix[{o[1]}];\n"
                         f"    if ((uint64_t)r >= {w.shape[0]}ULL) EQ_INDEX_ERROR();\n"
                         f"    else for (int64_t c = 0; c < {d}; c++) "
-                        f"o[{o[0]} + c * {flat.strides[-1]}] = w[r * {w.strides[0]} + "
-                        f"c * {w.strides[1]}];",
+                        f"o[{o[0]} + c * {flat.strides[-1]}] = {value};",
                         simd=False))
+
+
+def _half_table(w: Ref, layout: Layout | None, constants: Mapping[str, torch.Tensor] | None
+                ) -> Ref | None:
+    """The W slot of the table `w` in bfloat16 when it is a whole contiguous float32 constant
+    whose values all are bfloat16 ones; else None."""
+    name = layout.constant_name(w) if layout is not None and constants is not None else None
+    if name is None or w.dtype != "float32" or w.offset != 0 or \
+            w.strides != (w.shape[1], 1) or tuple(constants[name].shape) != w.shape or \
+            not holds_bfloat16(constants[name]):
+        return None
+    return layout.prepared(HalfTable(name, *w.shape), w.shape, "int16")
 
 
 def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
