@@ -248,13 +248,12 @@ def main() -> None:
     print(table)
     if args.write:
         import datetime
-        import platform
 
         from optimize_time import write_section
 
-        info = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")),
-                   platform.processor())
+        from eqsat_llm.extraction.machine import cpu_model
+
+        cpu = cpu_model()
         head = (f"Command: `.venv/bin/python benchmarks/checkpoint_memory.py "
                 f"{' '.join(sys.argv[1:])}` ({datetime.date.today()}, {cpu}, "
                 f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end).")

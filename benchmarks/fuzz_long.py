@@ -17,6 +17,8 @@ import time
 import warnings
 from pathlib import Path
 
+from eqsat_llm.extraction.machine import cpu_model
+
 SECTION = "## Fuzzing: random models against eager"
 
 
@@ -50,16 +52,6 @@ def big_share(weight: int) -> float:
     return big / (big + sum(w for _, w in FAMILIES) * UNIT)
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def summary(log: Path) -> str:
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -68,7 +60,7 @@ def summary(log: Path) -> str:
         groups.setdefault((",".join(r["backends"]), share), []).append(r)
     lines = [(f"Command: `EQSAT_POISON_CHECK=1 .venv/bin/python benchmarks/fuzz_long.py "
              f"--seeds A B --backend ... [--structures N] --log {log.name}` then `--write` "
-             f"({_cpu()}, "
+             f"({cpu_model()}, "
              f"{platform.machine()}, {os.cpu_count()} cores shared with other work, so seconds "
              "per model are upper bounds). Each model is optimized once and run on every "
              "backend of its row, every compiled call twice on a poisoned arena; a failing "

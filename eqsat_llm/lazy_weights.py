@@ -71,11 +71,7 @@ def materialize(t: Any, source: WeightSource, name: str | None = None,
             raise EqsatError(f"weight {name}: the source has shape {list(value.shape)}, the "
                              f"model {list(t.shape)}")
         return value if value.dtype == t.dtype else value.to(t.dtype)
-    if args_of is not None:
-        args = args_of(recipe)
-    else:
-        args = [materialize(narrowed(a) if recipe.op in WIDEN_INSIDE else a, source)
-                for a in recipe.args]
+    args = args_of(recipe) if args_of else [materialize(a, source) for a in inputs_of(recipe)]
     with torch.no_grad():
         return evaluate(recipe.op, args, recipe.attrs)
 
@@ -86,6 +82,13 @@ def materialize(t: Any, source: WeightSource, name: str | None = None,
 # widening is the same wherever it runs)
 WIDEN_INSIDE = ("quantize_weight", "weight_scales")
 _LAYOUT = ("permute", "transpose", "view", "cat")
+
+
+def inputs_of(recipe: Recipe) -> list[Any]:
+    """What a recipe's op is run on: its arguments, narrowed for an op that widens them
+    itself."""
+    return [narrowed(a) for a in recipe.args] if recipe.op in WIDEN_INSIDE else \
+        list(recipe.args)
 
 
 def narrowed(t: Any) -> Any:
@@ -227,8 +230,7 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         key = tuple(recipe_key(a) for a in recipe.args)
         if self._last_args is not None and None not in key and self._last_args[0] == key:
             return self._last_args[1]
-        values = [materialize(narrowed(a) if recipe.op in WIDEN_INSIDE else a, self._source,
-                              None, self._args) for a in recipe.args]
+        values = [materialize(a, self._source, None, self._args) for a in inputs_of(recipe)]
         self._last_args = (key, values)
         return values
 

@@ -84,7 +84,7 @@ def load(name: str) -> tuple[Any, ...] | None:
                       CacheWarning, stacklevel=3)
         return None
     try:
-        return _Unpickler(io.BytesIO(path.read_bytes())).load()
+        return pickle.loads(path.read_bytes())
     except (pickle.UnpicklingError, AttributeError, ImportError, EOFError, TypeError,
             ValueError, RuntimeError) as e:  # an entry another version wrote: rebuild it
         warnings.warn(f"program cache entry {path} could not be read ({type(e).__name__}: "
@@ -105,9 +105,6 @@ class _Pickler(pickle.Pickler):
         if isinstance(obj, torch._ops.OpOverload):
             return _op_overload, (obj.name(),)
         return NotImplemented
-
-
-_Unpickler = pickle.Unpickler
 
 
 def _op_overload(name: str) -> torch._ops.OpOverload:
