@@ -1,14 +1,16 @@
 """Generating from a checkpoint directory: peak memory and start-up, per precision.
 
     .venv/bin/python benchmarks/checkpoint_memory.py [--shape tinyllama|llama7b] [--layers N]
-        [--formats bf16,int8,int4] [--warm] [--check-logits] [--write]
+        [--formats bf16,int8,int4] [--loaded] [--warm] [--check-logits] [--write]
 
 Writes a LLaMA-shaped checkpoint in bf16 with random weights layer by layer (one shard a
 layer: never the whole model in memory), then for each format runs, in a fresh process,
 `Generator.from_pretrained(dir, max_seq_len=256, quantize=...)` and a 16-token prompt with 16
 new tokens, and reports the process's peak RSS beside what it must hold (the prepared weights,
-the KV cache, the two arenas) and the bare `import eqsat_llm, torch` process. --write puts the
-table into benchmarks/RESULTS.md ("Generating from a checkpoint").
+the KV cache, the two arenas) and the bare `import eqsat_llm, torch` process. With --loaded,
+transformers loads the checkpoint first and `Generator(model, ...)` prepares from the loaded
+model's tensors: the table says what the Generator adds to the model. --write puts the table
+into benchmarks/RESULTS.md ("Generating from a checkpoint" or "from a loaded model").
 """
 
 from __future__ import annotations
@@ -84,23 +86,36 @@ def rss():
 import torch, eqsat_llm
 from eqsat_llm.generation import Generator
 bare = rss()
-path, fmt = sys.argv[1], sys.argv[2]
+path, fmt, loaded = sys.argv[1], sys.argv[2], sys.argv[3] == "loaded"
+quantize = None if fmt == "bf16" else fmt
+model_bytes, model_s, own = 0, 0.0, set()
+if loaded:  # transformers loads the model (bf16); the Generator prepares from its tensors
+    import transformers
+    t = time.perf_counter()
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
+    model_s = time.perf_counter() - t
+    own = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 t = time.perf_counter()
-gen = Generator.from_pretrained(path, max_seq_len=256, quantize=None if fmt == "bf16" else fmt)
+gen = Generator(model, max_seq_len=256, quantize=quantize) if loaded else \
+    Generator.from_pretrained(path, max_seq_len=256, quantize=quantize)
 start = time.perf_counter() - t
 programs = (gen.decode_program, gen.prefill_program)
 held = {w.untyped_storage().data_ptr(): w.untyped_storage().nbytes()
-        for p in programs for w in p._runtime.weights}
+        for p in programs for w in p._runtime.weights
+        if w.untyped_storage().data_ptr() not in own}
 ids = torch.randint(3, 30000, (1, 16), generator=torch.Generator().manual_seed(1))
 gen.generate(ids, max_new_tokens=16)
 run = gen.report.last_run
-if len(sys.argv) > 3:  # the next-token logits of the check's prompts, for --check-logits
-    prompts = torch.load(sys.argv[3])
-    torch.save(torch.cat([gen.next_token_logits(p[None]) for p in prompts]), sys.argv[4])
-print(json.dumps({"format": fmt, "bare": bare, "peak": resource.getrusage(
+if len(sys.argv) > 4:  # the next-token logits of the check's prompts, for --check-logits
+    prompts = torch.load(sys.argv[4])
+    torch.save(torch.cat([gen.next_token_logits(p[None]) for p in prompts]), sys.argv[5])
+print(json.dumps({"format": fmt, "bare": bare, "model": model_bytes, "model_s": model_s,
+    "weights_from": gen.report.weights_from, "peak": resource.getrusage(
     resource.RUSAGE_SELF).ru_maxrss * 1024, "prepared": sum(held.values()),
     "decode_prepared": sum({w.untyped_storage().data_ptr(): w.untyped_storage().nbytes()
-                            for w in gen.decode_program._runtime.weights}.values()),
+                            for w in gen.decode_program._runtime.weights
+                            if w.untyped_storage().data_ptr() not in own}.values()),
     "cache": gen.report.cache_bytes, "arenas": sum(p.plan.arena_bytes for p in programs),
     "start_s": start, "read_bytes": gen.report.weights_read_bytes,
     # the weights' own seconds: loading less the C compile it includes (a cold cache's)
@@ -128,11 +143,11 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 PROMPTS = 8  # prompts of 16 tokens whose next-token logits --check-logits compares
 
 
-def measure(path: Path, fmt: str, logits: Path | None, warm: bool) -> dict:
+def measure(path: Path, fmt: str, logits: Path | None, warm: bool, mode: str) -> dict:
     """One format in a fresh process, with an empty compile and program cache (a cold
     start); with `warm`, a second fresh process after it (the caches filled) for the warm
-    start."""
-    extra = [str(logits.parent / "prompts.pt"), str(logits)] if logits else []
+    start. `mode`: "checkpoint" (from_pretrained) or "loaded" (transformers loads it)."""
+    extra = [mode] + ([str(logits.parent / "prompts.pt"), str(logits)] if logits else [])
     caches = Path(tempfile.mkdtemp(prefix="eqsat-cold-"))
     calibration = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / \
         "eqsat-llm" / "calibration"
@@ -141,7 +156,8 @@ def measure(path: Path, fmt: str, logits: Path | None, warm: bool) -> dict:
     cold = json.loads(_child(CHILD, str(path), fmt, *extra, cache=caches).strip()
                       .splitlines()[-1])
     if warm:
-        again = json.loads(_child(CHILD, str(path), fmt, cache=caches).strip().splitlines()[-1])
+        again = json.loads(_child(CHILD, str(path), fmt, mode, cache=caches).strip()
+                           .splitlines()[-1])
         cold["warm_start_s"], cold["warm_load_s"] = again["start_s"], again["load_s"]
         cold["warm_cache"] = again["program_cache"]
     shutil.rmtree(caches, ignore_errors=True)
@@ -204,8 +220,12 @@ def main() -> None:
                     help="compare each format's logits with transformers' run, after")
     ap.add_argument("--warm", action="store_true",
                     help="start each format a second time, its programs cached (warm start)")
+    ap.add_argument("--loaded", action="store_true",
+                    help="load the model with transformers first and pass it to Generator "
+                    "(weights from the loaded model), instead of from_pretrained")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
+    mode = "loaded" if args.loaded else "checkpoint"
     shape = SHAPES[args.shape]
     layers = args.layers or shape["num_hidden_layers"]
     root = Path(args.dir or tempfile.mkdtemp(prefix="eqsat-ckpt-"))
@@ -222,26 +242,15 @@ def main() -> None:
         torch.save(torch.randint(3, shape["vocab_size"], (PROMPTS, 16),
                                  generator=torch.Generator().manual_seed(2)),
                    work / "prompts.pt")
-    rows = [measure(root, fmt, work / f"{fmt}.pt" if work else None, args.warm)
+    rows = [measure(root, fmt, work / f"{fmt}.pt" if work else None, args.warm, mode)
             for fmt in formats]
-    gb = 1e9
-    lines = [(f"{args.shape} shape, {layers} layers, bf16 checkpoint of {size / gb:.2f} GB, "
+    lines = [(f"{args.shape} shape, {layers} layers, bf16 checkpoint of {size / GB:.2f} GB, "
               "max_seq_len 256; peak RSS of a fresh process"),
-             "",
-             ("| format | peak RSS GB | prepared weights GB (decode's) | KV cache + arenas GB "
-              "| bare process GB | peak / (held + bare) | cold start s (weights s, GB/s read) "
-              "| warm start s (weights s) | decode tok/s |"),
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        held = r["prepared"] + r["cache"] + r["arenas"]
-        warm = (f"{r['warm_start_s']:.1f} ({r['warm_load_s']:.1f}; program cache "
-                f"{r['warm_cache']})" if "warm_start_s" in r else "not run")
-        lines.append(f"| {r['format']} | {r['peak'] / gb:.2f} | {r['prepared'] / gb:.2f} "
-                     f"({r['decode_prepared'] / gb:.2f}) | {(r['cache'] + r['arenas']) / gb:.2f} "
-                     f"| {r['bare'] / gb:.2f} | {r['peak'] / (held + r['bare']):.2f} | "
-                     f"{r['start_s']:.1f} ({r['load_s']:.1f}, "
-                     f"{r['read_bytes'] / gb / max(r['load_s'], 1e-9):.2f}) | {warm} | "
-                     f"{r['decode_tok_s'] or 0:.1f} |")
+             ""]
+    if args.loaded:
+        lines += loaded_table(rows)
+    else:
+        lines += checkpoint_table(rows)
     if work:
         lines += [""] + compare_logits(root, work, formats)
     table = "\n".join(lines)
@@ -257,9 +266,52 @@ def main() -> None:
         head = (f"Command: `.venv/bin/python benchmarks/checkpoint_memory.py "
                 f"{' '.join(sys.argv[1:])}` ({datetime.date.today()}, {cpu}, "
                 f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end).")
-        write_section(head + "\n\n" + table,
-                      f"## Generating from a checkpoint: the {args.shape} shape")
+        what = "a loaded model" if args.loaded else "a checkpoint"
+        write_section(head + "\n\n" + table, f"## Generating from {what}: the {args.shape} shape")
 
+
+GB = 1e9
+
+
+def loaded_table(rows: list[dict]) -> list[str]:
+    """The loaded model's rows: what the Generator adds to the model transformers holds."""
+    lines = [("The model loaded by transformers (bf16), then `Generator(model, max_seq_len=256, "
+              "quantize=...)`: the prepared weights are those not the model's own tensors; the "
+              "overhead is the peak less everything held (bare process, model, prepared, cache "
+              "and arenas)."),
+             "",
+             ("| format | peak RSS GB | model GB | prepared GB | KV cache + arenas GB | bare GB "
+              "| overhead GB | weights from | transformers load s | Generator start s "
+              "(weights s) | warm start s | decode tok/s |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        held = r["bare"] + r["model"] + r["prepared"] + r["cache"] + r["arenas"]
+        warm = f"{r['warm_start_s']:.1f}" if "warm_start_s" in r else "not run"
+        lines.append(f"| {r['format']} | {r['peak'] / GB:.2f} | {r['model'] / GB:.2f} | "
+                     f"{r['prepared'] / GB:.2f} | {(r['cache'] + r['arenas']) / GB:.2f} | "
+                     f"{r['bare'] / GB:.2f} | {(r['peak'] - held) / GB:.2f} | "
+                     f"{r['weights_from']} | {r['model_s']:.1f} | {r['start_s']:.1f} "
+                     f"({r['load_s']:.1f}) | {warm} | {r['decode_tok_s'] or 0:.1f} |")
+    return lines
+
+
+def checkpoint_table(rows: list[dict]) -> list[str]:
+    lines = [
+             ("| format | peak RSS GB | prepared weights GB (decode's) | KV cache + arenas GB "
+              "| bare process GB | peak / (held + bare) | cold start s (weights s, GB/s read) "
+              "| warm start s (weights s) | decode tok/s |"),
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        held = r["prepared"] + r["cache"] + r["arenas"]
+        warm = (f"{r['warm_start_s']:.1f} ({r['warm_load_s']:.1f}; program cache "
+                f"{r['warm_cache']})" if "warm_start_s" in r else "not run")
+        lines.append(f"| {r['format']} | {r['peak'] / GB:.2f} | {r['prepared'] / GB:.2f} "
+                     f"({r['decode_prepared'] / GB:.2f}) | {(r['cache'] + r['arenas']) / GB:.2f} "
+                     f"| {r['bare'] / GB:.2f} | {r['peak'] / (held + r['bare']):.2f} | "
+                     f"{r['start_s']:.1f} ({r['load_s']:.1f}, "
+                     f"{r['read_bytes'] / GB / max(r['load_s'], 1e-9):.2f}) | {warm} | "
+                     f"{r['decode_tok_s'] or 0:.1f} |")
+    return lines
 
 if __name__ == "__main__":
     main()

@@ -84,10 +84,7 @@ class Compiled:
         else:
             with _phase(report.timings, "codegen"):
                 self._runtime, report.backend = _make_runtime(graph, self.plan, backend)
-        report.memory = memory_summary(self.plan, getattr(self._runtime, "copy_in_ops", []))
-        # nodes the C backend runs in torch between its compiled segments, by op
-        report.torch_ops = dict(Counter(op for _, op in getattr(self._runtime, "torch_steps",
-                                                                  [])))
+        self._report_runtime()
         self._lock = threading.Lock()  # the arena is shared state: one call at a time
         self.cost_model: CostModel | None = None  # the model extraction used
         # the user's inputs; the mutated buffers (captured.state) are bound after them
@@ -154,7 +151,17 @@ class Compiled:
             finally:
                 constants.release()
         self.meta_weights = []
+        self.report.meta_weights = 0
+        self._report_runtime()
         self._prepare_call()
+
+    def _report_runtime(self) -> None:
+        """What the report reads off the runtime: the copies in, and the nodes the C
+        backend runs in torch between its compiled segments, by op."""
+        report = self.report
+        report.memory = memory_summary(self.plan, getattr(self._runtime, "copy_in_ops", []))
+        report.torch_ops = dict(Counter(op for _, op in getattr(self._runtime, "torch_steps",
+                                                                  [])))
 
     def on_backend(self, backend: str) -> Compiled:
         """The same optimized program on another backend ("c", "triton", "reference"): no

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .errors import EqsatError
+from .meta import suffixes
 
 INDEX = "model.safetensors.index.json"
 
@@ -107,9 +108,8 @@ class Checkpoint:
                                  f"{list(want)}")
 
     def weight_source(self, model: nn.Module) -> Callable[[str], torch.Tensor]:
-        """Graph constant name -> tensor: the captured graph names a parameter by its path
-        under whatever wraps `model`, so the longest suffix that is a parameter of `model`
-        is looked up, through the names tied to it."""
+        """Graph constant name -> tensor read from its shard: the longest suffix of the name
+        that is a parameter of `model` (meta.suffixes), through the names tied to it."""
         key_of: dict[str, str] = {}
         for names in _tied_names(model).values():
             key = next(n for n in names if n in self._where)
@@ -117,15 +117,14 @@ class Checkpoint:
         buffers: dict[str, torch.Tensor] = {}
 
         def source(name: str) -> torch.Tensor:
-            parts = name.split(".")
-            suffixes = [".".join(parts[i:]) for i in range(len(parts))]
-            for suffix in suffixes:
+            tails = suffixes(name)
+            for suffix in tails:
                 if suffix in key_of:
                     return self.tensor(key_of[suffix])
             if not buffers:  # the buffers a meta model lacks, computed once
                 real = self.empty_model(next(model.parameters()).dtype, buffers=True)
                 buffers.update(real.named_buffers())
-            for suffix in suffixes:
+            for suffix in tails:
                 if suffix in buffers:
                     return buffers[suffix]
             raise EqsatError(f"weight {name}: no parameter or buffer of the checkpoint's model")

@@ -29,8 +29,9 @@ from torch import nn
 
 from .errors import EqsatError
 from .kv_cache import CachedStep
-from .lazy_weights import WeightSource
+from .lazy_weights import WeightSource, source_names
 from .memcheck import release_freed_memory
+from .meta import ParameterSource, meta_twin, plans_on_meta
 from .rulebook import resolve
 
 DEFAULT_CHUNK = 64
@@ -74,6 +75,14 @@ class Sampling:
         return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
 
 
+_WEIGHTS_FROM = {
+    "checkpoint": "at load, read from the checkpoint's shards one tensor at a time",
+    "model": "at load from the model's own tensors (planned on its meta twin: each made once)",
+    "folded": "while optimizing the loaded model (docs/memory.md: when it is not planned on "
+              "its meta twin)",
+}
+
+
 @dataclass
 class GeneratorReport:
     """What a Generator compiled: its two programs' reports, the cache and the arenas."""
@@ -92,6 +101,10 @@ class GeneratorReport:
     # converted, quantized, packed), apart from the compile
     weights_read_bytes: int = 0
     load_seconds: float = 0.0
+    # how the prepared weights were made: "checkpoint" (read from its shards at load),
+    # "model" (at load from the model's own tensors, planned on its meta twin: meta.py) or
+    # "folded" (computed while optimizing the loaded model, where the twin cannot stand in)
+    weights_from: str = "folded"
 
     def to_dict(self) -> dict[str, Any]:
         return {"prefill": self.prefill.to_dict(), "decode": self.decode.to_dict(),
@@ -101,7 +114,8 @@ class GeneratorReport:
                 "prepared_bytes": self.prepared_bytes,
                 "prepared_alone": list(self.prepared_alone),
                 "weights_read_bytes": self.weights_read_bytes,
-                "load_seconds": self.load_seconds, "last_run": dict(self.last_run)}
+                "load_seconds": self.load_seconds, "weights_from": self.weights_from,
+                "last_run": dict(self.last_run)}
 
     def summary(self) -> str:
         def mib(n: float) -> str:
@@ -119,6 +133,7 @@ class GeneratorReport:
              f"ones held once (alone: prefill {mib(self.prepared_alone[0])}, decode "
              f"{mib(self.prepared_alone[1])}; the model's own parameters not counted)"),
             f"compiled in {self.compile_seconds:.1f} s (both programs)",
+            "weights prepared " + _WEIGHTS_FROM[self.weights_from],
         ]
         if self.weights_read_bytes:
             lines.append(f"weights: {self.weights_read_bytes / 1e9:.2f} GB of the checkpoint "
@@ -145,8 +160,6 @@ class Generator:
     def __init__(self, model: nn.Module, max_seq_len: int, *, batch_size: int = 1,
                  prefill_chunk: int | None = None, weights: WeightSource | None = None,
                  **optimize_options: Any):
-        from .api import FallbackWarning, optimize
-
         if max_seq_len < 2 or batch_size < 1:
             raise EqsatError(f"max_seq_len must be >= 2 and batch_size >= 1, got "
                              f"{max_seq_len} and {batch_size}")
@@ -168,10 +181,6 @@ class Generator:
         if optimize_options.get("backend", "auto") != "reference" and dtype in (
                 torch.bfloat16, torch.float16):
             dtype = torch.float32  # the backends compute half models in float32 (half.py)
-        # planned on the meta device (from_pretrained): the cache and the example inputs too
-        self._meta = weights is not None
-        with torch.device("meta") if self._meta else contextlib.nullcontext():
-            self.step = CachedStep(model, batch_size, max_seq_len, dtype).eval()
         options = {"measure_eager": False, **optimize_options}
         if options.get("quantize") and "rules" not in options:
             # weights held once: a half-precision weight form would win at prefill (compute)
@@ -179,12 +188,21 @@ class Generator:
             # the weight; without it they share the quantized form (docs/generation.md)
             options["rules"] = [r for r in resolve(["all"]) if r.family != "half-weights"]
         t0 = time.perf_counter()
-        with torch.no_grad(), warnings.catch_warnings():
-            # the cache writes run in torch, in place on the buffers: expected, not a fallback
-            warnings.filterwarnings("ignore", message=r".*\(fallback\): aten\.index_put\.default$",
-                                    category=FallbackWarning)
-            self.decode_program = optimize(self.step, self._example(1), **options)
-            self.prefill_program = optimize(self.step, self._example(self.chunk), **options)
+        twin = False
+        if weights is None and _on_meta_twin(model, options):
+            # a loaded model is planned on its meta twin and loaded from its own tensors:
+            # each prepared weight made once, none held beside a folded copy (meta.py)
+            own = ParameterSource(model)
+            try:
+                self._optimize(meta_twin(model), dtype, own, options)
+                # (not where a constant is made in forward: its values only the model has)
+                twin = not own.missing(source_names(self.decode_program.graph.constants))
+            except Exception:  # code that runs only on real tensors (Mixtral's grouped
+                twin = False  # GEMM on the meta device): planned as loaded, as before
+            weights = own if twin else None
+        if not twin:
+            self._optimize(model, dtype, weights, options)
+        self.prefill_program = self._optimized(self.chunk, options)
         if weights is not None:  # planned on the meta device: each prepared weight is made now
             t1 = time.perf_counter()
             caches = {name: torch.zeros(meta.shape, dtype=meta.dtype)  # the caches, real (the
@@ -207,13 +225,32 @@ class Generator:
             compile_seconds=time.perf_counter() - t0,
             prepared_bytes=_prepared_bytes(model, (self.decode_program, self.prefill_program)),
             prepared_alone=(_prepared_bytes(model, (self.prefill_program,)),
-                            _prepared_bytes(model, (self.decode_program,))))
+                            _prepared_bytes(model, (self.decode_program,))),
+            weights_from="model" if twin else "checkpoint" if weights is not None else "folded")
         # run-time inputs, filled in place between calls (no allocation per token); the
         # cache and these are one generation's state: one generate() at a time
         self._lock = threading.Lock()
         self._mask = torch.zeros(batch_size, max_seq_len, dtype=torch.long)
         self._past = torch.zeros((), dtype=torch.long)
         self._last = torch.zeros(1, dtype=torch.long)
+
+    def _optimize(self, model: nn.Module, dtype: torch.dtype, weights: WeightSource | None,
+                  options: dict[str, Any]) -> None:
+        """The cached step around `model` (on the meta device when `weights` will load it)
+        and its decode program."""
+        self._meta = weights is not None
+        with torch.device("meta") if self._meta else contextlib.nullcontext():
+            self.step = CachedStep(model, self.batch_size, self.max_seq_len, dtype).eval()
+        self.decode_program = self._optimized(1, options)
+
+    def _optimized(self, tokens: int, options: dict[str, Any]) -> Any:
+        from .api import FallbackWarning, optimize
+
+        with torch.no_grad(), warnings.catch_warnings():
+            # the cache writes run in torch, in place on the buffers: expected, not a fallback
+            warnings.filterwarnings("ignore", message=r".*\(fallback\): aten\.index_put\.default$",
+                                    category=FallbackWarning)
+            return optimize(self.step, self._example(tokens), **options)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, max_seq_len: int,
@@ -408,6 +445,14 @@ class Generator:
         eos = ([] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int)
                else list(eos_token_id))
         return eos, pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
+
+
+def _on_meta_twin(model: nn.Module, options: dict[str, Any]) -> bool:
+    """Whether a loaded model's programs are planned on its meta twin: on the C backend,
+    where nothing of the planning reads the weights' values (not sparsity=, which reads their
+    zeros, nor measure_eager, which runs the model), and meta.plans_on_meta holds."""
+    return (options.get("backend", "auto") in ("auto", "c") and not options.get("sparsity")
+            and not options.get("measure_eager") and plans_on_meta(model))
 
 
 def _prepared_bytes(model: nn.Module, programs: tuple[Any, ...]) -> int:

@@ -121,6 +121,28 @@ def _narrowed(t: Any) -> Any:
                        recipe.attrs, args)
 
 
+def source_names(constants: Mapping[str, Any]) -> set[str]:
+    """The names a weight source is asked for when these constants are loaded: each meta
+    constant without a recipe, and the weights the recipes are made from."""
+    names: set[str] = set()
+
+    def walk(t: Any, name: str | None) -> None:
+        if isinstance(t, WeightRef):
+            name, t = t.name, t.meta
+        if not isinstance(t, torch.Tensor) or not t.is_meta:
+            return
+        recipe = recipe_of(t)
+        if recipe is None:
+            if name is not None:
+                names.add(name)
+            return
+        for a in recipe.args:
+            walk(a, None)
+    for name, t in constants.items():
+        walk(t, name)
+    return names
+
+
 def recipe_key(t: Any, name: str | None = None) -> Hashable | None:
     """What `t` is made of, as a value equal for equal recipes in any program: the ops, their
     attributes and the source's weights by name, down to the leaves (nested cats along one

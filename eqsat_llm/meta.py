@@ -16,9 +16,13 @@ weights fit half precision exactly) and refused where the result depends on it
 
 from __future__ import annotations
 
+import copy
+import warnings
+from collections.abc import Iterable
 from typing import Any
 
 import torch
+from torch import nn
 
 from .errors import EqsatError
 from .ir import Graph
@@ -60,3 +64,62 @@ class MetaRuntime:
 
     def run(self, inputs: list[Any]) -> list[Any]:
         raise meta_error(self.names)
+
+
+def suffixes(name: str) -> list[str]:
+    """A graph constant's name and its dotted tails, longest first: the captured graph names
+    a parameter by its path under whatever wraps the model (a Generator's CachedStep), so a
+    weight source looks each up until one is the model's own name."""
+    parts = name.split(".")
+    return [".".join(parts[i:]) for i in range(len(parts))]
+
+
+def meta_twin(model: nn.Module) -> nn.Module:
+    """A copy of `model` whose parameters and buffers are on the meta device (nothing of
+    theirs copied): planned in place of a loaded model, its folded and prepared constants are
+    recipes, made once each from the model's own tensors (ParameterSource) at load,
+    instead of being computed, interned and packed beside them (docs/memory.md)."""
+    memo: dict[int, Any] = {}
+    for t in (*model.parameters(), *model.buffers()):
+        twin = t.detach().to("meta")
+        memo[id(t)] = nn.Parameter(twin, t.requires_grad) if isinstance(t, nn.Parameter) \
+            else twin
+    with warnings.catch_warnings():  # (torch's pytree specs warn when deep-copied)
+        warnings.simplefilter("ignore", FutureWarning)
+        return copy.deepcopy(model, memo)
+
+
+class ParameterSource:
+    """Graph constant name -> the loaded model's own parameter or buffer of that name (tied
+    names give the one tensor): the weight source of a meta twin's programs."""
+
+    def __init__(self, model: nn.Module):
+        self._own = {**dict(model.named_buffers(remove_duplicate=False)),
+                     **dict(model.named_parameters(remove_duplicate=False))}
+
+    def lookup(self, name: str) -> torch.Tensor | None:
+        return next((self._own[s].detach() for s in suffixes(name) if s in self._own), None)
+
+    def missing(self, names: Iterable[str]) -> list[str]:
+        """Those of `names` the model does not hold: a constant the model makes as it runs
+        (a tensor created in forward, lifted by export), whose values its meta twin lost."""
+        return sorted(n for n in names if self.lookup(n) is None)
+
+    def __call__(self, name: str) -> torch.Tensor:
+        t = self.lookup(name)
+        if t is None:
+            raise EqsatError(f"weight {name}: no parameter or buffer of the model has that "
+                             "name")
+        return t
+
+
+def plans_on_meta(model: nn.Module) -> bool:
+    """Whether a loaded model can be planned on its meta twin with nothing lost: its tensors
+    are all on the CPU, and no float32 matrix fits a half dtype exactly (those the planner
+    keeps half, which it can tell only from the values: half.exact_half_dtypes)."""
+    from .half import exact_half_dtypes
+
+    tensors = [*model.parameters(), *model.buffers()]
+    return bool(tensors) and all(t.device.type == "cpu" for t in tensors) and not any(
+        exact_half_dtypes(p) for p in model.parameters() if p.dtype != torch.bfloat16
+        and p.dtype != torch.float16)

@@ -1,0 +1,71 @@
+"""A loaded model's Generator is planned on its meta twin (meta.meta_twin) and its prepared
+weights made at load from the model's own tensors (meta.ParameterSource): the same programs
+and logits as folding them while optimizing, with less held beside the model."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from eqsat_llm import EqsatError, Generator, generation
+from eqsat_llm.meta import ParameterSource, meta_twin, plans_on_meta
+from eqsat_llm.model_matrix import build
+
+
+def causal_lm(family: str) -> torch.nn.Module:
+    return build(family, seq=1)[0].model
+
+
+def generator(model: torch.nn.Module, **kw) -> Generator:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' deprecations while exporting
+        return Generator(model, 32, prefill_chunk=8, **kw)
+
+
+def test_the_twin_holds_no_weight_bytes_and_keeps_ties():
+    model = causal_lm("gpt2")  # its LM head is tied to the token embedding
+    twin = meta_twin(model)
+    assert all(t.is_meta for t in (*twin.parameters(), *twin.buffers()))
+    assert not any(t.is_meta for t in model.parameters())  # the model untouched
+    assert twin.lm_head.weight is twin.transformer.wte.weight
+    own = ParameterSource(model)
+    # a graph name under a wrapper resolves to the model's own tensor, not a copy
+    assert own("step.model.lm_head.weight").data_ptr() == model.lm_head.weight.data_ptr()
+    assert own.missing(["step.model.transformer.h.0.attn.c_attn.weight",
+                        "step.model.lifted_tensor_0"]) == ["step.model.lifted_tensor_0"]
+    with pytest.raises(EqsatError, match="lifted_tensor_0"):
+        own("step.model.lifted_tensor_0")
+
+
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_planned_on_the_twin_it_computes_what_folding_computes_and_holds_less(
+        monkeypatch, quantize):
+    torch.manual_seed(0)
+    model = causal_lm("llama")
+    twin = generator(model, quantize=quantize)
+    assert twin.report.weights_from == "model"
+    assert "from the model's own tensors" in twin.report.summary()
+    monkeypatch.setattr(generation, "_on_meta_twin", lambda *a: False)
+    folded = generator(model, quantize=quantize)
+    assert folded.report.weights_from == "folded"
+    ids = torch.randint(3, 999, (1, 13), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(twin.next_token_logits(ids), folded.next_token_logits(ids))
+    assert torch.equal(twin.generate(ids, 6), folded.generate(ids, 6))
+    assert twin.report.prepared_bytes <= folded.report.prepared_bytes
+    # a weight its kernel reads as stored (the token embedding) is the model's own tensor
+    held = {w.untyped_storage().data_ptr() for program in (twin.decode_program,
+            twin.prefill_program) for w in program._runtime.weights}
+    assert model.model.embed_tokens.weight.untyped_storage().data_ptr() in held
+
+
+def test_what_the_twin_cannot_stand_in_for_is_folded_as_before():
+    model = causal_lm("llama")
+    with torch.no_grad():  # float32 weights that fit bfloat16 exactly: only values tell
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    assert not plans_on_meta(model)
+    assert generator(model).report.weights_from == "folded"
+    # a constant made in forward (falcon's, lifted by export) has values only the model has
+    assert generator(causal_lm("falcon")).report.weights_from == "folded"
