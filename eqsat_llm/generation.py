@@ -197,8 +197,9 @@ class Generator:
                 self._optimize(meta_twin(model), dtype, own, options)
                 # (not where a constant is made in forward: its values only the model has)
                 twin = not own.missing(source_names(self.decode_program.graph.constants))
-            except Exception:  # code that runs only on real tensors (Mixtral's grouped
-                twin = False  # GEMM on the meta device): planned as loaded, as before
+            except (EqsatError, RuntimeError, NotImplementedError):
+                twin = False  # code that runs only on real tensors (Mixtral's grouped GEMM
+                # refuses float32 on the meta device): planned as loaded, as before
             weights = own if twin else None
         if not twin:
             self._optimize(model, dtype, weights, options)
