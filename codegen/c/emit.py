@@ -52,6 +52,7 @@ from .half_table import HalfTable, holds_bfloat16
 from .packed_gemm import PACKED_GEMM_C, PackedWeight
 from .prelude import PRELUDE
 from .quant_gemm import QUANT_GEMM_C
+from .shared_kernels import function, parameterized, places_table
 from .sparse_gemm import SPARSE_GEMM_C
 from .values import Layout, Ref, build_layout
 from .w8a8_gemm import W8A8_GEMM_C
@@ -129,6 +130,9 @@ class Kernel:
     last_line: int = 0
     fused: tuple[int, ...] = ()  # an elementwise group's nodes (fuse_elementwise.py), root last
     epilogue: tuple[int, ...] = ()  # ropes computed in this GEMM's epilogue (fuse_rope.py)
+    # the C function it calls: its own, or an earlier kernel's of the same code but for its
+    # places (shared_kernels.py; first_line/last_line are that function's)
+    function: str = ""
 
 
 @dataclass
@@ -271,16 +275,22 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
                          (dynamic, W8A8_GEMM_C)):
         if used:
             lines += source.strip("\n").split("\n")
-    kernels = []
-    for k, code in parts:
-        text = (f"static void {k.name}(char* restrict A, void* const* IN, void* const* W, "
-                f"void* const* OUT) {{\n(void)A; (void)IN; (void)W; (void)OUT;\n{code}\n}}")
-        if kernel_hook is not None:
-            text = kernel_hook(k.name, text)
-        k.first_line = len(lines) + 1
-        lines += [f"/* kernel {k.name} */"] + text.split("\n")
-        k.last_line = len(lines)
+    kernels, places = [], []
+    functions: dict[str, Kernel] = {}  # a parameterized body -> the kernel emitted for it
+    for k, code in parts:  # kernels equal but for their places share one (shared_kernels.py)
+        p = parameterized(code)
+        first = functions.setdefault(p.body, k)
+        if first is k:
+            text = function(k.name, p.body)
+            if kernel_hook is not None:
+                text = kernel_hook(k.name, text)
+            k.first_line = len(lines) + 1
+            lines += [f"/* kernel {k.name} */"] + text.split("\n")
+            k.last_line = len(lines)
+        k.function, k.first_line, k.last_line = first.name, first.first_line, first.last_line
         kernels.append(k)
+        places.append(p.places)
+    lines += [places_table(f"eq_p{i}", p) for i, p in enumerate(places)]
     lines.append(f"long long eq_arena_bytes(void) {{ return {plan.arena_bytes}LL; }}")
     n = max(len(kernels), 1)
     lines += ["#ifdef EQ_PROFILE", f"double eq_profile[{n}];",
@@ -289,7 +299,8 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
               "#else", "#define EQ_T0", "#define EQ_T1(k)", "#endif"]
 
     def calls(idx: Iterable[int], indent: str) -> list[str]:
-        return [f"{indent}{{ EQ_T0 {kernels[i].name}(A, IN, W, OUT); EQ_T1({i}) }}" for i in idx]
+        return [f"{indent}{{ EQ_T0 {kernels[i].function}(A, IN, W, OUT, eq_p{i}); EQ_T1({i}) }}"
+                for i in idx]
 
     if not phases:
         lines.append("void eq_forward(char* A, void* const* IN, void* const* W, "
