@@ -64,10 +64,22 @@ def test_a_damaged_entry_is_rebuilt_not_loaded(tmp_path, cache_home):
     assert torch.equal(again, tokens)
 
 
-def test_models_with_weights_are_not_cached(tmp_path, cache_home):
+def test_a_loaded_model_is_cached_as_its_meta_twin_but_folded_weights_never(tmp_path,
+                                                                          cache_home):
+    from eqsat_llm import optimize
+
     model = _save(tmp_path / "ck")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        gen = Generator(model, 32)
-    assert gen.decode_program.report.program_cache == "off"
-    assert not cache_home.exists() or not list(cache_home.glob("*.pkl"))
+        gen = Generator(model, 32)  # planned on its meta twin: no weight value in the program
+        again = Generator(model, 32)
+        # optimize() on a loaded model folds weight values into its program: not stored
+        compiled = optimize(torch.nn.Linear(64, 64), (torch.randn(2, 64),),
+                            measure_eager=False)
+    assert gen.report.weights_from == "model"
+    assert gen.decode_program.report.program_cache == "miss"
+    assert again.decode_program.report.program_cache == "hit"
+    assert torch.equal(again.generate(PROMPT, max_new_tokens=5),
+                       gen.generate(PROMPT, max_new_tokens=5))
+    assert compiled.report.program_cache == "off"
+    assert len(list(cache_home.glob("*.pkl"))) == 2  # the Generator's two programs only

@@ -1,5 +1,6 @@
-"""One C translation unit per program: a kernel per node (specialised to its static shapes,
-strides and arena offsets) and `eq_forward`, which calls them in the plan's order.
+"""One C translation unit per program: a kernel per node (specialised to its static shapes and
+strides; kernels equal but for their arena offsets and slots share one function, called with
+its own: shared_kernels.py) and `eq_forward`, which calls them in the plan's order.
 
     void eq_forward(char* A, void* const* IN, void* const* W, void* const* OUT);
 
