@@ -121,8 +121,20 @@ def _describe(x: Any) -> str:
     if isinstance(x, dict):
         return "{" + ", ".join(f"{k}: {_describe(v)}" for k, v in sorted(x.items())) + "}"
     if hasattr(x, "command") and hasattr(x, "name"):  # a Rule: its name and its text
-        return f"rule({x.name}, {x.command})"
+        return _rule_text(x)
     return repr(x)
+
+
+_RULE_TEXTS: dict[int, tuple[Any, str]] = {}  # id(rule) -> (the rule, its text)
+
+
+def _rule_text(rule: Any) -> str:
+    """A rule's name and text, printed once per process (egglog pretty-prints a rule through
+    black: about 8 ms a rule, a second a start for the default rules)."""
+    kept = _RULE_TEXTS.get(id(rule))
+    if kept is None or kept[0] is not rule:
+        kept = _RULE_TEXTS[id(rule)] = (rule, f"rule({rule.name}, {rule.command})")
+    return kept[1]
 
 
 @cache

@@ -55,6 +55,14 @@ def quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     stay small (an LM head's would be several times the head's size)."""
     if w.dim() != 2 or not quantizable(w.shape[0], fmt):
         raise GraphError(f"cannot quantize a weight of shape {tuple(w.shape)} to {fmt}")
+    from .codegen.c.quantizer import quantize_in_c
+
+    fast = quantize_in_c(w, format_group(fmt))  # the same values, in one pass
+    return fast if fast is not None else quantize_in_torch(w, fmt)
+
+
+def quantize_in_torch(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize's definition, in torch ops (the C form, codegen/c/quantizer.py, equals it)."""
     w = w.detach()
     k, n = w.shape
     step = max(1, _CHUNK_ELEMENTS // max(k, 1))

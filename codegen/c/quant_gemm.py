@@ -169,9 +169,12 @@ class QuantPanels(WeightView):
         # written in place, panel by panel: no padded or concatenated copy of the weight
         out = torch.zeros(self.panels(), self.rows, QUANT_PANEL, dtype=halves[0].dtype)
         for h, half in enumerate(halves):
-            for p in range(per):
-                cols = half[:, p * QUANT_PANEL:(p + 1) * QUANT_PANEL]
-                out[h * per + p, :, :cols.shape[1]] = cols
+            full = half.shape[1] // QUANT_PANEL  # whole panels in one strided copy
+            out[h * per:h * per + full] = half[:, :full * QUANT_PANEL].reshape(
+                self.rows, full, QUANT_PANEL).permute(1, 0, 2)
+            if full < per:
+                out[h * per + full, :, :half.shape[1] - full * QUANT_PANEL] = \
+                    half[:, full * QUANT_PANEL:]
         # half-precision values travel as their bits (the C side has no half type)
         return out.view(torch.int16) if out.dtype in (torch.float16, torch.bfloat16) else out
 

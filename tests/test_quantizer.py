@@ -1,0 +1,42 @@
+"""The C quantizer (codegen/c/quantizer.py) gives quant_formats' integers and scales bit for
+bit: float32 and bf16 weights, transposed and row-major, all-zero groups, exact ties."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eqsat_llm.codegen.c.build import compiler
+from eqsat_llm.codegen.c.quantizer import quantize_in_c
+from eqsat_llm.quant_formats import format_group, quantize, quantize_in_torch
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler")
+
+
+def weight(k: int, n: int, dtype: torch.dtype, transposed: bool) -> torch.Tensor:
+    g = torch.Generator().manual_seed(k * 7 + n)
+    w = torch.randn((n, k) if transposed else (k, n), generator=g) * 0.05
+    w[:, 3 if transposed else 0] = 0  # an all-zero row group / column: scale 1
+    w = w.t() if transposed else w
+    # exact ties after scaling: multiples of half a step of the column's scale
+    w[:8, 1] = torch.tensor([7.0, 3.5, -2.5, 0.5, -0.5, 1.5, -7.0, 6.5]) / 7
+    return w.to(dtype)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4_g32", "int4_g64"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("transposed", [True, False])
+def test_the_c_quantizer_equals_torch_bit_for_bit(fmt, dtype, transposed):
+    w = weight(256, 96, dtype, transposed)
+    got = quantize_in_c(w, format_group(fmt))
+    assert got is not None
+    want = quantize_in_torch(w, fmt)
+    for g, x in zip(got, want):
+        assert g.dtype == x.dtype and g.shape == x.shape and g.is_contiguous()
+        assert torch.equal(g, x)
+    assert all(torch.equal(a, b) for a, b in zip(quantize.__wrapped__(w, fmt), want))
+
+
+def test_other_kinds_are_left_to_torch():
+    assert quantize_in_c(torch.randn(64, 8, dtype=torch.float64), 32) is None
+    assert quantize_in_c(torch.randn(64, 8, dtype=torch.float16), 0) is None
