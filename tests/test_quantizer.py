@@ -23,11 +23,12 @@ def weight(k: int, n: int, dtype: torch.dtype, transposed: bool) -> torch.Tensor
     return w.to(dtype)
 
 
-@pytest.mark.parametrize("fmt", ["int8", "int4_g32", "int4_g64"])
+@pytest.mark.parametrize("fmt", ["int8", "int4_g32", "int4_g128"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("transposed", [True, False])
-def test_the_c_quantizer_equals_torch_bit_for_bit(fmt, dtype, transposed):
-    w = weight(256, 96, dtype, transposed)
+@pytest.mark.parametrize("k", [256, 640])  # one local chunk of a column, and several
+def test_the_c_quantizer_equals_torch_bit_for_bit(fmt, dtype, transposed, k):
+    w = weight(k, 40, dtype, transposed)
     got = quantize_in_c(w, format_group(fmt))
     assert got is not None
     want = quantize_in_torch(w, fmt)
@@ -40,3 +41,12 @@ def test_the_c_quantizer_equals_torch_bit_for_bit(fmt, dtype, transposed):
 def test_other_kinds_are_left_to_torch():
     assert quantize_in_c(torch.randn(64, 8, dtype=torch.float64), 32) is None
     assert quantize_in_c(torch.randn(64, 8, dtype=torch.float16), 0) is None
+
+
+def test_a_nan_in_a_group_gives_torchs_scale():
+    w = torch.randn(64, 8)
+    w[5, 2] = float("nan")
+    for fmt in ("int8", "int4_g32"):
+        got, want = quantize_in_c(w, format_group(fmt)), quantize_in_torch(w, fmt)
+        assert torch.equal(got[1], want[1])  # scale 1 where the group holds a NaN
+        assert float(got[1].reshape(-1, 8)[0, 2]) == 1.0

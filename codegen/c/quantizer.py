@@ -24,20 +24,34 @@ QUANTIZE_C = r"""
 #include <stdint.h>
 #include <string.h>
 
-static inline float eq_load(const void* w, int bf16, int64_t i) {
-    if (bf16) {  /* bf16 bits: the high half of a float32 */
-        uint32_t b = (uint32_t)((const uint16_t*)w)[i] << 16;
-        float f;
-        memcpy(&f, &b, 4);
-        return f;
+#define EQ_QCHUNK 256  /* values of a column read into a local row at a time */
+
+/* v[0..m) = w[base + i * sk], widened from bf16 bits or copied (contiguous: vector loops) */
+static inline void eq_values(const void* w, int bf16, int64_t base, int64_t sk, int64_t m,
+                             float* restrict v) {
+    if (bf16) {
+        const uint16_t* p = (const uint16_t*)w + base;
+        if (sk == 1) {
+            for (int64_t i = 0; i < m; i++) {
+                uint32_t b = (uint32_t)p[i] << 16;
+                memcpy(&v[i], &b, 4);
+            }
+        } else {
+            for (int64_t i = 0; i < m; i++) {
+                uint32_t b = (uint32_t)p[i * sk] << 16;
+                memcpy(&v[i], &b, 4);
+            }
+        }
+    } else {
+        const float* p = (const float*)w + base;
+        for (int64_t i = 0; i < m; i++) v[i] = p[i * sk];
     }
-    return ((const float*)w)[i];
 }
 
 /* w [K, N] (element strides sk, sn). group 0: int8, one scale per column (q int8 [K, N],
    scale [N]); else int4 in groups of `group` rows (q uint8 [K / 2, N], two rows a byte, the
-   even row low; scale [K / group, N]). As quant_formats._quantize_columns: NaN propagates
-   through the max as torch's amax does. */
+   even row low; scale [K / group, N]). As quant_formats.quantize_in_torch: a NaN in a group
+   makes its max NaN, so its scale 1, as torch's amax and where do. */
 void eq_quantize(const void* w, int bf16, int64_t K, int64_t N, int64_t sk, int64_t sn,
                  int64_t group, void* q, float* scale) {
     const int64_t G = group ? group : K;
@@ -45,31 +59,36 @@ void eq_quantize(const void* w, int bf16, int64_t K, int64_t N, int64_t sk, int6
                 hi = group ? 7.0f : 127.0f;
     #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
+        float v[EQ_QCHUNK];
         for (int64_t g0 = 0; g0 < K; g0 += G) {
             float amax = 0.0f;
             int nan = 0;
-            for (int64_t k = g0; k < g0 + G; k++) {
-                float a = fabsf(eq_load(w, bf16, k * sk + n * sn));
-                nan |= a != a;
-                amax = a > amax ? a : amax;
+            for (int64_t c0 = g0; c0 < g0 + G; c0 += EQ_QCHUNK) {
+                const int64_t m = g0 + G - c0 < EQ_QCHUNK ? g0 + G - c0 : EQ_QCHUNK;
+                eq_values(w, bf16, c0 * sk + n * sn, sk, m, v);
+                for (int64_t i = 0; i < m; i++) {
+                    float a = fabsf(v[i]);
+                    nan |= a != a;
+                    amax = a > amax ? a : amax;
+                }
             }
             float s = nan ? NAN : amax / top;
             if (!(s > 0.0f)) s = 1.0f;
             scale[group ? (g0 / G) * N + n : n] = s;
-            if (!group) {
-                for (int64_t k = g0; k < g0 + G; k++) {
-                    float v = nearbyintf(eq_load(w, bf16, k * sk + n * sn) / s);
-                    ((int8_t*)q)[k * N + n] = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
+            for (int64_t c0 = g0; c0 < g0 + G; c0 += EQ_QCHUNK) {
+                const int64_t m = g0 + G - c0 < EQ_QCHUNK ? g0 + G - c0 : EQ_QCHUNK;
+                eq_values(w, bf16, c0 * sk + n * sn, sk, m, v);
+                for (int64_t i = 0; i < m; i++) {  /* w / s rounded half to even, clamped */
+                    float x = nearbyintf(v[i] / s);
+                    v[i] = x < lo ? lo : (x > hi ? hi : x);
                 }
-                continue;
-            }
-            for (int64_t k = g0; k < g0 + G; k += 2) {  /* two rows a byte, the even one low */
-                float v0 = nearbyintf(eq_load(w, bf16, k * sk + n * sn) / s);
-                float v1 = nearbyintf(eq_load(w, bf16, (k + 1) * sk + n * sn) / s);
-                v0 = v0 < lo ? lo : (v0 > hi ? hi : v0);
-                v1 = v1 < lo ? lo : (v1 > hi ? hi : v1);
-                ((uint8_t*)q)[(k / 2) * N + n] =
-                    (uint8_t)((uint8_t)(v0 + 8.0f) | ((uint8_t)(v1 + 8.0f) << 4));
+                if (!group) {
+                    for (int64_t i = 0; i < m; i++) ((int8_t*)q)[(c0 + i) * N + n] = (int8_t)v[i];
+                } else {
+                    for (int64_t i = 0; i < m; i += 2)  /* two rows a byte, the even one low */
+                        ((uint8_t*)q)[((c0 + i) / 2) * N + n] = (uint8_t)(
+                            (uint8_t)(v[i] + 8.0f) | ((uint8_t)(v[i + 1] + 8.0f) << 4));
+                }
             }
         }
     }
