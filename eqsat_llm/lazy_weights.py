@@ -72,12 +72,18 @@ def materialize(t: Any, source: WeightSource, name: str | None = None,
                              f"model {list(t.shape)}")
         return value if value.dtype == t.dtype else value.to(t.dtype)
     args = args_of(recipe) if args_of else [materialize(a, source) for a in inputs_of(recipe)]
-    if recipe.op == "cat":  # transposed weights (q, k, v) made contiguous first: torch's
-        # blocked 2-D transpose, then a plain cat, 2.7x faster than a cat of the views
-        args = [a.contiguous() if isinstance(a, torch.Tensor) and a.dim() == 2 else a
-                for a in args]
     with torch.no_grad():
+        if recipe.op == "cat" and _all_transposed(args):
+            # transposed weights (q, k, v: nn.Linear's [N, K] as [K, N]) joined untransposed
+            # and viewed back: no transposing copy, and quantize reads each column's K
+            # values contiguous (codegen/c/quantizer.py); the same values
+            return torch.cat([a.t() for a in args], 1 - recipe.attrs["dim"] % 2).t()
         return evaluate(recipe.op, args, recipe.attrs)
+
+
+def _all_transposed(args: list[Any]) -> bool:
+    return all(isinstance(a, torch.Tensor) and a.dim() == 2 and a.t().is_contiguous() and
+               not a.is_contiguous() for a in args)
 
 
 # ops that widen their float argument to float32 themselves, some columns at a time
