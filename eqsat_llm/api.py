@@ -433,8 +433,6 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     report.state_in_place = len(write_state_in_place(graph, captured))
     compiled = Compiled(graph, captured, report, backend)
     compiled.cost_model = cost_model
-    if cached_as is not None and compiled.meta_weights:
-        program_cache.store(cached_as, (graph, captured, report))
     if isinstance(model, torch.export.ExportedProgram):
         model = model.module()
     # a model that writes its state or its inputs in place is not run: the run would write
@@ -452,6 +450,8 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     if fmt is not None:
         report.quantization = _quantization_report(compiled, model, fmt, list(keep_float),
                                                    tuple(example_inputs), example_kwargs)
+    if cached_as is not None and compiled.meta_weights:  # the report complete: a hit's too
+        program_cache.store(cached_as, (graph, captured, report))
     return compiled
 
 

@@ -35,6 +35,11 @@ def test_a_second_start_takes_the_program_from_disk(tmp_path, cache_home):
     assert second.decode_program.report.program_cache == "hit"
     assert second.prefill_program.report.program_cache == "hit"
     assert "capture" not in second.decode_program.report.timings  # nothing re-optimized
+    # the report as complete as the first's (the weight formats, the quantization summary)
+    for a, b in ((first.decode_program, second.decode_program),
+                 (first.prefill_program, second.prefill_program)):
+        assert b.report.weight_formats == a.report.weight_formats != {}
+        assert b.report.quantization.quantized_weights == a.report.quantization.quantized_weights
     assert torch.equal(again, tokens)
     # another format, another cache length: other programs
     other, _ = _start(tmp_path / "ck", quantize="int4_g32")
