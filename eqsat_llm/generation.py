@@ -96,6 +96,9 @@ class GeneratorReport:
     compile_seconds: float
     prepared_bytes: int = 0  # what both programs hold beyond the model's parameters
     prepared_alone: tuple[int, int] = (0, 0)  # what each would hold alone (prefill, decode)
+    shared: tuple[int, int] = (0, 0)  # tensors both programs hold, one copy: count, bytes
+    # the model's own tensors the kernels read as stored (not copied): count, bytes
+    model_tensors_read: tuple[int, int] = (0, 0)
     last_run: dict[str, float] = field(default_factory=dict)
     # from_pretrained: the checkpoint's bytes read and the seconds the weights took (read,
     # converted, quantized, packed), apart from the compile
@@ -112,7 +115,8 @@ class GeneratorReport:
                 "cache_shape": list(self.cache_shape),
                 "prefill_chunk": self.prefill_chunk, "compile_seconds": self.compile_seconds,
                 "prepared_bytes": self.prepared_bytes,
-                "prepared_alone": list(self.prepared_alone),
+                "prepared_alone": list(self.prepared_alone), "shared": list(self.shared),
+                "model_tensors_read": list(self.model_tensors_read),
                 "weights_read_bytes": self.weights_read_bytes,
                 "load_seconds": self.load_seconds, "weights_from": self.weights_from,
                 "last_run": dict(self.last_run)}
@@ -132,6 +136,9 @@ class GeneratorReport:
             (f"folded and packed weights: {mib(self.prepared_bytes)} for both programs, equal "
              f"ones held once (alone: prefill {mib(self.prepared_alone[0])}, decode "
              f"{mib(self.prepared_alone[1])}; the model's own parameters not counted)"),
+            (f"held once for both programs: {self.shared[0]} tensors, {mib(self.shared[1])}; "
+             f"the model's own tensors read as stored: {self.model_tensors_read[0]}, "
+             f"{mib(self.model_tensors_read[1])}"),
             f"compiled in {self.compile_seconds:.1f} s (both programs)",
             "weights prepared " + _WEIGHTS_FROM[self.weights_from],
         ]
@@ -224,9 +231,7 @@ class Generator:
             cache_buffers=len(caches),
             cache_shape=tuple(caches[0].shape), prefill_chunk=self.chunk,
             compile_seconds=time.perf_counter() - t0,
-            prepared_bytes=_prepared_bytes(model, (self.decode_program, self.prefill_program)),
-            prepared_alone=(_prepared_bytes(model, (self.prefill_program,)),
-                            _prepared_bytes(model, (self.decode_program,))),
+            **_holdings(model, (self.prefill_program, self.decode_program)),
             weights_from="model" if twin else "checkpoint" if weights is not None else "folded")
         # run-time inputs, filled in place between calls (no allocation per token); the
         # cache and these are one generation's state: one generate() at a time
@@ -456,18 +461,29 @@ def _on_meta_twin(model: nn.Module, options: dict[str, Any]) -> bool:
             and not options.get("measure_eager") and plans_on_meta(model))
 
 
-def _prepared_bytes(model: nn.Module, programs: tuple[Any, ...]) -> int:
-    """Bytes of the distinct storages the programs' constants and prepared weights hold,
-    other than the model's own parameters."""
-    own = {p.untyped_storage().data_ptr() for p in model.parameters()}
+def _storages(model: nn.Module, program: Any) -> tuple[dict[int, int], dict[int, int]]:
+    """The distinct storages (address -> bytes) a program's constants and prepared weights
+    hold beyond the model's own tensors, and those of the model's own it reads as stored."""
+    own = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
     held: dict[int, int] = {}
-    for program in programs:
-        tensors = [*program.graph.constants.values(),
-                   *getattr(program._runtime, "weights", [])]
-        for t in tensors:
-            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in own:
-                held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return sum(held.values())
+    read: dict[int, int] = {}
+    for t in [*program.graph.constants.values(), *getattr(program._runtime, "weights", [])]:
+        if isinstance(t, torch.Tensor) and not t.is_meta and t.untyped_storage().nbytes():
+            ptr = t.untyped_storage().data_ptr()
+            (read if ptr in own else held)[ptr] = t.untyped_storage().nbytes()
+    return held, read
+
+
+def _holdings(model: nn.Module, programs: tuple[Any, Any]) -> dict[str, Any]:
+    """GeneratorReport's fields on what the two programs hold: together, each alone, the
+    tensors both hold (one copy), and the model's own tensors read as stored."""
+    (held_p, read_p), (held_d, read_d) = (_storages(model, p) for p in programs)
+    both = held_p.keys() & held_d.keys()
+    return {"prepared_bytes": sum({**held_p, **held_d}.values()),
+            "prepared_alone": (sum(held_p.values()), sum(held_d.values())),
+            "shared": (len(both), sum(held_p[k] for k in both)),
+            "model_tensors_read": (len({**read_p, **read_d}),
+                                   sum({**read_p, **read_d}.values()))}
 
 
 _GENERATORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

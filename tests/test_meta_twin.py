@@ -58,6 +58,13 @@ def test_planned_on_the_twin_it_computes_what_folding_computes_and_holds_less(
     held = {w.untyped_storage().data_ptr() for program in (twin.decode_program,
             twin.prefill_program) for w in program._runtime.weights}
     assert model.model.embed_tokens.weight.untyped_storage().data_ptr() in held
+    # the report says so: the model's tensors read as stored, and what both programs share
+    report = twin.report
+    assert report.model_tensors_read[0] >= 1
+    assert report.model_tensors_read[1] >= model.model.embed_tokens.weight.nbytes
+    assert report.shared[0] > 0
+    assert report.shared[1] == sum(report.prepared_alone) - report.prepared_bytes
+    assert "held once for both programs" in report.summary()
 
 
 def test_what_the_twin_cannot_stand_in_for_is_folded_as_before():
