@@ -28,6 +28,7 @@ from torch.fx import Node as FxNode
 
 from .errors import CaptureError, GraphError
 from .ir import Graph, TensorType, dtype_name
+from .ops.elementwise import UNARY
 
 aten = torch.ops.aten
 
@@ -629,8 +630,7 @@ def _unary(op: str) -> Converter:
     return convert
 
 
-for _op in ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "silu", "relu",
-            "reciprocal", "abs", "cos", "sin", "erf", "logical_not", "bitwise_not"):
+for _op in UNARY:  # each the aten op of its name
     converts(getattr(aten, _op).default)(_unary(_op))
 
 
