@@ -204,9 +204,10 @@ class Generator:
                 self._optimize(meta_twin(model), dtype, own, options)
                 # (not where a constant is made in forward: its values only the model has)
                 twin = not own.missing(source_names(self.decode_program.graph.constants))
-            except (EqsatError, RuntimeError, NotImplementedError):
+            except (EqsatError, RuntimeError, NotImplementedError, TypeError):
                 twin = False  # code that runs only on real tensors (Mixtral's grouped GEMM
-                # refuses float32 on the meta device): planned as loaded, as before
+                # refuses float32 on the meta device), a model that cannot be deep-copied (a
+                # lock among its attributes): planned as loaded, as before
             weights = own if twin else None
         if not twin:
             self._optimize(model, dtype, weights, options)

@@ -89,3 +89,17 @@ def test_code_that_needs_real_tensors_is_planned_as_loaded():
         want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
                               do_sample=False)
     assert torch.equal(gen.generate(ids, 4), want)
+
+
+def test_a_model_that_cannot_be_copied_is_planned_as_loaded():
+    import threading
+
+    model = causal_lm("llama")
+    model.lock = threading.Lock()  # deepcopy refuses it: the twin cannot be made
+    gen = generator(model)
+    assert gen.report.weights_from == "folded"
+    ids = torch.randint(3, 999, (1, 7), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=3,
+                              do_sample=False)
+    assert torch.equal(gen.generate(ids, 3), want)
