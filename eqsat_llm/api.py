@@ -31,7 +31,7 @@ from .ir import Graph, TensorType, dtype_of
 from .lazy_weights import LazyConstants, WeightSource
 from .memcheck import check_fits, fold_bytes
 from .meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
-from .plan import plan_memory
+from .plan import MemoryPlan, plan_memory
 from .provenance import read as read_provenance
 from .provenance import recording_ruleset, rules_in_classes, rules_used
 from .quant_formats import DYNAMIC
@@ -69,12 +69,14 @@ class Compiled:
     """The optimized program: call it like the model."""
 
     def __init__(self, graph: Graph, captured: Captured, report: Report,
-                 backend: str = "c"):
+                 backend: str = "c", plan: MemoryPlan | None = None):
         self.graph = graph
         self.captured = captured
         self.report = report
-        with _phase(report.timings, "plan"):
-            self.plan = plan_memory(graph)
+        if plan is None:  # (a program from the cache brings its own)
+            with _phase(report.timings, "plan"):
+                plan = plan_memory(graph)
+        self.plan = plan
         # weights on the meta device: planned only, no code to generate from them (meta.py)
         self.meta_weights = meta_constants(graph)
         report.meta_weights = len(self.meta_weights)
@@ -451,7 +453,7 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
         report.quantization = _quantization_report(compiled, model, fmt, list(keep_float),
                                                    tuple(example_inputs), example_kwargs)
     if cached_as is not None and compiled.meta_weights:  # the report complete: a hit's too
-        program_cache.store(cached_as, (graph, captured, report))
+        program_cache.store(cached_as, (graph, captured, report, compiled.plan))
     return compiled
 
 
@@ -461,14 +463,14 @@ def _from_program_cache(name: str, model: torch.nn.Module, backend: str) -> Comp
     entry = program_cache.load(name)
     if entry is None:
         return None
-    graph, captured, report = entry
+    graph, captured, report, plan = entry
     try:
         captured.state = {name: model.get_buffer(name) if name in dict(model.named_buffers())
                           else model.get_parameter(name) for name in captured.state}
     except AttributeError:
         return None
     report.program_cache = "hit"
-    return Compiled(graph, captured, report, backend)
+    return Compiled(graph, captured, report, backend, plan)
 
 
 def _quantization_report(compiled: Compiled, model: Any, fmt: str, keep_float: list[str],

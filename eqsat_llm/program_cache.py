@@ -1,11 +1,12 @@
 """An on-disk cache of optimized programs for models on the meta device.
 
-A model built on the meta device (Generator.from_pretrained) has no weight values: its
-optimized program (the extracted, folded graph whose weights are recipes, the captured call
-structure, the report) depends only on what the model is and on the options. A second start
-of the same model in a new process takes the program from here and skips capture, saturation
-and extraction; the C object is cached apart (codegen/c/build.py), and the weights are
-streamed from the checkpoint as on a first start.
+A model built on the meta device (Generator.from_pretrained, or a loaded model's meta twin)
+has no weight values: its optimized program (the extracted, folded graph whose weights are
+recipes, the captured call structure, the report, the memory plan) depends only on what the
+model is and on the options. A second start of the same model in a new process takes the
+program from here and skips capture, saturation, extraction and planning; the C object is
+cached apart (codegen/c/build.py), and the weights are streamed from the checkpoint as on a
+first start.
 
 The key is a SHA-256 of everything the program is made from: the model's module tree and
 config, the names, shapes and dtypes of its parameters and buffers, the source files of its
@@ -33,7 +34,7 @@ import torch
 
 from .cache import CacheWarning, cache_dir, is_verified, store_verified
 
-_FORMAT = 1  # bumped when what an entry holds changes
+_FORMAT = 2  # bumped when what an entry holds changes (2: the memory plan too)
 
 
 def enabled(model: Any) -> bool:
