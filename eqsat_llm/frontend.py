@@ -498,6 +498,16 @@ def _expand(c: _Converter, node: FxNode, x: FxNode, size: list[int], **_: Any) -
     return c.g.add("expand", (c.t(x),), shape=_out_shape(node))
 
 
+@converts(aten.repeat.default)
+def _repeat(c: _Converter, node: FxNode, x: FxNode, repeats: list[int]) -> int:
+    """x.repeat(r) as the layout ops it is: a unit axis before each dim (view), that axis
+    expanded to r[i], the pairs merged (the view that copies): no torch step (BLOOM's ALiBi)."""
+    s = [1] * (len(repeats) - c.rank(x)) + list(c.shape(x))
+    unit = c.g.add("view", (c.t(x),), shape=[d for n in s for d in (1, n)])
+    tiled = c.g.add("expand", (unit,), shape=[d for r, n in zip(repeats, s) for d in (r, n)])
+    return c.g.add("view", (tiled,), shape=_out_shape(node))
+
+
 @converts(aten.unsqueeze.default)
 def _unsqueeze(c: _Converter, node: FxNode, x: FxNode, dim: int) -> int:
     return c.g.add("unsqueeze", (c.t(x),), dim=_dim(dim, c.rank(x) + 1))

@@ -20,8 +20,8 @@ EXPECTED = json.loads((Path(__file__).with_name("families_expected.json")).read_
 # The default slice: forms the model matrix (tests/test_model_matrix.py) does not cover.
 # Eager attention with logit softcapping (gemma2); multi-head latent attention with grouped
 # expert routing (deepseek_v3); a sliding window the 32-token prompt crosses (mistral); a
-# state-space model through torch steps (mamba); ALiBi in eager attention, its repeat in
-# torch (bloom); a config refused by name (gemma3).
+# state-space model through torch steps (mamba); ALiBi in eager attention, its repeat as
+# layout ops (bloom); a config refused by name (gemma3).
 DEFAULT = {"gemma2", "deepseek_v3", "mistral", "mamba", "bloom", "gemma3"}
 FAMILIES = list(families.families())
 

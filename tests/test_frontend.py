@@ -49,3 +49,17 @@ def test_progress_is_reported():
     lines: list[str] = []
     optimize(model, inputs, progress=lines.append)
     assert lines and lines[0].startswith("iteration 1:")
+
+
+def test_repeat_is_converted_to_layout_ops_and_runs_in_c():
+    # x.repeat(r): view, expand, view (BLOOM's ALiBi): no torch step, eager's values
+    class Tile(torch.nn.Module):
+        def forward(self, x, y):
+            return x.repeat(2, 3) * 2, y.repeat(2, 1, 1, 2) + 1, x.repeat(1, 1)
+
+    x, y = torch.randn(3, 5), torch.randn(2, 3, 4)
+    compiled = optimize(Tile(), (x, y), measure_eager=False)
+    assert not compiled.report.fallback_ops, compiled.report.fallback_ops
+    assert not compiled.report.torch_ops, compiled.report.torch_ops
+    for got, want in zip(compiled(x, y), Tile()(x, y)):
+        assert torch.equal(got, want)
