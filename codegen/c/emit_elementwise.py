@@ -84,6 +84,8 @@ FLOAT_UNARY: dict[str, Expr] = {
     "sqrt": lambda ct, a, at: f"{_f(ct, 'sqrt')}({a[0]})",
     "exp": lambda ct, a, at: _exp(ct, a[0]),
     "log": lambda ct, a, at: f"{_f(ct, 'log')}({a[0]})",
+    "expm1": lambda ct, a, at: f"{_f(ct, 'expm1')}({a[0]})",
+    "log1p": lambda ct, a, at: f"{_f(ct, 'log1p')}({a[0]})",
     "tanh": lambda ct, a, at: _tanh(ct, a[0]),
     "sigmoid": lambda ct, a, at: _sig(ct, a[0]),
     "silu": lambda ct, a, at: f"({a[0]} * {_sig(ct, a[0])})",

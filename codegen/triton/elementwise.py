@@ -59,6 +59,13 @@ FLOAT_UNARY: dict[str, Expr] = {
     "sqrt": lambda a, at: f"tl.sqrt({a[0]})",
     "exp": lambda a, at: f"tl.exp({a[0]})",
     "log": lambda a, at: f"tl.log({a[0]})",
+    # (no libdevice in Triton's interpreter: Kahan's forms, accurate near 0 where
+    # log(1 + x) and exp(x) - 1 lose the low bits; exact limits at u == 1)
+    "expm1": lambda a, at: (f"tl.where(tl.exp({a[0]}) == 1.0, {a[0]}, tl.where("
+                            f"tl.exp({a[0]}) - 1.0 == -1.0, -1.0, (tl.exp({a[0]}) - 1.0) * "
+                            f"{a[0]} / tl.log(tl.exp({a[0]}))))"),
+    "log1p": lambda a, at: (f"tl.where(1.0 + {a[0]} == 1.0, {a[0]}, tl.log(1.0 + {a[0]}) * "
+                            f"{a[0]} / ((1.0 + {a[0]}) - 1.0))"),
     "tanh": lambda a, at: f"tanh({a[0]})",
     "sigmoid": lambda a, at: f"tl.sigmoid({a[0]})",
     "silu": lambda a, at: f"({a[0]} * tl.sigmoid({a[0]}))",

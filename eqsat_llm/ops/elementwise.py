@@ -31,6 +31,7 @@ COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "log
 UNARY: dict[str, tuple[Callable[..., Any], float]] = {
     "neg": (torch.neg, 1.0), "rsqrt": (torch.rsqrt, 4.0), "sqrt": (torch.sqrt, 4.0),
     "exp": (torch.exp, EXP_FLOPS), "log": (torch.log, EXP_FLOPS),
+    "expm1": (torch.expm1, EXP_FLOPS), "log1p": (torch.log1p, EXP_FLOPS),
     "tanh": (torch.tanh, TRANSCENDENTAL), "sigmoid": (torch.sigmoid, TRANSCENDENTAL),
     "silu": (F.silu, TRANSCENDENTAL + 1), "relu": (torch.relu, 1.0),
     "reciprocal": (torch.reciprocal, 4.0), "abs": (torch.abs, 1.0),
