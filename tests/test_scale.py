@@ -2,6 +2,9 @@
 memory plan without materialising a weight; calling it raises a clear error (eqsat_llm/meta.py).
 Times are benchmarks/scale.py's to measure: no test asserts one."""
 
+import os
+from unittest import mock
+
 import pytest
 import torch
 
@@ -27,7 +30,9 @@ def _meta_case(depth: int):
 @pytest.fixture(scope="module")
 def meta_7b():
     model, x = _meta_case(2)
-    return model, x, optimize(model, (x,))
+    # every phase runs: not a program another test left in the cache (program_cache.py)
+    with mock.patch.dict(os.environ, {"EQSAT_PROGRAM_CACHE": "0"}):
+        return model, x, optimize(model, (x,))
 
 
 def test_every_phase_to_the_plan_runs(meta_7b):
