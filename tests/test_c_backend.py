@@ -338,3 +338,23 @@ def test_vectorised_tanh_is_accurate():
     g.outputs = [g.add("tanh", (x,))]
     xs = [torch.linspace(-12, 12, 3003).reshape(3, 1001)]
     assert (CRuntime(g).run(xs)[0] - torch.tanh(xs[0])).abs().max().item() < 5e-7
+
+
+def test_repeated_layers_share_their_kernel_functions():
+    # kernels equal but for their places are one C function (shared_kernels.py): the source
+    # and its compile do not grow with the depth, the calls do
+    from eqsat_llm import optimize
+    from eqsat_llm.workloads import stacked_llama_blocks
+
+    counts = {}
+    for depth in (3, 6):
+        model = stacked_llama_blocks(depth, d_model=64, n_heads=2, ffn=128)
+        x = torch.randn(1, 8, 64)
+        compiled = optimize(model, (x,), measure_eager=False)
+        program = compiled._runtime.program
+        functions = {k.function for k in program.kernels}
+        counts[depth] = (len(program.kernels), len(functions))
+        assert compiled.source().count("\nstatic void k") == len(functions)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    assert counts[6][0] > counts[3][0] and counts[6][1] == counts[3][1], counts

@@ -89,14 +89,7 @@ def test_what_the_twin_cannot_stand_in_for_is_folded_as_before():
 @pytest.mark.slow
 def test_code_that_needs_real_tensors_is_planned_as_loaded():
     # Mixtral's grouped expert GEMM refuses float32 on the meta device
-    model = causal_lm("mixtral")
-    gen = generator(model)
-    assert gen.report.weights_from == "folded"
-    ids = torch.randint(3, 999, (1, 9), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
-                              do_sample=False)
-    assert torch.equal(gen.generate(ids, 4), want)
+    assert_folded_and_right(causal_lm("mixtral"), prompt=9, new=4, seed=2)
 
 
 def test_a_model_that_cannot_be_copied_is_planned_as_loaded():
@@ -104,10 +97,15 @@ def test_a_model_that_cannot_be_copied_is_planned_as_loaded():
 
     model = causal_lm("llama")
     model.lock = threading.Lock()  # deepcopy refuses it: the twin cannot be made
+    assert_folded_and_right(model, prompt=7, new=3, seed=3)
+
+
+def assert_folded_and_right(model: torch.nn.Module, prompt: int, new: int, seed: int) -> None:
+    """The model is planned as loaded (not on its twin) and generates transformers' tokens."""
     gen = generator(model)
     assert gen.report.weights_from == "folded"
-    ids = torch.randint(3, 999, (1, 7), generator=torch.Generator().manual_seed(3))
+    ids = torch.randint(3, 999, (1, prompt), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=3,
+        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
                               do_sample=False)
-    assert torch.equal(gen.generate(ids, 3), want)
+    assert torch.equal(gen.generate(ids, new), want)
