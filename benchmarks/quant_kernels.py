@@ -22,6 +22,7 @@ kernels of one round survive it better than the times."""
 from __future__ import annotations
 
 import argparse
+import ast
 import ctypes
 import os
 import statistics
@@ -86,30 +87,38 @@ def build(source: str, flags: list[str], path: Path) -> ctypes.CDLL:
     return dll
 
 
-def baseline_source(rev: str) -> tuple[str, bool]:
-    """(the C of eq_gemm_q at git revision rev with its packed GEMM, whether it reads panels)"""
-    def module(path: str) -> dict:
+def baseline_source(rev: str) -> tuple[str, str]:
+    """(the C of eq_gemm_q at git revision rev with its packed GEMM, the layout it reads:
+    "rows", "panels", or "panels16": panels with int4's scales as float16)"""
+    def module(path: str) -> tuple[dict[str, str], str]:
+        """(the module's top-level string constants, its text), read without running it"""
         text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True,
                               capture_output=True, text=True).stdout
-        ns: dict = {}
-        exec(compile(text, path, "exec"), ns)  # noqa: S102 (this repository's own source)
-        return ns
-    q = module("codegen/c/quant_gemm.py")
-    packed = module("codegen/c/packed_gemm.py")["PACKED_GEMM_C"]
-    panels = "QuantPanels" in q
-    return PRELUDE + packed + q["QUANT_GEMM_C"] + FLUSH + (QGEMM if panels else QGEMM_ROWS), panels
+        strings = {t.id: node.value.value for node in ast.parse(text).body
+                   if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                   for t in node.targets if isinstance(t, ast.Name)}
+        return strings, text
+    q, text = module("codegen/c/quant_gemm.py")
+    packed = module("codegen/c/packed_gemm.py")[0]["PACKED_GEMM_C"]
+    layout = ("panels16" if "def of_scales" in text else "panels") \
+        if "class QuantPanels" in text else "rows"
+    return (PRELUDE + packed + q["QUANT_GEMM_C"] + FLUSH +
+            (QGEMM if layout != "rows" else QGEMM_ROWS), layout)
 
 
-def operands(fmt: str, k: int, n: int, gen: torch.Generator, panels: bool):
-    """(q, s) of a random weight in fmt, as the kernel reads them, and w dequantized."""
+def operands(fmt: str, k: int, n: int, gen: torch.Generator, layout: str):
+    """(q, s) of a random weight in fmt, as the kernel of `layout` reads them, and w
+    dequantized."""
     from eqsat_llm.quant_formats import dequantize
 
     q, s = quantize(torch.randn(k, n, generator=gen), fmt)
     w = dequantize(q, s, fmt)
-    if panels:
+    if layout != "rows":
         group = format_group(fmt)
         q = QuantPanels("q", 0, q.shape[0], n, n).prepare({"q": q})
-        s = QuantPanels("s", 0, 1 if group == 0 else k // group, n, n).prepare({"s": s})
+        rows = 1 if group == 0 else k // group
+        s = QuantPanels.of_scales("s", 0, rows, n, n, 1, group).prepare({"s": s}) \
+            if layout == "panels16" else QuantPanels("s", 0, rows, n, n).prepare({"s": s})
     return q, s, w
 
 
@@ -154,13 +163,14 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         libs = {"": (build(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + FLUSH + QGEMM, args.flags,
-                           Path(tmp) / "new.so"), True)}
+                           Path(tmp) / "new.so"), "panels16")}
         for i, v in enumerate(x for x in args.variants.split(",") if x):
             libs[f"[{v}] "] = (build(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + FLUSH + QGEMM,
-                                     args.flags + v.split(), Path(tmp) / f"v{i}.so"), True)
+                                     args.flags + v.split(), Path(tmp) / f"v{i}.so"),
+                                 "panels16")
         if args.baseline:
-            src, panels = baseline_source(args.baseline)
-            libs[f"{args.baseline} "] = (build(src, [], Path(tmp) / "old.so"), panels)
+            src, layout = baseline_source(args.baseline)
+            libs[f"{args.baseline} "] = (build(src, [], Path(tmp) / "old.so"), layout)
         dll = libs[""][0]
         for m, k, n in shapes:
             a = torch.randn(m, k, generator=gen)
@@ -172,12 +182,12 @@ def main(argv: list[str] | None = None) -> None:
             nbytes, refs = {"fp32 packed": k * n * 4}, {"fp32 packed": w}
             for fmt in args.formats:
                 group = format_group(fmt)
-                for tag, (lib, panels) in libs.items():
-                    q, s, wd = operands(fmt, k, n, torch.Generator().manual_seed(k + n), panels)
+                for tag, (lib, layout) in libs.items():
+                    q, s, wd = operands(fmt, k, n, torch.Generator().manual_seed(k + n), layout)
                     name = f"{tag}{fmt}"
                     fns[name] = quant_call(lib, m, k, n, a, group, q, s, c)
                     nbytes[name] = (k * n // (1 if group == 0 else 2) +
-                                    (n if group == 0 else k // group * n) * 4)
+                                    (n * 4 if group == 0 else k // group * n * s.element_size()))
                     refs[name] = wd
             for name, fn in fns.items():
                 fn()

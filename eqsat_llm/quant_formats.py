@@ -5,12 +5,15 @@ A float weight W [K, N] (x @ W, N output channels) is stored as integers and sca
     int8       per output channel: scale[n] = max_k |W[k, n]| / 127, q = round(W / scale) in
                [-127, 127], int8 [K, N]; W ~ q * scale[n]
     int4_gG    group-wise along K (groups of G = 32, 64 or 128 rows): scale[g, n] = max |W| over
-               the group / 7, q = round(W / scale) in [-8, 7], stored as q + 8 in a nibble,
+               the group / 7 rounded to the nearest float16 (the kernels store it so: a
+               quarter of the bytes of the integers, not half), q = round(W / scale) in
+               [-8, 7], stored as q + 8 in a nibble,
                uint8 [K / 2, N]: byte (k2, n) holds row 2 k2 in its low nibble and row 2 k2 + 1
                in its high nibble; W ~ q * scale[k // G, n]
 
 Symmetric (no zero point): the kernels then dequantize with one multiply. An all-zero column
-or group gets scale 1, so that it dequantizes to exactly zero. The quantized values are
+or group gets scale 1, so that it dequantizes to exactly zero; a group whose scale overflows
+float16 (max |W| above 7 x 65504) is an error, not a silent zero. The quantized values are
 computed once at compile time, by constant folding of the ops quantize_weight and
 weight_scales (ops/formats.py).
 
@@ -58,7 +61,9 @@ def quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     from .codegen.c.quantizer import quantize_in_c
 
     fast = quantize_in_c(w, format_group(fmt))  # the same values, in one pass
-    return fast if fast is not None else quantize_in_torch(w, fmt)
+    q, scale = fast if fast is not None else quantize_in_torch(w, fmt)
+    check_scales(scale, fmt)
+    return q, scale
 
 
 def quantize_in_torch(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,19 +84,26 @@ def _quantize_columns(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Te
     group = format_group(fmt)
     w = w.to(torch.float32, copy=True)  # a private copy: rounded in place below
     if group == 0:
-        scale = _scale(w.abs().amax(0), 127.0)
+        scale = _scale(w.abs().amax(0) / 127.0)
         return w.div_(scale).round_().clamp_(-127, 127).to(torch.int8), scale
     k, n = w.shape
     groups = w.reshape(k // group, group, n)
-    scale = _scale(groups.abs().amax(1), 7.0)
+    scale = _scale((groups.abs().amax(1) / 7.0).to(torch.float16).to(torch.float32))
     q = groups.div_(scale[:, None, :]).round_().clamp_(-8, 7).add_(8).to(torch.uint8)
     q = q.reshape(k, n)
     return q[0::2] | (q[1::2] << 4), scale
 
 
-def _scale(amax: torch.Tensor, top: float) -> torch.Tensor:
-    scale = amax / top
+def _scale(scale: torch.Tensor) -> torch.Tensor:
+    """The scales as stored: 1 where zero or NaN (a group of zeros, or one holding a NaN)."""
     return torch.where(scale > 0, scale, torch.ones_like(scale)).contiguous()
+
+
+def check_scales(scale: torch.Tensor, fmt: str) -> None:
+    """Refuse int4 scales that overflowed float16: their weights would dequantize to 0."""
+    if format_group(fmt) and bool(torch.isinf(scale).any()):
+        raise GraphError(f"cannot quantize a weight to {fmt}: a group's max |w| exceeds "
+                         f"7 x 65504, beyond its float16 scale; use int8 or keep it float")
 
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:

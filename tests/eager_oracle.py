@@ -161,7 +161,7 @@ def _gemm(xs: list[Any], a: dict) -> torch.Tensor:
 
 def _quantized(xs: list[Any], a: dict, part: int) -> torch.Tensor:
     # the format from its definition: int8 scale = max|W| / 127 per column; int4 per group
-    # of G rows, max|W| / 7, stored q + 8 two rows a byte
+    # of G rows, max|W| / 7 rounded to float16, stored q + 8 two rows a byte
     w, fmt = xs[0].float(), a["fmt"]
     if fmt == "int8":
         s = w.abs().amax(0) / 127
@@ -169,7 +169,7 @@ def _quantized(xs: list[Any], a: dict, part: int) -> torch.Tensor:
         return (w / s).round().clamp(-127, 127).to(torch.int8) if part == 0 else s
     group = int(fmt[len("int4_g"):])
     k, n = w.shape
-    s = w.reshape(k // group, group, n).abs().amax(1) / 7
+    s = (w.reshape(k // group, group, n).abs().amax(1) / 7).half().float()
     s = torch.where(s > 0, s, torch.ones_like(s))
     if part == 1:
         return s

@@ -4,12 +4,13 @@ and logits as folding them while optimizing, with less held beside the model."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
 import torch
 
-from eqsat_llm import EqsatError, Generator, generation, interning
+from eqsat_llm import EqsatError, Generator, generation
 from eqsat_llm.meta import ParameterSource, meta_twin, plans_on_meta
 from eqsat_llm.model_matrix import build
 
@@ -42,17 +43,18 @@ def test_the_twin_holds_no_weight_bytes_and_keeps_ties():
 @pytest.mark.parametrize("quantize", [None, "int8"])
 def test_planned_on_the_twin_it_computes_what_folding_computes_and_holds_less(
         monkeypatch, quantize):
-    # (an empty intern table: another test's model of the same seed holds equal tensors,
-    # which interning would hand this one's programs)
-    monkeypatch.setattr(interning, "_TABLE", {})
     torch.manual_seed(0)
-    model = causal_lm("llama")
+    equal = causal_lm("llama")
+    with monkeypatch.context() as m:
+        m.setattr(generation, "_on_meta_twin", lambda *a: False)
+        folded = generator(equal, quantize=quantize)  # its constants interned, and live
+    assert folded.report.weights_from == "folded"
+    # a model of equal values but its own storage: its programs hold its tensors, never the
+    # other live program's equal ones
+    model = copy.deepcopy(equal)
     twin = generator(model, quantize=quantize)
     assert twin.report.weights_from == "model"
     assert "from the model's own tensors" in twin.report.summary()
-    monkeypatch.setattr(generation, "_on_meta_twin", lambda *a: False)
-    folded = generator(model, quantize=quantize)
-    assert folded.report.weights_from == "folded"
     ids = torch.randint(3, 999, (1, 13), generator=torch.Generator().manual_seed(1))
     assert torch.equal(twin.next_token_logits(ids), folded.next_token_logits(ids))
     assert torch.equal(twin.generate(ids, 6), folded.generate(ids, 6))
@@ -65,6 +67,7 @@ def test_planned_on_the_twin_it_computes_what_folding_computes_and_holds_less(
         if w.untyped_storage().data_ptr() not in own:
             assert not any(p.shape == w.shape and p.dtype == w.dtype and torch.equal(p, w)
                            for p in own.values())
+    assert any(w.untyped_storage().data_ptr() in own for w in held)
     # the report says which of the model's tensors are read so, and what both programs share
     report = twin.report
     read = {w.untyped_storage().data_ptr() for w in held} & own.keys()

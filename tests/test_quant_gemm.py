@@ -82,7 +82,8 @@ def _random_weight(k: int, n: int, fmt: str, gen: torch.Generator):
         s = torch.rand(n, generator=gen) * 0.02 + 0.001
     else:
         wq = torch.randint(0, 256, (k // 2, n), generator=gen, dtype=torch.uint8)
-        s = torch.rand(k // group, n, generator=gen) * 0.2 + 0.01
+        # float16 values, as quant_formats makes them (the kernel reads them so)
+        s = (torch.rand(k // group, n, generator=gen) * 0.2 + 0.01).half().float()
     return wq, s
 
 
@@ -102,8 +103,8 @@ def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
     ops = gemm_operands(m, n, k, gen, lda_pad=lda_pad, rowscale=rowscale, addends=addends)
     halves = 2 if swiglu else 1
     pq = QuantPanels("q", 0, wq.shape[0], n, ldw, halves).prepare({"q": wq})
-    ps = None if s is None else QuantPanels(
-        "s", 0, 1 if group == 0 else k // group, n, ldw, halves).prepare({"s": s})
+    ps = None if s is None else QuantPanels.of_scales(
+        "s", 0, 1 if group == 0 else k // group, n, ldw, halves, group).prepare({"s": s})
     code = HALF[fmt][1] if fmt in HALF else 8 if group == 0 else 4
     lib.qgemm(m, n, k, ops.a_full.data_ptr(), ops.lda, code, group, pq.data_ptr(),
               None if ps is None else ps.data_ptr(), ops.c.data_ptr(), ops.ldc, alpha,

@@ -8,6 +8,7 @@ import torch
 
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.codegen.c.quantizer import quantize_in_c
+from eqsat_llm.errors import GraphError
 from eqsat_llm.quant_formats import format_group, quantize, quantize_in_torch
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler")
@@ -50,3 +51,27 @@ def test_a_nan_in_a_group_gives_torchs_scale():
         got, want = quantize_in_c(w, format_group(fmt)), quantize_in_torch(w, fmt)
         assert torch.equal(got[1], want[1])  # scale 1 where the group holds a NaN
         assert float(got[1].reshape(-1, 8)[0, 2]) == 1.0
+
+
+def test_int4_scales_round_to_float16_as_torch_does():
+    # scales across float16's range: subnormal ones, ties of the 10-bit mantissa, the top
+    # of the range; each group's scale is the float16 nearest max |w| / 7
+    amax = torch.tensor([3e-7, 7 * 2.0 ** -14 * 1.00048828125, 7 * 1.0009765625 * 0.5,
+                         7 * (1 + 3 * 2.0 ** -11), 7 * 65504.0, 1e-30, 0.7, 7 * 6.1e-5])
+    w = torch.zeros(32 * len(amax), 3)
+    for g, a in enumerate(amax):
+        w[32 * g, :] = a
+        w[32 * g + 1:32 * g + 32, :] = torch.linspace(-1, 1, 31)[:, None] * a
+    got, want = quantize_in_c(w, 32), quantize_in_torch(w, "int4_g32")
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(want[1], want[1].half().float())  # stored as float16 exactly
+    nearest = (amax / 7).half().float()
+    assert torch.equal(want[1][:, 0], torch.where(nearest > 0, nearest, torch.ones(1)))
+
+
+def test_an_int4_scale_past_float16_is_refused():
+    w = torch.randn(64, 4)
+    w[3, 1] = 7 * 70000.0
+    with pytest.raises(GraphError, match="float16"):
+        quantize(w, "int4_g32")
+    quantize(w, "int8")  # int8's float32 scales hold it

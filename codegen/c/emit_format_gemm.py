@@ -132,9 +132,9 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     if sname is None:
         return None
     srows, srs = (scales.shape[0], scales.strides[0]) if group else (1, 0)
-    ps = QuantPanels(sname, scales.offset, srows, n, srs, halves)
+    ps = QuantPanels.of_scales(sname, scales.offset, srows, n, srs, halves, group)
     wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), w.dtype)
-    ws = layout.prepared(ps, (ps.panels(), ps.rows, QUANT_PANEL), "float32")
+    ws = layout.prepared(ps, (ps.panels(), ps.rows, QUANT_PANEL), ps.c_dtype)
     code = 8 if group == 0 else 4
     return "eq_gemm_q", f"{code}, {group}, {wq.ptr()}, {ws.ptr()}"
 

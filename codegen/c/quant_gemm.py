@@ -6,7 +6,8 @@ q the stored integers):
 - "int8": symmetric per output column. scale[n] = max_k |W[k, n]| / 127, q = round(W / scale)
   in [-127, 127], stored int8 [K, N]; W = q[k, n] * scale[n].
 - "int4_g32", "int4_g64", "int4_g128": symmetric per group of `group` consecutive rows of a
-  column. scale[g, n] = max |W| over the group / 7, q = round(W / scale) in [-8, 7], stored as
+  column. scale[g, n] = max |W| over the group / 7 (a float16 value), q = round(W / scale) in
+  [-8, 7], stored as
   q + 8 in a nibble: byte [k2, n] of the uint8 [K / 2, N] array holds row 2 k2 in its low nibble
   and row 2 k2 + 1 in its high one (group is even: a byte never straddles two groups);
   W = q[k, n] * scale[k / group, n].
@@ -20,7 +21,8 @@ The C backend's copy of the integers is laid out for the kernel when the program
 rules and the folding see the formats above, unchanged): panels of 64 columns (a cache line
 of int8 per weight row, of int4 per two rows), each all down K contiguous, the last one
 zero-padded: int8 [ceil(N / 64)][K][64], int4 [ceil(N / 64)][K / 2][64] (the same nibbles),
-the scales likewise, int8 [panels][64], int4 [panels][K / group][64]. A SwiGLU weight's gate
+the scales likewise, int8 [panels][64] float32, int4 [panels][K / group][64] float16 (llama.cpp's
+Q4_0 keeps its scales so too: int4_g32 at 4.5 bits a weight, not 5). A SwiGLU weight's gate
 and up halves are panelled apart (the gate's panels, then the up's), so that a panel never
 straddles them.
 
@@ -109,6 +111,7 @@ from typing import Any
 
 import torch
 
+from ...errors import GraphError
 from .tiles import QUANT_PANEL
 
 
@@ -158,7 +161,20 @@ class QuantPanels(WeightView):
     N]; int8's scales [N] are one row; a half-precision weight [K, N]), each half cut into
     panels of QUANT_PANEL (tiles.py) columns, the last one zero-padded, laid out
     [panels][rows][QUANT_PANEL]: the halves' panels one after the other, each panel's rows
-    contiguous. The values are the constant's, unchanged."""
+    contiguous. The values are the constant's, unchanged; `stored` "float16" keeps float32
+    ones (int4's scales, float16 values by their definition) in half the bytes."""
+    stored: str | None = None
+
+    @classmethod
+    def of_scales(cls, name: str, offset: int, rows: int, n: int, rs: int, halves: int,
+                  group: int) -> QuantPanels:
+        """The panels of a quantized weight's scales: int4's (group > 0) kept as float16."""
+        return cls(name, offset, rows, n, rs, halves, "float16" if group else None)
+
+    @property
+    def c_dtype(self) -> str:
+        """How the C side sees the panels of float scales (float16 as its bits)."""
+        return "int16" if self.stored == "float16" else "float32"
 
     def panels(self) -> int:
         return self.halves * -(-self.n // QUANT_PANEL)
@@ -166,6 +182,8 @@ class QuantPanels(WeightView):
     def prepare(self, constants: dict[str, torch.Tensor]) -> torch.Tensor:
         halves = self.halves_of(constants)
         per = self.panels() // self.halves
+        if self.stored == "float16":
+            halves = [_exactly_half(h, self.name) for h in halves]
         # written in place, panel by panel: no padded or concatenated copy of the weight
         out = torch.zeros(self.panels(), self.rows, QUANT_PANEL, dtype=halves[0].dtype)
         for h, half in enumerate(halves):
@@ -177,6 +195,15 @@ class QuantPanels(WeightView):
                     half[:, full * QUANT_PANEL:]
         # half-precision values travel as their bits (the C side has no half type)
         return out.view(torch.int16) if out.dtype in (torch.float16, torch.bfloat16) else out
+
+
+def _exactly_half(values: torch.Tensor, name: str) -> torch.Tensor:
+    """`values` as float16, refusing any it would round (scales not made by quant_formats)."""
+    half = values.to(torch.float16)
+    if not torch.equal(half.to(values.dtype), values):
+        raise GraphError(f"the int4 scales {name!r} are not float16 values, as the format "
+                         "defines them (quant_formats.quantize makes them so)")
+    return half
 
 
 QUANT_GEMM_C = r"""
@@ -285,10 +312,11 @@ static inline __attribute__((always_inline)) eq_qf eq_qwidenh(const uint16_t* p,
    fmt 4: w nibble rows, a byte x = 16 hi + lo for rows k, k + 1 of A. a holds, per pair,
    b = A[k] - A[k + 1] / 16 and c = A[k + 1] / 16, so that b lo + c x = A[k] lo + A[k + 1] hi:
    two conversions and FMAs, no shift; o = -8 * (the chunk's sum of A), the nibbles' offset.
-   fmt 16, 17: w float16 / bfloat16 rows (ldw in values), a the rows of A; no scale, no o. */
+   fmt 16, 17: w float16 / bfloat16 rows (ldw in values), a the rows of A; no scale, no o.
+   sg: int8's scales float, int4's float16 bits. */
 static inline __attribute__((always_inline)) void eq_qtile(
         const int rows, const int nv, const int fmt, int64_t kc, const float* a, int64_t lda,
-        const uint8_t* w, int64_t ldw, const float* sg, const float* o, int64_t ldo, float* t,
+        const uint8_t* w, int64_t ldw, const void* sg, const float* o, int64_t ldo, float* t,
         int64_t ldt, const int64_t pf) {
     eq_qf x[EQ_QR][8];
 #pragma GCC unroll 8
@@ -342,9 +370,12 @@ static inline __attribute__((always_inline)) void eq_qtile(
             memcpy(&y, t + r * ldt + v * EQ_QV, sizeof y);
             if (fmt >= 16) {
                 y += x[r][v];
+            } else if (fmt == 8) {
+                memcpy(&sv, (const float*)sg + v * EQ_QV, sizeof sv);
+                y += x[r][v] * sv;
             } else {
-                memcpy(&sv, sg + v * EQ_QV, sizeof sv);
-                y += (fmt == 8 ? x[r][v] : x[r][v] + o[r * ldo]) * sv;
+                sv = eq_qwidenh((const uint16_t*)sg + v * EQ_QV, 16);
+                y += (x[r][v] + o[r * ldo]) * sv;
             }
             memcpy(t + r * ldt + v * EQ_QV, &y, sizeof y);
         }
@@ -354,11 +385,12 @@ static inline __attribute__((always_inline)) void eq_qtile(
 #define EQ_QNV1 (64 / EQ_QV < 8 ? 64 / EQ_QV : 8)
 /* column c of a panel row w: half formats hold 2 bytes a value; no scales */
 #define EQ_QCOL(w, c) ((w) + (fmt >= 16 ? 2 : 1) * (c))
-#define EQ_QSCALE(sg, c) (fmt >= 16 ? (sg) : (sg) + (c))
+#define EQ_QSCALE(sg, c) (fmt >= 16 ? (sg) : fmt == 4 ? (const void*)((const uint16_t*)(sg) + (c)) \
+                                   : (const void*)((const float*)(sg) + (c)))
 /* the tiles of a chunk's 64-column block: rows <= EQ_QR, the constants propagated */
 static inline __attribute__((always_inline)) void eq_qblock(
         int rows, const int fmt, int64_t kc, const float* a, int64_t lda, const uint8_t* w,
-        int64_t ldw, const float* sg, const float* o, int64_t ldo, float* t, int64_t ldt,
+        int64_t ldw, const void* sg, const float* o, int64_t ldo, float* t, int64_t ldt,
         const int64_t pf) {
     switch (rows) {
     case 1:
@@ -405,13 +437,13 @@ static void eq_qprep4(int64_t M, int64_t K, const float* a, int64_t lda, int64_t
 }
 /* t[M, 64 * (p1 - p0)] (row stride ldt) = A[M, K] @ the dequantized panels [p0, p1) (wq, s:
    QuantPanels' layout: panel p is K byte rows of 64 bytes, int4 K / 2, at wq + p * K * 64
-   (int4 half that), its scales 64 floats at s + 64 p, int4 K / group rows of them); for int4,
-   a and lda are eq_qprep4's ap and K, o its offsets per group. The thread's panels lie one
-   after the other: one sequential stream, each panel taken whole down K in chunks (int8
+   (int4 half that), its scales 64 floats at s + 64 p, int4 K / group rows of 64 float16s);
+   for int4, a and lda are eq_qprep4's ap and K, o its offsets per group. The thread's panels
+   lie one after the other: one sequential stream, each panel taken whole down K in chunks (int8
    EQ_QKB rows, int4 a group: its scale) that stay in L1 while the row tiles re-read them. */
 static __attribute__((noinline)) void eq_qgemv(
         int64_t M, int64_t K, const float* a, int64_t lda, const float* o, int fmt,
-        int64_t group, const uint8_t* wq, const float* s, int64_t p0, int64_t p1, float* t,
+        int64_t group, const uint8_t* wq, const void* s, int64_t p0, int64_t p1, float* t,
         int64_t ldt) {
     /* one row whose tile spans the panel (one pass over a chunk): long chunks, the tile
        prefetching a line per row; else short chunks that the passes re-read from L1, the
@@ -426,7 +458,8 @@ static __attribute__((noinline)) void eq_qgemv(
     for (int64_t m = 0; m < M; m++) memset(t + m * ldt, 0, (size_t)(p1 - p0) * 64 * sizeof(float));
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t* wp = wq + p * K * rb;
-        const float* sp = ng ? s + p * ng * 64 : s;
+        const float* sp = fmt == 8 ? (const float*)s + p * 64 : 0;
+        const uint16_t* sh = fmt == 4 ? (const uint16_t*)s + p * ng * 64 : 0;
         float* tp = t + (p - p0) * 64;
         for (int64_t j = 0; j < nch; j++) {
             const int64_t k0 = j * kc, kn = K - k0 < kc ? K - k0 : kc;
@@ -446,7 +479,7 @@ static __attribute__((noinline)) void eq_qgemv(
                 else if (fmt == 17)
                     eq_qblock(rows, 17, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
                 else
-                    eq_qblock(rows, 4, kn, ar, lda, w, 64, sp + j * 64, o + m * nch + j, nch,
+                    eq_qblock(rows, 4, kn, ar, lda, w, 64, sh + j * 64, o + m * nch + j, nch,
                               tm, ldt, pf);
             }
         }
@@ -462,7 +495,7 @@ static __thread float* eq_qpan = 0;
 static __thread int64_t eq_qpan_n = 0;
 /* bp[2][K][32]: quantized panel p (64 columns, QuantPanels' layout) dequantized into two
    float panels as PackedWeight lays them out, read as one sequential stream */
-static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, const float* s,
+static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, const void* s,
                         int64_t p, float* bp) {
     float* b0 = bp;
     float* b1 = bp + K * 32;
@@ -479,7 +512,7 @@ static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, co
     }
     if (fmt == 8) {
         const uint8_t* w = wq + p * K * 64;
-        const float* sp = s + p * 64;
+        const float* sp = (const float*)s + p * 64;
         for (int64_t k = 0; k < K; k++) {
             const uint8_t* wk = w + k * 64;
 #pragma omp simd
@@ -491,10 +524,15 @@ static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, co
         return;
     }
     const uint8_t* w = wq + p * (K / 2) * 64;
-    const float* sp = s + p * (K / group) * 64;
+    const uint16_t* sp = (const uint16_t*)s + p * (K / group) * 64;
+    float sk[64];  /* the group's scales, widened as each group starts */
     for (int64_t k = 0; k < K; k += 2) {
         const uint8_t* wk = w + k / 2 * 64;
-        const float* sk = sp + k / group * 64;
+        if (k % group == 0)
+            for (int j = 0; j < 64; j += EQ_QV) {
+                const eq_qf f = eq_qwidenh(sp + k / group * 64 + j, 16);
+                memcpy(sk + j, &f, sizeof f);
+            }
         float* r0 = b0 + k * 32;
         float* r1 = b1 + k * 32;
 #pragma omp simd
@@ -509,7 +547,7 @@ static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, co
 /* the columns [64 p, 64 p + 64) (those below N) of C through dequantized panels
    (eq_expanded_panels); swiglu: the up half's panel pu dequantized too */
 static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
-                       int64_t group, const uint8_t* wq, const float* s, int64_t p, int64_t pu,
+                       int64_t group, const uint8_t* wq, const void* s, int64_t p, int64_t pu,
                        float* c, int64_t ldc, float alpha, const float* rowscale,
                        const eq_addend* e, int ne, int act, int swiglu) {
     const int64_t n0 = 64 * p;
@@ -530,11 +568,11 @@ static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t 
    W as QuantPanels (codegen/c/quant_gemm.py) prepares it: P = ceil(N / 64) panels of 64
    columns (with swiglu 2 P: the gate's, then the up half's), the last of each half zero-padded.
    fmt 8: wq int8 [P][K][64], s float [P][64] (per column).
-   fmt 4: wq uint8 [P][K / 2][64] (two rows per byte), s float [P][K / group][64].
+   fmt 4: wq uint8 [P][K / 2][64] (two rows per byte), s float16 bits [P][K / group][64].
    fmt 16, 17: wq float16 / bfloat16 [P][K][64], s unused (NULL). */
 static __attribute__((noinline)) void eq_gemm_q(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
-        const void* wq, const float* s, float* c, int64_t ldc, float alpha,
+        const void* wq, const void* s, float* c, int64_t ldc, float alpha,
         const float* rowscale, const eq_addend* e, int ne, int act, int swiglu, int parallel) {
     if (M <= 0 || N <= 0) return;
     const uint8_t* w = (const uint8_t*)wq;

@@ -5,10 +5,11 @@ makes seven passes over each weight in float32 (widen, abs, amax, divide, round,
 narrow), 0.1 GB/s of bf16 weights on the machines here: most of a warm start. Here each
 column's groups are read once, from the weight as it is (float32 or bf16 bits, any strides: a
 transposed nn.Linear weight is read down its rows), with the same float32 operations in the
-same order (|w| max, max / 7 or / 127, an all-zero group's scale 1, w / scale rounded half to
-even, clamped), so the result equals torch's; tests/test_quantizer.py compares them. Built
-once per machine through the C backend's compile cache; where there is no C compiler,
-`quantize_in_c` returns None and torch's form runs."""
+same order (|w| max, max / 7 rounded to float16 or max / 127, an all-zero group's scale 1,
+w / scale rounded half to even, clamped), so the result equals torch's;
+tests/test_quantizer.py compares them. Built once per machine through the C backend's
+compile cache; where there is no C compiler, `quantize_in_c` returns None and torch's form
+runs."""
 
 from __future__ import annotations
 
@@ -48,10 +49,24 @@ static inline void eq_values(const void* w, int bf16, int64_t base, int64_t sk, 
     }
 }
 
+/* x rounded to the nearest float16 value, ties to even, as a float (inf past float16's range;
+   x finite, not NaN): the mantissa cut to 10 bits, or below 2^-14 to multiples of 2^-24 */
+static inline float eq_round_half(float x) {
+    const float a = fabsf(x);
+    if (a < 0x1p-14f) return copysignf(nearbyintf(a * 0x1p24f) * 0x1p-24f, x);
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    b = (b + 0xfffu + ((b >> 13) & 1u)) & ~0x1fffu;
+    float r;
+    memcpy(&r, &b, 4);
+    return fabsf(r) > 65504.0f ? copysignf(INFINITY, x) : r;
+}
+
 /* w [K, N] (element strides sk, sn). group 0: int8, one scale per column (q int8 [K, N],
    scale [N]); else int4 in groups of `group` rows (q uint8 [K / 2, N], two rows a byte, the
-   even row low; scale [K / group, N]). As quant_formats.quantize_in_torch: a NaN in a group
-   makes its max NaN, so its scale 1, as torch's amax and where do. */
+   even row low; scale [K / group, N], each rounded to float16). As
+   quant_formats.quantize_in_torch: a NaN in a group makes its max NaN, so its scale 1, as
+   torch's amax and where do. */
 void eq_quantize(const void* w, int bf16, int64_t K, int64_t N, int64_t sk, int64_t sn,
                  int64_t group, void* q, float* scale) {
     const int64_t G = group ? group : K;
@@ -73,6 +88,7 @@ void eq_quantize(const void* w, int bf16, int64_t K, int64_t N, int64_t sk, int6
                 }
             }
             float s = nan ? NAN : amax / top;
+            if (group && !nan && s <= 3.0e38f) s = eq_round_half(s);
             if (!(s > 0.0f)) s = 1.0f;
             scale[group ? (g0 / G) * N + n : n] = s;
             for (int64_t c0 = g0; c0 < g0 + G; c0 += EQ_QCHUNK) {

@@ -270,12 +270,14 @@ def timed_steps(steps: ArenaSteps, values: list[Any], ins: list[torch.Tensor],
 def prepared_bytes(weights: list[Any], constants: dict[str, torch.Tensor]) -> int:
     """About what Layout.prepared_weights allocates: a copy of each weight a kernel prepares
     (packed panels: the size of the constant it is made from), and of each constant read
-    as is that is not contiguous."""
+    as is that is not contiguous; a spec's `stored` dtype where it narrows the values)."""
     total = 0
     for w in weights:
         t = constants.get(w if isinstance(w, str) else getattr(w, "name", None))
         if isinstance(t, torch.Tensor) and (not isinstance(w, str) or not t.is_contiguous()):
-            total += t.numel() * t.element_size()
+            stored = getattr(w, "stored", None)
+            size = t.element_size() if stored is None else dtype_of(stored).itemsize
+            total += t.numel() * size
     return total
 
 

@@ -145,11 +145,12 @@ class Layout:
     @staticmethod
     def _prepared(w: Any, constants: Mapping[str, torch.Tensor]) -> torch.Tensor:
         def make() -> torch.Tensor:
-            return intern(constants[w].contiguous() if isinstance(w, str) else
-                          w.prepare(constants))
+            return constants[w].contiguous() if isinstance(w, str) else w.prepare(constants)
 
-        if not hasattr(constants, "shared"):  # weights made on access: lazy_weights.py
-            return make()
+        if not hasattr(constants, "shared"):  # folded constants: equal ones across programs
+            return intern(make())
+        # weights made on access (lazy_weights.py) are shared by recipe, not by value: an equal
+        # tensor of another live model would tie this program to that model's storage
 
         def make_and_trim() -> torch.Tensor:
             t = make()
