@@ -47,7 +47,6 @@ from ..plan import (
     SCALAR,
     TEMP,
     MemoryPlan,
-    analyse_layout,
     check_plan,
     plan_memory,
 )
@@ -81,6 +80,17 @@ def _exact_scalar_dtype(dt: torch.dtype) -> bool:
     """Dtypes whose kernels compute in the dtype itself, so a number stored in it has the value
     the kernel would use (for half/bfloat16 the kernel computes in float32 from the double)."""
     return dt in (torch.float32, torch.float64) or not (dt.is_floating_point or dt.is_complex)
+
+
+def _input_meta(node: Node) -> Any:
+    """What _prepared_inputs and _may_convert read of an input: a number's value, a tensor's
+    dtype and shape (a meta tensor; its strides do not matter there), None for the rest."""
+    if node.op == "scalar":
+        return evaluate("scalar", [], node.attrs)
+    t = node.type
+    if not isinstance(t, TensorType):
+        return None
+    return torch.empty(t.shape, dtype=dtype_of(t.dtype), device="meta")
 
 
 def _prepared_inputs(node: Node, xs: list[Any], out_dtype: torch.dtype) -> dict[int, Any]:
@@ -139,7 +149,6 @@ class ArenaSteps:
         read = None if nodes is None else {i for n in nodes for i in graph.node(n).inputs}
         self.copy_in_nodes: list[int] = []  # nodes computed into a torch temporary per call
         self.converting_nodes: list[int] = []  # kernels that may convert an input (temporary)
-        layout = analyse_layout(graph)  # meta values: the scalars' partners' dtypes
         n = max((nd.id for nd in graph.nodes), default=-1) + 1
         self.static: list[Any] = [None] * n
         self.steps: list[Step] = []
@@ -165,7 +174,7 @@ class ArenaSteps:
                     self.copy_in_nodes.append(nid)
                 out_dtype = (dtype_of(node.type.dtype) if isinstance(node.type, TensorType)
                              and kind in (ARENA, OUTPUT) else torch.float32)
-                metas = [layout.meta.get(i) for i in node.inputs]
+                metas = [_input_meta(graph.node(i)) for i in node.inputs] if writer else []
                 prep = _prepared_inputs(node, metas, out_dtype) if writer else {}
                 if writer and _may_convert(node.op, metas, prep, out_dtype):
                     self.converting_nodes.append(nid)

@@ -53,9 +53,16 @@ __version__ = "0.1.0"
 
 
 def _register_dynamo_backend() -> None:
-    from .dynamo import register
+    """torch.compile(backend="eqsat_llm") finds the backend by the package's entry point
+    (pyproject.toml). Registering it here imports torch._dynamo, a second of every start, so
+    only where that is loaded already or the package runs uninstalled (no entry point)."""
+    from importlib.metadata import entry_points
 
-    register()
+    if "torch._dynamo" in _sys.modules or not any(
+            e.name == "eqsat_llm" for e in entry_points(group="torch_dynamo_backends")):
+        from .dynamo import register
+
+        register()
 
 
 _register_dynamo_backend()

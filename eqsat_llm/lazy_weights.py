@@ -54,10 +54,13 @@ def recipe_of(t: torch.Tensor) -> Recipe | None:
 
 
 def materialize(t: Any, source: WeightSource, name: str | None = None,
-                args_of: Callable[[Recipe], list[Any]] | None = None) -> Any:
+                args_of: Callable[[Recipe], list[Any]] | None = None,
+                quantized_of: Callable[[Recipe], tuple[torch.Tensor, torch.Tensor]] | None
+                = None) -> Any:
     """The values of `t`: itself unless on the meta device; a folded meta value by its recipe
-    (its arguments' values from `args_of`, default made here); a meta parameter (a WeightRef,
-    or `name`) from `source`, checked against its shape and converted to its dtype."""
+    (its arguments' values from `args_of`, default made here; a quantized weight's integers
+    and scales from `quantized_of` where given); a meta parameter (a WeightRef, or `name`)
+    from `source`, checked against its shape and converted to its dtype."""
     if isinstance(t, WeightRef):
         name, t = t.name, t.meta
     if not isinstance(t, torch.Tensor) or not t.is_meta:
@@ -71,6 +74,8 @@ def materialize(t: Any, source: WeightSource, name: str | None = None,
             raise EqsatError(f"weight {name}: the source has shape {list(value.shape)}, the "
                              f"model {list(t.shape)}")
         return value if value.dtype == t.dtype else value.to(t.dtype)
+    if quantized_of is not None and recipe.op in WIDEN_INSIDE:
+        return quantized_of(recipe)[WIDEN_INSIDE.index(recipe.op)]
     args = args_of(recipe) if args_of else [materialize(a, source) for a in inputs_of(recipe)]
     with torch.no_grad():
         if recipe.op == "cat" and _all_transposed(args):
@@ -89,7 +94,7 @@ def _all_transposed(args: list[Any]) -> bool:
 # ops that widen their float argument to float32 themselves, some columns at a time
 # (quant_formats.quantize): a widening to_dtype under layout ops before them is skipped, so a
 # half checkpoint's weight is quantized without being held whole in float32 (exact: the
-# widening is the same wherever it runs)
+# widening is the same wherever it runs). Their results, in this order: quantize's pair.
 WIDEN_INSIDE = ("quantize_weight", "weight_scales")
 _LAYOUT = ("permute", "transpose", "view", "cat")
 
@@ -249,8 +254,8 @@ _SHARED: weakref.WeakKeyDictionary[Any, dict[Hashable, tuple[weakref.ref, slice 
 
 class LazyConstants(Mapping[str, torch.Tensor]):
     """`constants` with every meta tensor made on access (`materialize`), not cached, except
-    for the last recipe's arguments (a weight's integers and scales are two recipes of the
-    same arguments, asked one after the other). `release()` drops those once loading is
+    for the last recipe's arguments or quantized pair (a weight's integers and scales are two
+    recipes of the same weight, asked one after the other). `release()` drops those once loading is
     done."""
 
     def __init__(self, constants: Mapping[str, torch.Tensor], source: WeightSource):
@@ -263,21 +268,47 @@ class LazyConstants(Mapping[str, torch.Tensor]):
             self._shared = {}
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        return materialize(self._constants[name], self._source, name, self._args)
+        return self._made(self._constants[name], name)
+
+    def _made(self, t: Any, name: str | None = None) -> Any:
+        return materialize(t, self._source, name, self._args, self._quantized)
 
     def _args(self, recipe: Recipe) -> list[Any]:
         inputs = inputs_of(recipe)  # (keyed as run: narrowed or not)
         key = tuple(recipe_key(a) for a in inputs)
         if self._last_args is not None and None not in key and self._last_args[0] == key:
             return self._last_args[1]
-        values = [materialize(a, self._source, None, self._args) for a in inputs]
+        values = [self._made(a) for a in inputs]
         self._last_args = (key, values)
         return values
+
+    def _quantized(self, recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor]:
+        """quantize's (integers, scales) of a quantize_weight / weight_scales recipe's
+        weight, kept for the other of the pair. A weight merged along its columns (q, k and
+        v; gate and up) is quantized part by part and the results joined: columns quantize
+        alone, so the values are the same, and no merged copy of the float weight is made."""
+        from .quant_formats import quantize
+
+        (w,) = inputs_of(recipe)
+        fmt = recipe.attrs["fmt"]
+        key = ("quantized", recipe_key(w), fmt)
+        if self._last_args is not None and key[1] is not None and self._last_args[0] == key:
+            return self._last_args[1]  # type: ignore[return-value]
+        meta = w.meta if isinstance(w, WeightRef) else w
+        cat = recipe_of(meta) if isinstance(meta, torch.Tensor) and meta.is_meta else None
+        parts = _cat_parts(meta, 1) if cat is not None and cat.op == "cat" and \
+            meta.dim() == 2 and cat.attrs["dim"] % 2 == 1 else [w]
+        with torch.no_grad():
+            pairs = [quantize(self._made(p), fmt) for p in parts]
+        made = pairs[0] if len(pairs) == 1 else \
+            tuple(torch.cat([pair[i] for pair in pairs], -1) for i in range(2))
+        self._last_args = (key, made)  # type: ignore[assignment]
+        return made  # type: ignore[return-value]
 
     def narrowed(self, name: str) -> torch.Tensor:
         """The constant `name` with its widening of a half weight dropped (`narrowed`): a
         half checkpoint's table in its own dtype, never widened whole."""
-        return materialize(narrowed(self._constants[name]), self._source, name, self._args)
+        return self._made(narrowed(self._constants[name]), name)
 
     def key(self, name: str) -> Hashable | None:
         """recipe_key of the constant `name` (None: not made from the source alone)."""

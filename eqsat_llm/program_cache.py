@@ -131,11 +131,21 @@ _RULE_TEXTS: dict[int, tuple[Any, str]] = {}  # id(rule) -> (the rule, its text)
 
 def _rule_text(rule: Any) -> str:
     """A rule's name and text, printed once per process (egglog pretty-prints a rule through
-    black: about 8 ms a rule, a second a start for the default rules)."""
+    black: about 8 ms a rule, a second a start for the default rules). One of the library's
+    own rules is its name: its text is the library's source, which the key has digested."""
+    if _library_rules().get(id(rule)) is rule:
+        return f"library rule {rule.name}"
     kept = _RULE_TEXTS.get(id(rule))
     if kept is None or kept[0] is not rule:
         kept = _RULE_TEXTS[id(rule)] = (rule, f"rule({rule.name}, {rule.command})")
     return kept[1]
+
+
+@cache
+def _library_rules() -> dict[int, Any]:
+    from .rulebook import load_library
+
+    return {id(r): r for rules in load_library().values() for r in rules}
 
 
 @cache
