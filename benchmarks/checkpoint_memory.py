@@ -7,7 +7,8 @@ Writes a LLaMA-shaped checkpoint in bf16 with random weights layer by layer (one
 layer: never the whole model in memory), then for each format runs, in a fresh process,
 `Generator.from_pretrained(dir, max_seq_len=256, quantize=...)` and a 16-token prompt with 16
 new tokens, and reports the process's peak RSS beside what it must hold (the prepared weights,
-the KV cache, the two arenas) and the bare `import eqsat_llm, torch` process. With --loaded,
+the KV cache, the two arenas) and the bare `import eqsat_llm, torch` process. A start is
+the Generator's construction (from_pretrained) in that process; its imports are timed apart. With --loaded,
 transformers loads the checkpoint first and `Generator(model, ...)` prepares from the loaded
 model's tensors: the table says what the Generator adds to the model. --write puts the table
 into benchmarks/RESULTS.md ("Generating from a checkpoint" or "from a loaded model").
@@ -80,12 +81,13 @@ def write_checkpoint(path: Path, shape: dict, layers: int) -> int:
 
 CHILD = r"""
 import json, resource, sys, time, warnings
+t0 = time.perf_counter()
 warnings.filterwarnings("ignore")
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096
 import torch, eqsat_llm
 from eqsat_llm.generation import Generator
-bare = rss()
+bare, import_s = rss(), time.perf_counter() - t0
 path, fmt, loaded = sys.argv[1], sys.argv[2], sys.argv[3] == "loaded"
 quantize = None if fmt == "bf16" else fmt
 model_bytes, model_s, own = 0, 0.0, set()
@@ -117,7 +119,7 @@ print(json.dumps({"format": fmt, "bare": bare, "model": model_bytes, "model_s": 
                             for w in gen.decode_program._runtime.weights
                             if w.untyped_storage().data_ptr() not in own}.values()),
     "cache": gen.report.cache_bytes, "arenas": sum(p.plan.arena_bytes for p in programs),
-    "start_s": start, "read_bytes": gen.report.weights_read_bytes,
+    "start_s": start, "import_s": import_s, "read_bytes": gen.report.weights_read_bytes,
     # the weights' own seconds: loading less the C compile it includes (a cold cache's)
     "load_s": gen.load_seconds - sum(p._runtime.compile_seconds for p in programs),
     "program_cache": gen.decode_program.report.program_cache, "decode_tok_s": run["new_tokens"] /
@@ -159,7 +161,7 @@ def measure(path: Path, fmt: str, logits: Path | None, warm: bool, mode: str) ->
         again = json.loads(_child(CHILD, str(path), fmt, mode, cache=caches).strip()
                            .splitlines()[-1])
         cold["warm_start_s"], cold["warm_load_s"] = again["start_s"], again["load_s"]
-        cold["warm_cache"] = again["program_cache"]
+        cold["warm_cache"], cold["warm_import_s"] = again["program_cache"], again["import_s"]
     shutil.rmtree(caches, ignore_errors=True)
     return cold
 
@@ -299,19 +301,22 @@ def checkpoint_table(rows: list[dict]) -> list[str]:
     lines = [
              ("| format | peak RSS GB | prepared weights GB (decode's) | KV cache + arenas GB "
               "| bare process GB | peak / (held + bare) | cold start s (weights s, GB/s read) "
-              "| warm start s (weights s) | decode tok/s |"),
-             "|---|---|---|---|---|---|---|---|---|"]
+              "| warm start s (weights s) | imports s (cold, warm) | decode tok/s |"),
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         held = r["prepared"] + r["cache"] + r["arenas"]
         warm = (f"{r['warm_start_s']:.1f} ({r['warm_load_s']:.1f}; program cache "
                 f"{r['warm_cache']})" if "warm_start_s" in r else "not run")
+        imports = f"{r['import_s']:.1f}" + (f", {r['warm_import_s']:.1f}"
+                                           if "warm_import_s" in r else "")
         lines.append(f"| {r['format']} | {r['peak'] / GB:.2f} | {r['prepared'] / GB:.2f} "
                      f"({r['decode_prepared'] / GB:.2f}) | {(r['cache'] + r['arenas']) / GB:.2f} "
                      f"| {r['bare'] / GB:.2f} | {r['peak'] / (held + r['bare']):.2f} | "
                      f"{r['start_s']:.1f} ({r['load_s']:.1f}, "
                      f"{r['read_bytes'] / GB / max(r['load_s'], 1e-9):.2f}) | {warm} | "
-                     f"{r['decode_tok_s'] or 0:.1f} |")
+                     f"{imports} | {r['decode_tok_s'] or 0:.1f} |")
     return lines
+
 
 if __name__ == "__main__":
     main()
