@@ -130,6 +130,12 @@ class Compiled:
             return tuple(outs)
         return pytree.tree_unflatten(outs, self.captured.out_spec)
 
+    @property
+    def target_backend(self) -> str:
+        """The backend the program runs on (before a meta program's weights are loaded, its
+        report says "none")."""
+        return self._backend
+
     def load_weights(self, source: WeightSource,
                      state: dict[str, torch.Tensor] | None = None) -> None:
         """Make a program planned on meta weights runnable: `source(name)` gives each weight's

@@ -27,11 +27,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import parallel_start
 from .errors import EqsatError
 from .kv_cache import CachedStep
 from .lazy_weights import WeightSource, source_names
 from .memcheck import release_freed_memory
 from .meta import ParameterSource, meta_twin, plans_on_meta
+from .parallel_start import PrefillWorker, wait_budget
 from .rulebook import resolve
 
 DEFAULT_CHUNK = 64
@@ -83,6 +85,46 @@ _WEIGHTS_FROM = {
 }
 
 
+def program_options(model: nn.Module, optimize_options: dict[str, Any]
+                    ) -> tuple[torch.dtype, dict[str, Any]]:
+    """The dtype a Generator's programs compute `model` in, and the options both are
+    optimized with (also a parallel start's child: parallel_start.py)."""
+    first = next(model.parameters(), None)
+    dtype = first.dtype if first is not None else torch.float32
+    if optimize_options.get("backend", "auto") != "reference" and dtype in (
+            torch.bfloat16, torch.float16):
+        dtype = torch.float32  # the backends compute half models in float32 (half.py)
+    options = {"measure_eager": False, **optimize_options}
+    if options.get("quantize") and "rules" not in options:
+        # weights held once: a half-precision weight form would win at prefill (compute)
+        # where the quantized one wins at decode (bytes), and both programs would hold
+        # the weight; without it they share the quantized form (docs/generation.md)
+        options["rules"] = [r for r in resolve(["all"]) if r.family != "half-weights"]
+    return dtype, options
+
+
+def optimize_step(step: nn.Module, example: tuple[torch.Tensor, ...],
+                  options: dict[str, Any]) -> Any:
+    """One program of a Generator: `step` (a CachedStep) optimized on `example`."""
+    from .api import FallbackWarning, optimize
+
+    with torch.no_grad(), warnings.catch_warnings():
+        # the cache writes run in torch, in place on the buffers: expected, not a fallback
+        warnings.filterwarnings("ignore", message=r".*\(fallback\): aten\.index_put\.default$",
+                                category=FallbackWarning)
+        return optimize(step, example, **options)
+
+
+def optimize_on_meta(model: nn.Module, batch_size: int, max_seq_len: int, dtype: torch.dtype,
+                     tokens: int, options: dict[str, Any]) -> Any:
+    """The program for `tokens` new tokens of the meta-device `model`, as a Generator
+    planned on the meta device optimizes it (stored in the program cache by optimize)."""
+    with torch.device("meta"):
+        step = CachedStep(model, batch_size, max_seq_len, dtype).eval()
+    example = Generator._example_on_cpu(tokens, batch_size, max_seq_len)
+    return optimize_step(step, tuple(x.to("meta") for x in example), options)
+
+
 @dataclass
 class GeneratorReport:
     """What a Generator compiled: its two programs' reports, the cache and the arenas."""
@@ -108,6 +150,9 @@ class GeneratorReport:
     # "model" (at load from the model's own tensors, planned on its meta twin: meta.py) or
     # "folded" (computed while optimizing the loaded model, where the twin cannot stand in)
     weights_from: str = "folded"
+    # where the prefill program was optimized: "here", or "in a parallel process" (a cold
+    # from_pretrained: parallel_start.py); "here (why not in parallel)" where that failed
+    prefill_optimized: str = "here"
 
     def to_dict(self) -> dict[str, Any]:
         return {"prefill": self.prefill.to_dict(), "decode": self.decode.to_dict(),
@@ -119,6 +164,7 @@ class GeneratorReport:
                 "model_tensors_read": list(self.model_tensors_read),
                 "weights_read_bytes": self.weights_read_bytes,
                 "load_seconds": self.load_seconds, "weights_from": self.weights_from,
+                "prefill_optimized": self.prefill_optimized,
                 "last_run": dict(self.last_run)}
 
     def summary(self) -> str:
@@ -139,7 +185,8 @@ class GeneratorReport:
             (f"held once for both programs: {self.shared[0]} tensors, {mib(self.shared[1])}; "
              f"the model's own tensors read as stored: {self.model_tensors_read[0]}, "
              f"{mib(self.model_tensors_read[1])}"),
-            f"compiled in {self.compile_seconds:.1f} s (both programs)",
+            (f"compiled in {self.compile_seconds:.1f} s (both programs; the prefill "
+             f"program optimized {self.prefill_optimized})"),
             "weights prepared " + _WEIGHTS_FROM[self.weights_from],
         ]
         if self.weights_read_bytes:
@@ -166,7 +213,7 @@ class Generator:
 
     def __init__(self, model: nn.Module, max_seq_len: int, *, batch_size: int = 1,
                  prefill_chunk: int | None = None, weights: WeightSource | None = None,
-                 **optimize_options: Any):
+                 _prefill_worker: PrefillWorker | None = None, **optimize_options: Any):
         if max_seq_len < 2 or batch_size < 1:
             raise EqsatError(f"max_seq_len must be >= 2 and batch_size >= 1, got "
                              f"{max_seq_len} and {batch_size}")
@@ -183,17 +230,7 @@ class Generator:
         self.chunk = min(prefill_chunk or DEFAULT_CHUNK, max_seq_len)
         if self.chunk < 1:
             raise EqsatError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
-        first = next(model.parameters(), None)
-        dtype = first.dtype if first is not None else torch.float32
-        if optimize_options.get("backend", "auto") != "reference" and dtype in (
-                torch.bfloat16, torch.float16):
-            dtype = torch.float32  # the backends compute half models in float32 (half.py)
-        options = {"measure_eager": False, **optimize_options}
-        if options.get("quantize") and "rules" not in options:
-            # weights held once: a half-precision weight form would win at prefill (compute)
-            # where the quantized one wins at decode (bytes), and both programs would hold
-            # the weight; without it they share the quantized form (docs/generation.md)
-            options["rules"] = [r for r in resolve(["all"]) if r.family != "half-weights"]
+        dtype, options = program_options(model, optimize_options)
         t0 = time.perf_counter()
         twin = False
         if weights is None and _on_meta_twin(model, options):
@@ -211,7 +248,19 @@ class Generator:
             weights = own if twin else None
         if not twin:
             self._optimize(model, dtype, weights, options)
+        prefill_optimized = "here"
+        if _prefill_worker is not None:  # optimizing the prefill program into the cache
+            decode_seconds = time.perf_counter() - t0
+            if self.decode_program.target_backend == "c":  # meanwhile, the decode step's C
+                from .codegen.c.runtime import compiled_program
+
+                compiled_program(self.decode_program.graph, self.decode_program.plan)
+            why = _prefill_worker.wait(wait_budget(decode_seconds))
         self.prefill_program = self._optimized(self.chunk, options)
+        if _prefill_worker is not None:
+            prefill_optimized = "in a parallel process" if \
+                self.prefill_program.report.program_cache == "hit" else \
+                f"here ({why or 'the parallel process stored another program'})"
         if weights is not None:  # planned on the meta device: each prepared weight is made now
             t1 = time.perf_counter()
             caches = {name: torch.zeros(meta.shape, dtype=meta.dtype)  # the caches, real (the
@@ -233,7 +282,8 @@ class Generator:
             cache_shape=tuple(caches[0].shape), prefill_chunk=self.chunk,
             compile_seconds=time.perf_counter() - t0,
             **_holdings(model, (self.prefill_program, self.decode_program)),
-            weights_from="model" if twin else "checkpoint" if weights is not None else "folded")
+            weights_from="model" if twin else "checkpoint" if weights is not None else "folded",
+            prefill_optimized=prefill_optimized)
         # run-time inputs, filled in place between calls (no allocation per token); the
         # cache and these are one generation's state: one generate() at a time
         self._lock = threading.Lock()
@@ -251,13 +301,7 @@ class Generator:
         self.decode_program = self._optimized(1, options)
 
     def _optimized(self, tokens: int, options: dict[str, Any]) -> Any:
-        from .api import FallbackWarning, optimize
-
-        with torch.no_grad(), warnings.catch_warnings():
-            # the cache writes run in torch, in place on the buffers: expected, not a fallback
-            warnings.filterwarnings("ignore", message=r".*\(fallback\): aten\.index_put\.default$",
-                                    category=FallbackWarning)
-            return optimize(self.step, self._example(tokens), **options)
+        return optimize_step(self.step, self._example(tokens), options)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, max_seq_len: int,
@@ -274,9 +318,15 @@ class Generator:
         from .progress import ProgressLine, bytes_text
 
         ckpt = Checkpoint(path)
-        model = ckpt.empty_model(dtype)
         if quantize is not None:
             options["quantize"] = quantize
+        # the prefill program optimized in a second process meanwhile, where that pays
+        worker = parallel_start.start(
+            path, ckpt.config, max_seq_len=max_seq_len, dtype=dtype,
+            batch_size=options.get("batch_size", 1),
+            chunk=min(options.get("prefill_chunk") or DEFAULT_CHUNK, max_seq_len),
+            options={k: v for k, v in options.items() if k not in ("batch_size",
+                                                                   "prefill_chunk")})
         line = ProgressLine()  # on a terminal only
         options.setdefault("progress", lambda text: line.show(f"optimizing: {text}"))
         started: list[float] = []
@@ -289,10 +339,14 @@ class Generator:
 
         ckpt.on_read = reading
         try:
-            gen = cls(model, max_seq_len, weights=ckpt.weight_source(model), **options)
+            model = ckpt.empty_model(dtype)
+            gen = cls(model, max_seq_len, weights=ckpt.weight_source(model),
+                      _prefill_worker=worker, **options)
         finally:
             ckpt.on_read = None
             line.done()
+            if worker is not None:
+                worker.stop()  # (done by now, unless something failed)
         gen.checkpoint = ckpt
         gen.report.weights_read_bytes, gen.report.load_seconds = ckpt.bytes_read, \
             gen.load_seconds

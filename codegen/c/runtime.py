@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -49,15 +49,10 @@ class CRuntime:
         self.plan = plan = plan if plan is not None else plan_memory(graph)
         self._options = {"use_blas": use_blas, "flags": flags, "kernel_hook": kernel_hook,
                          "fuse_rope": fuse_rope, "constants": constants}
-        link = blas.link_flags() if use_blas is not False else []
-        if use_blas and not link:
-            raise GraphError("use_blas=True but scipy-openblas32 is not installed")
-        self.uses_blas = bool(link)
-        self.program = prog = emit_program(graph, plan, blas=self.uses_blas,
-                                           kernel_hook=kernel_hook, fuse_rope=fuse_rope)
-        self.flags = (list(flags) if flags is not None else list(CFLAGS)) + link + (
-            [PROFILE_FLAG] if profile else [])
-        built = build(prog, self.flags)
+        made = compiled_program(graph, plan, use_blas=use_blas, flags=flags,
+                                kernel_hook=kernel_hook, fuse_rope=fuse_rope, profile=profile)
+        self.program = prog = made.program
+        self.flags, self.uses_blas, built = made.flags, made.uses_blas, made.built
         self.so_path, self.cache_hit, self.compile_seconds = (built.path, built.cache_hit,
                                                               built.seconds)
         if self.uses_blas:
@@ -265,6 +260,29 @@ def timed_steps(steps: ArenaSteps, values: list[Any], ins: list[torch.Tensor],
         steps.run(values, ins, copies, p, p + 1)
         nid = steps.steps[p][0].id
         seconds[nid] = seconds.get(nid, 0.0) + time.perf_counter() - t
+
+
+class CompiledProgram(NamedTuple):
+    program: Program
+    flags: list[str]
+    uses_blas: bool
+    built: Any  # build.Built: the shared object, whether the compile cache had it
+
+
+def compiled_program(graph: Graph, plan: MemoryPlan, *, use_blas: bool | None = None,
+                     flags: list[str] | None = None, kernel_hook: KernelHook | None = None,
+                     fuse_rope: bool = True, profile: bool = False) -> CompiledProgram:
+    """The planned program's C, emitted and compiled (through the compile cache): what a
+    CRuntime loads. Needs no weight values: a parallel start's child (parallel_start.py)
+    compiles its program ahead of the process that loads it."""
+    link = blas.link_flags() if use_blas is not False else []
+    if use_blas and not link:
+        raise GraphError("use_blas=True but scipy-openblas32 is not installed")
+    prog = emit_program(graph, plan, blas=bool(link), kernel_hook=kernel_hook,
+                        fuse_rope=fuse_rope)
+    all_flags = (list(flags) if flags is not None else list(CFLAGS)) + link + (
+        [PROFILE_FLAG] if profile else [])
+    return CompiledProgram(prog, all_flags, bool(link), build(prog, all_flags))
 
 
 def prepared_bytes(weights: list[Any], constants: dict[str, torch.Tensor]) -> int:

@@ -1,0 +1,74 @@
+"""A cold Generator.from_pretrained optimizes its prefill program in a second process
+(parallel_start.py), takes it from the program cache, and generates transformers' tokens; a
+child that fails costs only time."""
+
+import os
+import warnings
+
+import pytest
+import torch
+
+from eqsat_llm import parallel_start
+from eqsat_llm.generation import Generator
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core")
+PROMPT = torch.tensor([[5, 17, 42, 8, 99, 310, 64, 7, 250, 12]])
+
+
+def _save(path, layers=parallel_start.PARALLEL_MIN_LAYERS):
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=400, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        initializer_range=0.3)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(path)
+    return model
+
+
+def test_the_prefill_program_comes_from_a_parallel_process(tmp_path, monkeypatch):
+    _save(tmp_path / "ckpt")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a cold start
+    gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32, quantize="int8")
+    assert gen.report.prefill_optimized == "in a parallel process"
+    assert gen.prefill_program.report.program_cache == "hit"
+    assert gen.decode_program.report.program_cache == "miss"
+    assert gen.prefill_program._runtime.cache_hit  # the child compiled its C too
+    assert "prefill program optimized in a parallel process" in gen.report.summary()
+    monkeypatch.setenv("EQSAT_PARALLEL_START", "0")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-alone"))
+    alone = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32, quantize="int8")
+    assert alone.report.prefill_optimized == "here"
+    # int8 (its options derived again in the child): the program equals the one optimized
+    # here, tokens and logits
+    assert torch.equal(gen.generate(PROMPT, max_new_tokens=6),
+                       alone.generate(PROMPT, max_new_tokens=6))
+    assert torch.equal(gen.next_token_logits(PROMPT), alone.next_token_logits(PROMPT))
+
+
+def test_a_child_that_fails_costs_only_time(tmp_path, monkeypatch):
+    model = _save(tmp_path / "ckpt")
+    want = model.generate(PROMPT, max_new_tokens=6, do_sample=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(parallel_start.sys, "executable", "/bin/false")  # exits 1 at once
+    gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32)
+    assert gen.report.prefill_optimized.startswith("here (the child exited with 1")
+    assert gen.prefill_program.report.program_cache == "miss"
+    assert torch.equal(gen.generate(PROMPT, max_new_tokens=6), want)
+
+
+def test_when_a_parallel_start_does_not_apply(tmp_path, monkeypatch):
+    config = transformers.LlamaConfig(num_hidden_layers=parallel_start.PARALLEL_MIN_LAYERS)
+    args = {"max_seq_len": 32, "batch_size": 1, "chunk": 16, "dtype": None}
+    shallow = transformers.LlamaConfig(num_hidden_layers=2)
+    assert parallel_start.start(tmp_path, shallow, **args, options={}) is None
+    # options the child cannot be handed (rule objects, callables): none
+    assert parallel_start.start(tmp_path, config, **args, options={"rules": [object()]}) is None
+    monkeypatch.setenv("EQSAT_PARALLEL_START", "0")
+    assert parallel_start.start(tmp_path, config, **args, options={}) is None
+    monkeypatch.setenv("EQSAT_PARALLEL_START", "1")
+    monkeypatch.setenv("EQSAT_PROGRAM_CACHE", "0")
+    assert parallel_start.start(tmp_path, config, **args, options={}) is None
