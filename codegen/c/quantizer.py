@@ -6,8 +6,9 @@ narrow), 0.1 GB/s of bf16 weights on the machines here: most of a warm start. He
 weight is read as it lies (float32 or bf16 bits, any strides) in blocks of 64 columns, a tile
 of rows at a time into a local float tile (int4: a group, read once; int8: the block twice,
 its max then its integers), the vector loops running across the columns, with the same
-float32 operations in the same order (|w| max, max / 7 rounded to float16 or max / 127, an all-zero group's scale 1,
-w / scale rounded half to even, clamped), so the result equals torch's;
+float32 operations in the same order (|w| max, max / 7 rounded to float16 or max / 127, an
+all-zero group's scale 1, w / scale rounded half to even, clamped), so the result equals
+torch's;
 tests/test_quantizer.py compares them. A bf16 [5632, 2048] nn.Linear weight (read
 transposed) quantizes at 2.4 GB/s (int4) and 2.6 GB/s (int8) on 2 threads, row-major ones at
 4.7-6.6 GB/s (Sapphire Rapids; one column at a time before: 1.4 and 1.6). Built once per machine through the C backend's
