@@ -11,9 +11,9 @@ all-zero group's scale 1, w / scale rounded half to even, clamped), so the resul
 torch's;
 tests/test_quantizer.py compares them. A bf16 [5632, 2048] nn.Linear weight (read
 transposed) quantizes at 2.4 GB/s (int4) and 2.6 GB/s (int8) on 2 threads, row-major ones at
-4.7-6.6 GB/s (Sapphire Rapids; one column at a time before: 1.4 and 1.6). Built once per machine through the C backend's
-compile cache; where there is no C compiler, `quantize_in_c` returns None and torch's form
-runs."""
+4.7-6.6 GB/s (Sapphire Rapids; one column at a time before: 1.4 and 1.6). Built once per
+machine through the C backend's compile cache; where there is no C compiler, `quantize_in_c`
+returns None and torch's form runs."""
 
 from __future__ import annotations
 
