@@ -249,6 +249,9 @@ class Generator:
         if not twin:
             self._optimize(model, dtype, weights, options)
         prefill_optimized = "here"
+        if _prefill_worker is not None and self.decode_program.report.program_cache == "hit":
+            _prefill_worker.stop()  # a warm start: the prefill program is in the cache too
+            _prefill_worker = None
         if _prefill_worker is not None:  # optimizing the prefill program into the cache
             decode_seconds = time.perf_counter() - t0
             if self.decode_program.target_backend == "c":  # meanwhile, the decode step's C

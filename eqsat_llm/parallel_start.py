@@ -8,7 +8,8 @@ program in the on-disk program cache (program_cache.py), from which this process
 it, as a warm start would, and compiles its C (the compile cache's, codegen/c/build.py),
 while this process compiles the decode step's. Anything that goes wrong in the child (it
 fails, it is too slow, its key differs) only costs the time: this process then optimizes
-the program itself, and the report says so (`GeneratorReport.prefill_optimized`).
+the program itself, and the report says so (`GeneratorReport.prefill_optimized`). A warm
+start (the decode step found in the cache) stops the child at once.
 
 Used when the program cache is on, at least two cores are ours, the model has
 PARALLEL_MIN_LAYERS layers or more (a child's imports cost about 2 s: a shallow model

@@ -38,6 +38,9 @@ def test_the_prefill_program_comes_from_a_parallel_process(tmp_path, monkeypatch
     assert gen.decode_program.report.program_cache == "miss"
     assert gen.prefill_program._runtime.cache_hit  # the child compiled its C too
     assert "prefill program optimized in a parallel process" in gen.report.summary()
+    warm = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32, quantize="int8")
+    assert warm.report.prefill_optimized == "here"  # both cached: the child stopped at once
+    assert warm.prefill_program.report.program_cache == "hit"
     monkeypatch.setenv("EQSAT_PARALLEL_START", "0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-alone"))
     alone = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32, quantize="int8")
