@@ -4,6 +4,7 @@ is loaded only if its bytes are the ones its build stored (eqsat_llm/cache.py)."
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import re
@@ -14,12 +15,15 @@ import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...cache import cache_dir as user_cache_dir
 from ...cache import is_verified, store_verified
-from .emit import Program
 from .errors import CCompileError
 from .isa import isa_flags
+
+if TYPE_CHECKING:  # (emit imports the kernels, which load their helpers through build)
+    from .emit import Program
 
 # -fno-trapping-math: no program reads the floating-point exception flags, and without it GCC
 # 12 vectorizes no loop that calls eq_expf (silu, gelu, sigmoid epilogues, the SwiGLU join);
@@ -88,6 +92,25 @@ def build(program: Program, flags: list[str]) -> Built:
             raise CCompileError(_blame(program, res.stderr), res.stderr, cmd)
         store_verified(target, obj.read_bytes())
     return Built(target, False, time.perf_counter() - t0)
+
+
+@dataclass(frozen=True)
+class _HelperSource:
+    """A hand-written C library as build() reads a program: its source, no kernels to blame."""
+    source: str
+
+    @staticmethod
+    def kernel_at(line: int) -> None:
+        return None
+
+
+@cache
+def helper_library(source: str) -> ctypes.CDLL | None:
+    """A small hand-written C library of load-time helpers (quantizer.py, panel_layout.py),
+    built once per machine through the compile cache; None where no C compiler is found."""
+    if compiler() is None:
+        return None
+    return ctypes.CDLL(str(build(_HelperSource(source), CFLAGS).path))  # type: ignore[arg-type]
 
 
 def _blame(program: Program, stderr: str) -> str | None:

@@ -112,6 +112,7 @@ from typing import Any
 import torch
 
 from ...errors import GraphError
+from .panel_layout import half_panels_into
 from .tiles import QUANT_PANEL
 
 
@@ -149,8 +150,14 @@ class WeightView:
                   ) -> list[torch.Tensor]:
         """The [rows, n] views of the halves (rows: self.rows unless given)."""
         rows = self.rows if rows is None else rows
-        v = constants[self.name].detach().reshape(-1)
-        v = v.as_strided((rows, self.halves * self.n), (self.rs, 1), self.offset)
+        t, width = constants[self.name].detach(), self.halves * self.n
+        if t.dim() == 2 and self.rs == t.shape[1] and self.offset % self.rs + width <= self.rs:
+            # whole rows of a matrix: a slice of it as it lies (a transposed nn.Linear weight
+            # stays a view: no row-major copy of it before its panels are made)
+            r0, c0 = divmod(self.offset, self.rs)
+            v = t[r0:r0 + rows, c0:c0 + width]
+        else:
+            v = t.reshape(-1).as_strided((rows, width), (self.rs, 1), self.offset)
         return [v[:, h * self.n:(h + 1) * self.n] for h in range(self.halves)]
 
 
@@ -185,14 +192,17 @@ class QuantPanels(WeightView):
         if self.stored == "float16":
             halves = [_exactly_half(h, self.name) for h in halves]
         # written in place, panel by panel: no padded or concatenated copy of the weight
-        out = torch.zeros(self.panels(), self.rows, QUANT_PANEL, dtype=halves[0].dtype)
+        out = torch.empty(self.panels(), self.rows, QUANT_PANEL, dtype=halves[0].dtype)
         for h, half in enumerate(halves):
+            part = out[h * per:(h + 1) * per]
+            if half_panels_into(part, half):  # 16-bit values: laid out in C
+                continue
             full = half.shape[1] // QUANT_PANEL  # whole panels in one strided copy
-            out[h * per:h * per + full] = half[:, :full * QUANT_PANEL].reshape(
+            part[:full] = half[:, :full * QUANT_PANEL].reshape(
                 self.rows, full, QUANT_PANEL).permute(1, 0, 2)
             if full < per:
-                out[h * per + full, :, :half.shape[1] - full * QUANT_PANEL] = \
-                    half[:, full * QUANT_PANEL:]
+                part[full].zero_()
+                part[full, :, :half.shape[1] - full * QUANT_PANEL] = half[:, full * QUANT_PANEL:]
         # half-precision values travel as their bits (the C side has no half type)
         return out.view(torch.int16) if out.dtype in (torch.float16, torch.bfloat16) else out
 

@@ -22,7 +22,7 @@ from functools import cache
 
 import torch
 
-from .build import CFLAGS, build, compiler
+from .build import helper_library
 
 QUANTIZE_C = r"""
 #include <math.h>
@@ -166,24 +166,13 @@ void eq_quantize(const void* w, int bf16, int64_t K, int64_t N, int64_t sk, int6
 """
 
 
-class _Source:
-    """What build() reads of a program: the source, and where a compile error is (none)."""
-
-    source = QUANTIZE_C
-
-    @staticmethod
-    def kernel_at(line: int) -> None:
-        return None
-
-
 @cache
 def _library() -> ctypes.CDLL | None:
-    if compiler() is None:
-        return None
-    lib = ctypes.CDLL(str(build(_Source(), CFLAGS).path))
-    lib.eq_quantize.restype = None
-    lib.eq_quantize.argtypes = [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_int64] * 5,
-                                ctypes.c_void_p, ctypes.c_void_p]
+    lib = helper_library(QUANTIZE_C)
+    if lib is not None:
+        lib.eq_quantize.restype = None
+        lib.eq_quantize.argtypes = [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_int64] * 5,
+                                    ctypes.c_void_p, ctypes.c_void_p]
     return lib
 
 
