@@ -107,28 +107,61 @@ class Checkpoint:
                                  f"{list(self.shape(key))}, the config's model "
                                  f"{list(want)}")
 
-    def weight_source(self, model: nn.Module) -> Callable[[str], torch.Tensor]:
-        """Graph constant name -> tensor read from its shard: the longest suffix of the name
-        that is a parameter of `model` (meta.suffixes), through the names tied to it."""
-        key_of: dict[str, str] = {}
-        for names in _tied_names(model).values():
-            key = next(n for n in names if n in self._where)
-            key_of.update(dict.fromkeys(names, key))
-        buffers: dict[str, torch.Tensor] = {}
+    def weight_source(self, model: nn.Module) -> CheckpointWeights:
+        """Graph constant name -> tensor read from its shard (CheckpointWeights)."""
+        return CheckpointWeights(self, model)
 
-        def source(name: str) -> torch.Tensor:
-            tails = suffixes(name)
-            for suffix in tails:
-                if suffix in key_of:
-                    return self.tensor(key_of[suffix])
-            if not buffers:  # the buffers a meta model lacks, computed once
-                real = self.empty_model(next(model.parameters()).dtype, buffers=True)
-                buffers.update(real.named_buffers())
-            for suffix in tails:
-                if suffix in buffers:
-                    return buffers[suffix]
-            raise EqsatError(f"weight {name}: no parameter or buffer of the checkpoint's model")
-        return source
+    def rows(self, key: str, start: int, stop: int) -> torch.Tensor:
+        """Rows [start, stop) of the tensor `key` (dim 0), read alone from its shard."""
+        try:
+            with self._handle(key) as f:
+                t = f.get_slice(key)[start:stop]
+        except EqsatError:
+            raise
+        except Exception as exc:
+            raise EqsatError(f"{self._where[key].name}: cannot read rows {start}:{stop} of "
+                             f"tensor {key} ({exc})") from exc
+        self.bytes_read += t.numel() * t.element_size()
+        if self.on_read is not None:
+            self.on_read(self.bytes_read)
+        return t
+
+
+class CheckpointWeights:
+    """A checkpoint as a weight source (lazy_weights.WeightSource): graph constant name ->
+    tensor read from its shard, by the longest suffix of the name that is a parameter of
+    `model` (meta.suffixes), through the names tied to it; `rows` reads part of one, so that
+    a large weight is prepared a slice at a time (lazy_weights.LazyConstants)."""
+
+    def __init__(self, checkpoint: Checkpoint, model: nn.Module):
+        self.checkpoint, self.model = checkpoint, model
+        self._key_of: dict[str, str] = {}
+        for names in _tied_names(model).values():
+            key = next(n for n in names if n in checkpoint._where)
+            self._key_of.update(dict.fromkeys(names, key))
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def __call__(self, name: str) -> torch.Tensor:
+        key = self._key(name)
+        if key is not None:
+            return self.checkpoint.tensor(key)
+        tails = suffixes(name)
+        if not self._buffers:  # the buffers a meta model lacks, computed once
+            real = self.checkpoint.empty_model(next(self.model.parameters()).dtype,
+                                               buffers=True)
+            self._buffers.update(real.named_buffers())
+        for suffix in tails:
+            if suffix in self._buffers:
+                return self._buffers[suffix]
+        raise EqsatError(f"weight {name}: no parameter or buffer of the checkpoint's model")
+
+    def rows(self, name: str, start: int, stop: int) -> torch.Tensor | None:
+        """Rows [start, stop) of the weight `name`; None for a buffer (computed whole)."""
+        key = self._key(name)
+        return None if key is None else self.checkpoint.rows(key, start, stop)
+
+    def _key(self, name: str) -> str | None:
+        return next((self._key_of[s] for s in suffixes(name) if s in self._key_of), None)
 
 
 def _config(path: Path) -> Any:

@@ -86,6 +86,26 @@ def materialize(t: Any, source: WeightSource, name: str | None = None,
         return evaluate(recipe.op, args, recipe.attrs)
 
 
+# a transposed source weight with more elements than this is quantized a slice of its rows at
+# a time (LazyConstants._quantized_part): 16 MB of bf16 in flight, not the whole weight
+SLICE_ELEMENTS = 1 << 23
+
+
+def _transposed_weight(t: Any) -> WeightRef | None:
+    """The source weight W where `t` is W transposed (an nn.Linear weight as x @ W.T reads
+    it), else None."""
+    recipe = recipe_of(t) if isinstance(t, torch.Tensor) and t.is_meta else None
+    if recipe is None or not isinstance(recipe.args[0], WeightRef) or \
+            recipe.args[0].meta.dim() != 2:
+        return None
+    if recipe.op == "permute" and [d % 2 for d in recipe.attrs["dims"]] == [1, 0]:
+        return recipe.args[0]
+    if recipe.op == "transpose" and {recipe.attrs["dim0"] % 2, recipe.attrs["dim1"] % 2} == \
+            {0, 1}:
+        return recipe.args[0]
+    return None
+
+
 def _all_transposed(args: list[Any]) -> bool:
     return all(isinstance(a, torch.Tensor) and a.dim() == 2 and a.t().is_contiguous() and
                not a.is_contiguous() for a in args)
@@ -287,8 +307,6 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         weight, kept for the other of the pair. A weight merged along its columns (q, k and
         v; gate and up) is quantized part by part and the results joined: columns quantize
         alone, so the values are the same, and no merged copy of the float weight is made."""
-        from .quant_formats import quantize
-
         (w,) = inputs_of(recipe)
         fmt = recipe.attrs["fmt"]
         key = ("quantized", recipe_key(w), fmt)
@@ -299,11 +317,34 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         parts = _cat_parts(meta, 1) if cat is not None and cat.op == "cat" and \
             meta.dim() == 2 and cat.attrs["dim"] % 2 == 1 else [w]
         with torch.no_grad():
-            pairs = [quantize(self._made(p), fmt) for p in parts]
+            pairs = [pair for p in parts for pair in self._quantized_part(p, fmt)]
         made = pairs[0] if len(pairs) == 1 else \
             tuple(torch.cat([pair[i] for pair in pairs], -1) for i in range(2))
         self._last_args = (key, made)  # type: ignore[assignment]
         return made  # type: ignore[return-value]
+
+    def _quantized_part(self, part: Any, fmt: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """quantize's pairs for `part`'s columns: one, or for a large transposed weight of a
+        source that reads rows apart (a checkpoint), one per slice of its rows, so that its
+        float bytes are never in memory whole (a 7B model's LM head: 0.26 GB of bf16)."""
+        from .quant_formats import quantize
+
+        ref = _transposed_weight(part)
+        rows_of = getattr(self._source, "rows", None)
+        if ref is None or rows_of is None or ref.meta.numel() <= SLICE_ELEMENTS:
+            return [quantize(self._made(part), fmt)]
+        n, k = ref.meta.shape
+        step = max(1, SLICE_ELEMENTS // k)
+        pairs = []
+        for start in range(0, n, step):
+            rows = rows_of(ref.name, start, min(n, start + step))
+            if rows is None:  # (not a stored weight: made whole)
+                return [quantize(self._made(part), fmt)]
+            if tuple(rows.shape) != (min(n, start + step) - start, k):
+                raise EqsatError(f"weight {ref.name}: the source's rows {start}: have shape "
+                                 f"{list(rows.shape)}, the model's weight {[n, k]}")
+            pairs.append(quantize(rows.to(ref.meta.dtype).t(), fmt))
+        return pairs
 
     def narrowed(self, name: str) -> torch.Tensor:
         """The constant `name` with its widening of a half weight dropped (`narrowed`): a

@@ -130,3 +130,24 @@ def test_next_token_logits_match_transformers(tmp_path):
     got = gen.next_token_logits(PROMPT)
     assert got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
+def test_a_large_weight_is_quantized_a_slice_of_its_rows_at_a_time(tmp_path, monkeypatch):
+    from eqsat_llm import lazy_weights
+    from eqsat_llm.checkpoint import Checkpoint
+
+    _save(tmp_path, torch.bfloat16, tied=False)
+    whole = Generator.from_pretrained(tmp_path, max_seq_len=32, quantize="int4")
+    monkeypatch.setattr(lazy_weights, "SLICE_ELEMENTS", 64 * 40)  # every GEMM weight sliced
+    read = []
+    rows = Checkpoint.rows
+    monkeypatch.setattr(Checkpoint, "rows", lambda self, key, a, b: read.append((key, a, b))
+                        or rows(self, key, a, b))
+    sliced = Generator.from_pretrained(tmp_path, max_seq_len=32, quantize="int4")
+    # the LM head [400, 64] read 40 rows at a time; q (merged with k, v), gate and up too
+    assert [(a, b) for k, a, b in read if k == "lm_head.weight"] == \
+        [(a, min(a + 40, 400)) for a in range(0, 400, 40)]
+    assert {k.split(".")[-2] for k, _, _ in read} >= {"q_proj", "gate_proj", "up_proj"}
+    assert torch.equal(sliced.next_token_logits(PROMPT), whole.next_token_logits(PROMPT))
+    assert torch.equal(sliced.generate(PROMPT, max_new_tokens=6),
+                       whole.generate(PROMPT, max_new_tokens=6))
