@@ -69,7 +69,7 @@ def start(path: str | Path, config: Any, *, max_seq_len: int, batch_size: int, c
                      "num_hidden_layers", 0) or 0
     if os.environ.get("EQSAT_PARALLEL_START", "1") == "0" or \
             os.environ.get("EQSAT_PROGRAM_CACHE", "1") == "0" or \
-            len(os.sched_getaffinity(0)) < 2 or layers < PARALLEL_MIN_LAYERS:
+            _cores() < 2 or layers < PARALLEL_MIN_LAYERS:
         return None
     handed = {k: v for k, v in options.items() if k != "progress"}
     job = {"path": str(path), "max_seq_len": max_seq_len, "batch_size": batch_size,
@@ -85,6 +85,13 @@ def start(path: str | Path, config: Any, *, max_seq_len: int, batch_size: int, c
                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                    stderr=errors, env=os.environ.copy())
     return PrefillWorker(process, Path(name))
+
+
+def _cores() -> int:
+    """The cores this process may run on (all of them where the OS does not say)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def wait_budget(decode_seconds: float) -> float:

@@ -2,7 +2,6 @@
 (parallel_start.py), takes it from the program cache, and generates transformers' tokens; a
 child that fails costs only time."""
 
-import os
 import warnings
 
 import pytest
@@ -12,7 +11,7 @@ from eqsat_llm import parallel_start
 from eqsat_llm.generation import Generator
 
 transformers = pytest.importorskip("transformers")
-pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core")
+pytestmark = pytest.mark.skipif(parallel_start._cores() < 2, reason="one core")
 PROMPT = torch.tensor([[5, 17, 42, 8, 99, 310, 64, 7, 250, 12]])
 
 
