@@ -79,11 +79,16 @@ def start(path: str | Path, config: Any, *, max_seq_len: int, batch_size: int, c
         text = json.dumps(job)
     except TypeError:  # an option that is not plain data (rule objects, a callable)
         return None
+    # the child imports this package from where this process did (a source tree put on
+    # sys.path by a script, not installed: found all the same)
+    env = os.environ.copy()
+    here = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
     fd, name = tempfile.mkstemp(prefix="eqsat-prefill-", suffix=".log")
     with os.fdopen(fd, "w") as errors:
         process = subprocess.Popen([sys.executable, "-m", "eqsat_llm.parallel_start", text],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=errors, env=os.environ.copy())
+                                   stderr=errors, env=env)
     return PrefillWorker(process, Path(name))
 
 
