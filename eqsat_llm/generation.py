@@ -258,6 +258,8 @@ class Generator:
                 from .codegen.c.runtime import compiled_program
 
                 compiled_program(self.decode_program.graph, self.decode_program.plan)
+            if callable(options.get("progress")):
+                options["progress"]("the prefill program, optimized in a parallel process")
             why = _prefill_worker.wait(wait_budget(decode_seconds))
         self.prefill_program = self._optimized(self.chunk, options)
         if _prefill_worker is not None:
