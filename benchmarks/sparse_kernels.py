@@ -7,8 +7,9 @@ with the backend's CFLAGS (2 OpenMP threads).
 
 Per shape (M x K x N): dense fp32, sparse24 (2:4, random positions) and bsr16 (16 x 16
 blocks, each stored with probability 1/2), each checked against torch first. Timing: rounds
-interleaved across the kernels; per round `calls` calls, each either cold (64 MiB read
-first, so the weight comes from memory: decode's case in a model) or warm (back to back),
+interleaved across the kernels; per round `calls` calls, each either cold (twice the
+last-level cache read first, quant_kernels.flush_bytes(), so the weight comes from memory:
+decode's case in a model) or warm (back to back),
 the median per round, then the median over rounds. GB/s = the weight's stored bytes (values
 and index) per second; GFLOP/s = the dense product's 2 M K N per second (the sparse kernels
 skip half of it). The spread (max / min of the rounds' medians) says the noise."""
@@ -58,7 +59,7 @@ def build(flags: list[str], d: Path) -> ctypes.CDLL:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     dll.dense.argtypes = [i64, i64, i64, ptr, ptr, ptr]
     dll.sparse.argtypes = [i64, i64, i64, ptr, ctypes.c_int, ptr, ptr, ptr]
-    dll.flush.argtypes = []
+    dll.flush.argtypes = [ctypes.c_size_t]
     return dll
 
 
