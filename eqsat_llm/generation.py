@@ -248,24 +248,7 @@ class Generator:
             weights = own if twin else None
         if not twin:
             self._optimize(model, dtype, weights, options)
-        prefill_optimized = "here"
-        if _prefill_worker is not None and self.decode_program.report.program_cache == "hit":
-            _prefill_worker.stop()  # a warm start: the prefill program is in the cache too
-            _prefill_worker = None
-        if _prefill_worker is not None:  # optimizing the prefill program into the cache
-            decode_seconds = time.perf_counter() - t0
-            if self.decode_program.target_backend == "c":  # meanwhile, the decode step's C
-                from .codegen.c.runtime import compiled_program
-
-                compiled_program(self.decode_program.graph, self.decode_program.plan)
-            if callable(options.get("progress")):
-                options["progress"]("the prefill program, optimized in a parallel process")
-            why = _prefill_worker.wait(wait_budget(decode_seconds))
-        self.prefill_program = self._optimized(self.chunk, options)
-        if _prefill_worker is not None:
-            prefill_optimized = "in a parallel process" if \
-                self.prefill_program.report.program_cache == "hit" else \
-                f"here ({why or 'the parallel process stored another program'})"
+        prefill_optimized = self._optimize_prefill(options, _prefill_worker, t0)
         if weights is not None:  # planned on the meta device: each prepared weight is made now
             t1 = time.perf_counter()
             caches = {name: torch.zeros(meta.shape, dtype=meta.dtype)  # the caches, real (the
@@ -304,6 +287,30 @@ class Generator:
         with torch.device("meta") if self._meta else contextlib.nullcontext():
             self.step = CachedStep(model, self.batch_size, self.max_seq_len, dtype).eval()
         self.decode_program = self._optimized(1, options)
+
+    def _optimize_prefill(self, options: dict[str, Any], worker: PrefillWorker | None,
+                          started: float) -> str:
+        """The prefill program, taken from the cache where a parallel start's child stored it
+        (parallel_start.py), else optimized here; where it was optimized, for the report."""
+        if worker is not None and self.decode_program.report.program_cache == "hit":
+            worker.stop()  # a warm start: the prefill program is in the cache too
+            worker = None
+        why = ""
+        if worker is not None:  # the child is optimizing the prefill program into the cache
+            decode_seconds = time.perf_counter() - started
+            if self.decode_program.target_backend == "c":  # meanwhile, the decode step's C
+                from .codegen.c.runtime import compiled_program
+
+                compiled_program(self.decode_program.graph, self.decode_program.plan)
+            if callable(options.get("progress")):
+                options["progress"]("the prefill program, optimized in a parallel process")
+            why = worker.wait(wait_budget(decode_seconds))
+        self.prefill_program = self._optimized(self.chunk, options)
+        if worker is None:
+            return "here"
+        if self.prefill_program.report.program_cache == "hit":
+            return "in a parallel process"
+        return f"here ({why or 'the parallel process stored another program'})"
 
     def _optimized(self, tokens: int, options: dict[str, Any]) -> Any:
         return optimize_step(self.step, self._example(tokens), options)
