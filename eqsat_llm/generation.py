@@ -27,13 +27,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import parallel_start
 from .errors import EqsatError
 from .kv_cache import CachedStep
 from .lazy_weights import WeightSource, source_names
 from .memcheck import release_freed_memory
 from .meta import ParameterSource, meta_twin, plans_on_meta
-from .parallel_start import PrefillWorker, wait_budget
+from .parallel_start import PrefillWorker, start_prefill_worker, wait_budget
 from .rulebook import resolve
 
 DEFAULT_CHUNK = 64
@@ -115,14 +114,35 @@ def optimize_step(step: nn.Module, example: tuple[torch.Tensor, ...],
         return optimize(step, example, **options)
 
 
+def prefill_tokens(prefill_chunk: int | None, max_seq_len: int) -> int:
+    """The prefill program's tokens per call."""
+    return min(prefill_chunk or DEFAULT_CHUNK, max_seq_len)
+
+
+def cached_step(model: nn.Module, batch_size: int, max_seq_len: int, dtype: torch.dtype,
+                meta: bool) -> CachedStep:
+    """The module both programs are optimized from (its KV cache on the meta device with
+    the model's weights when `meta`)."""
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        return CachedStep(model, batch_size, max_seq_len, dtype).eval()
+
+
+def example_inputs(tokens: int, batch_size: int, max_seq_len: int, meta: bool
+                   ) -> tuple[torch.Tensor, ...]:
+    """A program's inputs for `tokens` new tokens: ids, past length, positions, mask, last."""
+    b, n = batch_size, max_seq_len
+    xs = (torch.zeros(b, tokens, dtype=torch.long), torch.tensor(0),
+          torch.arange(tokens).expand(b, tokens).contiguous(), torch.ones(b, n, dtype=torch.long),
+          torch.zeros(1, dtype=torch.long))
+    return tuple(x.to("meta") for x in xs) if meta else xs
+
+
 def optimize_on_meta(model: nn.Module, batch_size: int, max_seq_len: int, dtype: torch.dtype,
                      tokens: int, options: dict[str, Any]) -> Any:
     """The program for `tokens` new tokens of the meta-device `model`, as a Generator
     planned on the meta device optimizes it (stored in the program cache by optimize)."""
-    with torch.device("meta"):
-        step = CachedStep(model, batch_size, max_seq_len, dtype).eval()
-    example = Generator._example_on_cpu(tokens, batch_size, max_seq_len)
-    return optimize_step(step, tuple(x.to("meta") for x in example), options)
+    step = cached_step(model, batch_size, max_seq_len, dtype, meta=True)
+    return optimize_step(step, example_inputs(tokens, batch_size, max_seq_len, True), options)
 
 
 @dataclass
@@ -227,7 +247,7 @@ class Generator:
                              "running it: docs/memory.md)")
         self.model = model.eval()
         self.max_seq_len, self.batch_size = max_seq_len, batch_size
-        self.chunk = min(prefill_chunk or DEFAULT_CHUNK, max_seq_len)
+        self.chunk = prefill_tokens(prefill_chunk, max_seq_len)
         if self.chunk < 1:
             raise EqsatError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         dtype, options = program_options(model, optimize_options)
@@ -284,8 +304,7 @@ class Generator:
         """The cached step around `model` (on the meta device when `weights` will load it)
         and its decode program."""
         self._meta = weights is not None
-        with torch.device("meta") if self._meta else contextlib.nullcontext():
-            self.step = CachedStep(model, self.batch_size, self.max_seq_len, dtype).eval()
+        self.step = cached_step(model, self.batch_size, self.max_seq_len, dtype, self._meta)
         self.decode_program = self._optimized(1, options)
 
     def _optimize_prefill(self, options: dict[str, Any], worker: PrefillWorker | None,
@@ -313,7 +332,8 @@ class Generator:
         return f"here ({why or 'the parallel process stored another program'})"
 
     def _optimized(self, tokens: int, options: dict[str, Any]) -> Any:
-        return optimize_step(self.step, self._example(tokens), options)
+        return optimize_step(self.step, example_inputs(tokens, self.batch_size,
+                                                       self.max_seq_len, self._meta), options)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, max_seq_len: int,
@@ -333,10 +353,10 @@ class Generator:
         if quantize is not None:
             options["quantize"] = quantize
         # the prefill program optimized in a second process meanwhile, where that pays
-        worker = parallel_start.start(
+        worker = start_prefill_worker(
             path, ckpt.config, max_seq_len=max_seq_len, dtype=dtype,
             batch_size=options.get("batch_size", 1),
-            chunk=min(options.get("prefill_chunk") or DEFAULT_CHUNK, max_seq_len),
+            chunk=prefill_tokens(options.get("prefill_chunk"), max_seq_len),
             options={k: v for k, v in options.items() if k not in ("batch_size",
                                                                    "prefill_chunk")})
         line = ProgressLine()  # on a terminal only
@@ -363,18 +383,6 @@ class Generator:
         gen.report.weights_read_bytes, gen.report.load_seconds = ckpt.bytes_read, \
             gen.load_seconds
         return gen
-
-    def _example(self, t: int) -> tuple[torch.Tensor, ...]:
-        b, n = self.batch_size, self.max_seq_len
-        if self._meta:
-            return tuple(x.to("meta") for x in self._example_on_cpu(t, b, n))
-        return self._example_on_cpu(t, b, n)
-
-    @staticmethod
-    def _example_on_cpu(t: int, b: int, n: int) -> tuple[torch.Tensor, ...]:
-        return (torch.zeros(b, t, dtype=torch.long), torch.tensor(0),
-                torch.arange(t).expand(b, t).contiguous(), torch.ones(b, n, dtype=torch.long),
-                torch.zeros(1, dtype=torch.long))
 
     @property
     def caches(self) -> list[torch.Tensor]:

@@ -282,6 +282,7 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         self._constants = constants
         self._source = source
         self._last_args: tuple[Hashable, list[Any]] | None = None
+        self._last_pair: tuple[Hashable, tuple[torch.Tensor, torch.Tensor]] | None = None
         try:
             self._shared = _SHARED.setdefault(source, {})
         except TypeError:  # a source that takes no weak reference: nothing shared
@@ -310,8 +311,8 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         (w,) = inputs_of(recipe)
         fmt = recipe.attrs["fmt"]
         key = ("quantized", recipe_key(w), fmt)
-        if self._last_args is not None and key[1] is not None and self._last_args[0] == key:
-            return self._last_args[1]  # type: ignore[return-value]
+        if self._last_pair is not None and key[1] is not None and self._last_pair[0] == key:
+            return self._last_pair[1]
         meta = w.meta if isinstance(w, WeightRef) else w
         cat = recipe_of(meta) if isinstance(meta, torch.Tensor) and meta.is_meta else None
         parts = _cat_parts(meta, 1) if cat is not None and cat.op == "cat" and \
@@ -319,9 +320,9 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         with torch.no_grad():
             pairs = [pair for p in parts for pair in self._quantized_part(p, fmt)]
         made = pairs[0] if len(pairs) == 1 else \
-            tuple(torch.cat([pair[i] for pair in pairs], -1) for i in range(2))
-        self._last_args = (key, made)  # type: ignore[assignment]
-        return made  # type: ignore[return-value]
+            (torch.cat([q for q, _ in pairs], -1), torch.cat([s for _, s in pairs], -1))
+        self._last_pair = (key, made)
+        return made
 
     def _quantized_part(self, part: Any, fmt: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """quantize's pairs for `part`'s columns: one, or for a large transposed weight of a
@@ -417,7 +418,7 @@ class LazyConstants(Mapping[str, torch.Tensor]):
             self._shared[key] = (weakref.ref(t), rows)
 
     def release(self) -> None:
-        self._last_args = None
+        self._last_args = self._last_pair = None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._constants)

@@ -61,8 +61,9 @@ class PrefillWorker:
         return f"the child exited with {code}" + (f": {lines[-1]}" if lines else "")
 
 
-def start(path: str | Path, config: Any, *, max_seq_len: int, batch_size: int, chunk: int,
-          dtype: torch.dtype | None, options: dict[str, Any]) -> PrefillWorker | None:
+def start_prefill_worker(path: str | Path, config: Any, *, max_seq_len: int, batch_size: int,
+                         chunk: int, dtype: torch.dtype | None, options: dict[str, Any]
+                         ) -> PrefillWorker | None:
     """A child optimizing the prefill chunk of the checkpoint `path` into the program cache,
     or None where that does not apply (module docstring)."""
     layers = getattr(config.get_text_config() if hasattr(config, "get_text_config") else config,

@@ -62,7 +62,7 @@ def quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
 
     fast = quantize_in_c(w, format_group(fmt))  # the same values, in one pass
     q, scale = fast if fast is not None else quantize_in_torch(w, fmt)
-    check_scales(scale, fmt)
+    _check_scales(scale, fmt)
     return q, scale
 
 
@@ -99,7 +99,7 @@ def _scale(scale: torch.Tensor) -> torch.Tensor:
     return torch.where(scale > 0, scale, torch.ones_like(scale)).contiguous()
 
 
-def check_scales(scale: torch.Tensor, fmt: str) -> None:
+def _check_scales(scale: torch.Tensor, fmt: str) -> None:
     """Refuse int4 scales that overflowed float16: their weights would dequantize to 0."""
     if format_group(fmt) and bool(torch.isinf(scale).any()):
         raise GraphError(f"cannot quantize a weight to {fmt}: a group's max |w| exceeds "

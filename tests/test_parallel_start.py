@@ -66,11 +66,12 @@ def test_when_a_parallel_start_does_not_apply(tmp_path, monkeypatch):
     config = transformers.LlamaConfig(num_hidden_layers=parallel_start.PARALLEL_MIN_LAYERS)
     args = {"max_seq_len": 32, "batch_size": 1, "chunk": 16, "dtype": None}
     shallow = transformers.LlamaConfig(num_hidden_layers=2)
-    assert parallel_start.start(tmp_path, shallow, **args, options={}) is None
+    start = parallel_start.start_prefill_worker
+    assert start(tmp_path, shallow, **args, options={}) is None
     # options the child cannot be handed (rule objects, callables): none
-    assert parallel_start.start(tmp_path, config, **args, options={"rules": [object()]}) is None
+    assert start(tmp_path, config, **args, options={"rules": [object()]}) is None
     monkeypatch.setenv("EQSAT_PARALLEL_START", "0")
-    assert parallel_start.start(tmp_path, config, **args, options={}) is None
+    assert start(tmp_path, config, **args, options={}) is None
     monkeypatch.setenv("EQSAT_PARALLEL_START", "1")
     monkeypatch.setenv("EQSAT_PROGRAM_CACHE", "0")
-    assert parallel_start.start(tmp_path, config, **args, options={}) is None
+    assert start(tmp_path, config, **args, options={}) is None

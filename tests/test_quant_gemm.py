@@ -239,3 +239,26 @@ def test_half_panels_carry_the_bits():
     p = QuantPanels("w", 0, 5, 70, 70).prepare({"w": w})
     assert p.dtype == torch.int16 and p.shape == (2, 5, QUANT_PANEL)
     assert torch.equal(p[0].view(torch.bfloat16), w[:, :64])
+
+
+def _padded_panels(half: torch.Tensor) -> torch.Tensor:
+    rows, n = half.shape
+    padded = torch.zeros(rows, -(-n // QUANT_PANEL) * QUANT_PANEL, dtype=half.dtype)
+    padded[:, :n] = half
+    return padded.reshape(rows, -1, QUANT_PANEL).permute(1, 0, 2).contiguous()
+
+
+def test_quant_panels_of_a_transposed_swiglu_weight():
+    """A half weight's panels read from the transposed nn.Linear weight where it lies (whole
+    rows of the matrix: a slice of it, not a flattened row-major copy)."""
+    gate_up = torch.randn(2 * 100, 96).to(torch.bfloat16)  # nn.Linear [2N, K]
+    w = gate_up.t()  # the GEMM's [K, 2N]
+    got = QuantPanels("w", 0, 96, 100, 200, halves=2).prepare({"w": w})
+    want = torch.cat([_padded_panels(w[:, :100]), _padded_panels(w[:, 100:])])
+    assert torch.equal(got, want.view(torch.int16))
+    # a part of the columns, and a view that is not whole rows (the flattened form)
+    part = QuantPanels("w", 100, 96, 70, 200).prepare({"w": w})
+    assert torch.equal(part, _padded_panels(w[:, 100:170]).view(torch.int16))
+    odd = QuantPanels("w", 3, 5, 64, 70).prepare({"w": w})
+    flat = w.reshape(-1).as_strided((5, 64), (70, 1), 3)
+    assert torch.equal(odd, _padded_panels(flat).view(torch.int16))

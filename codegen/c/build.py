@@ -106,7 +106,7 @@ class _HelperSource:
 
 @cache
 def helper_library(source: str) -> ctypes.CDLL | None:
-    """A small hand-written C library of load-time helpers (quantizer.py, panel_layout.py),
+    """A small hand-written C library of load-time helpers (quantizer.py),
     built once per machine through the compile cache; None where no C compiler is found."""
     if compiler() is None:
         return None

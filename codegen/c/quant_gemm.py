@@ -112,7 +112,6 @@ from typing import Any
 import torch
 
 from ...errors import GraphError
-from .panel_layout import half_panels_into
 from .tiles import QUANT_PANEL
 
 
@@ -192,17 +191,14 @@ class QuantPanels(WeightView):
         if self.stored == "float16":
             halves = [_exactly_half(h, self.name) for h in halves]
         # written in place, panel by panel: no padded or concatenated copy of the weight
-        out = torch.empty(self.panels(), self.rows, QUANT_PANEL, dtype=halves[0].dtype)
+        out = torch.zeros(self.panels(), self.rows, QUANT_PANEL, dtype=halves[0].dtype)
         for h, half in enumerate(halves):
-            part = out[h * per:(h + 1) * per]
-            if half_panels_into(part, half):  # 16-bit values: laid out in C
-                continue
             full = half.shape[1] // QUANT_PANEL  # whole panels in one strided copy
-            part[:full] = half[:, :full * QUANT_PANEL].reshape(
+            out[h * per:h * per + full] = half[:, :full * QUANT_PANEL].reshape(
                 self.rows, full, QUANT_PANEL).permute(1, 0, 2)
             if full < per:
-                part[full].zero_()
-                part[full, :, :half.shape[1] - full * QUANT_PANEL] = half[:, full * QUANT_PANEL:]
+                out[h * per + full, :, :half.shape[1] - full * QUANT_PANEL] = \
+                    half[:, full * QUANT_PANEL:]
         # half-precision values travel as their bits (the C side has no half type)
         return out.view(torch.int16) if out.dtype in (torch.float16, torch.bfloat16) else out
 

@@ -9,9 +9,8 @@ its max then its integers), the vector loops running across the columns, with th
 float32 operations in the same order (|w| max, max / 7 rounded to float16 or max / 127, an
 all-zero group's scale 1, w / scale rounded half to even, clamped), so the result equals
 torch's;
-tests/test_quantizer.py compares them. A bf16 [5632, 2048] nn.Linear weight (read
-transposed) quantizes at 2.4 GB/s (int4) and 2.6 GB/s (int8) on 2 threads, row-major ones at
-4.7-6.6 GB/s (Sapphire Rapids; one column at a time before: 1.4 and 1.6). Built once per
+tests/test_quantizer.py compares them; benchmarks/load_kernels.py times them side by side
+(transposed bf16 nn.Linear weights: 1.8-3.6 GB/s here, 2.3-8.9x torch's form). Built once per
 machine through the C backend's compile cache; where there is no C compiler, `quantize_in_c`
 returns None and torch's form runs."""
 
