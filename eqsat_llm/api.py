@@ -386,23 +386,12 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
                                                                    .values()))
     if extractor not in EXTRACTORS:
         raise EqsatError(f"unknown extractor {extractor!r}; available: {sorted(EXTRACTORS)}")
-    cached_as = None
-    if program_cache.enabled(model):  # a meta-device model: its program may be on disk
-        t0 = time.perf_counter()
-        options = {"rules": resolve(rules) if rules is None or list(rules) else [],
-                   "backend": backend, "extractor": extractor, "limits": limits,
-                   "force_rules": force_rules, "quantize": quantize,
-                   "keep_float": list(keep_float), "sparsity": sparsity}
-        cached_as = program_cache.key(model, example_inputs, example_kwargs, options,
-                                      CostModel().machine)
-        hit = _from_program_cache(cached_as, model, backend)
-        if hit is not None:
-            if hit.captured.fallback_ops:
-                warnings.warn("these ops are not in the registry and run in torch (fallback): "
-                              + ", ".join(hit.captured.fallback_ops), FallbackWarning,
-                              stacklevel=2)
-            hit.report.timings = {"program cache": time.perf_counter() - t0}
-            return hit
+    cached_as, hit = _program_cache_lookup(
+        model, example_inputs, example_kwargs, rules=rules, backend=backend,
+        extractor=extractor, limits=limits, force_rules=force_rules, quantize=quantize,
+        keep_float=keep_float, sparsity=sparsity)
+    if hit is not None:
+        return hit
     report = Report(backend=backend, extraction_method=extractor)
     report.program_cache = "miss" if cached_as else "off"
     timings = report.timings
@@ -461,6 +450,47 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     if cached_as is not None and compiled.meta_weights:  # the report complete: a hit's too
         program_cache.store(cached_as, (graph, captured, report, compiled.plan))
     return compiled
+
+
+def from_program_cache(model: Any, example_inputs: Iterable[Any] = (), *,
+                       example_kwargs: dict | None = None, backend: str = "auto",
+                       **options: Any) -> Compiled | None:
+    """What optimize(model, example_inputs, **options) returns when the program cache holds
+    it (a meta-device model optimized before with these options: program_cache.py), without
+    optimizing; None when it does not. `progress` and `measure_eager` are ignored."""
+    example_inputs = tuple(example_inputs)
+    backend = resolve_backend(backend, list(example_inputs) + list((example_kwargs or {})
+                                                                   .values()))
+    options = {k: v for k, v in options.items() if k not in ("progress", "measure_eager")}
+    return _program_cache_lookup(model, example_inputs, example_kwargs, backend=backend,
+                                 **options)[1]
+
+
+def _program_cache_lookup(model: Any, example_inputs: tuple, example_kwargs: dict | None, *,
+                          rules: Iterable[str | Rule] | None = None, backend: str,
+                          extractor: str = "ilp", limits: Limits | None = None,
+                          force_rules: bool = False, quantize: str | None = None,
+                          keep_float: Iterable[str] = (), sparsity: str | None = None
+                          ) -> tuple[str | None, Compiled | None]:
+    """The program cache's key for optimize()'s call (None where the cache does not apply)
+    and the program stored under it (None: a miss)."""
+    if not program_cache.enabled(model):  # only a meta-device model's program is on disk
+        return None, None
+    t0 = time.perf_counter()
+    options = {"rules": resolve(rules) if rules is None or list(rules) else [],
+               "backend": backend, "extractor": extractor, "limits": limits,
+               "force_rules": force_rules, "quantize": quantize,
+               "keep_float": list(keep_float), "sparsity": sparsity}
+    cached_as = program_cache.key(model, example_inputs, example_kwargs, options,
+                                  CostModel().machine)
+    hit = _from_program_cache(cached_as, model, backend)
+    if hit is not None:
+        if hit.captured.fallback_ops:
+            warnings.warn("these ops are not in the registry and run in torch (fallback): "
+                          + ", ".join(hit.captured.fallback_ops), FallbackWarning,
+                          stacklevel=3)
+        hit.report.timings = {"program cache": time.perf_counter() - t0}
+    return cached_as, hit
 
 
 def _from_program_cache(name: str, model: torch.nn.Module, backend: str) -> Compiled | None:

@@ -32,7 +32,7 @@ from .kv_cache import CachedStep
 from .lazy_weights import WeightSource, source_names
 from .memcheck import release_freed_memory
 from .meta import ParameterSource, meta_twin, plans_on_meta
-from .parallel_start import PrefillWorker, start_prefill_worker, wait_budget
+from .parallel_start import ProgramWorker, layers_of, start_workers, wait_budget
 from .rulebook import resolve
 
 DEFAULT_CHUNK = 64
@@ -105,13 +105,30 @@ def program_options(model: nn.Module, optimize_options: dict[str, Any]
 def optimize_step(step: nn.Module, example: tuple[torch.Tensor, ...],
                   options: dict[str, Any]) -> Any:
     """One program of a Generator: `step` (a CachedStep) optimized on `example`."""
-    from .api import FallbackWarning, optimize
+    from .api import optimize
+
+    with _step_warnings():
+        return optimize(step, example, **options)
+
+
+def program_from_cache(step: nn.Module, example: tuple[torch.Tensor, ...],
+                       options: dict[str, Any]) -> Any:
+    """What optimize_step returns when the program cache holds it, else None."""
+    from .api import from_program_cache
+
+    with _step_warnings():
+        return from_program_cache(step, example, **options)
+
+
+@contextlib.contextmanager
+def _step_warnings():
+    from .api import FallbackWarning
 
     with torch.no_grad(), warnings.catch_warnings():
         # the cache writes run in torch, in place on the buffers: expected, not a fallback
         warnings.filterwarnings("ignore", message=r".*\(fallback\): aten\.index_put\.default$",
                                 category=FallbackWarning)
-        return optimize(step, example, **options)
+        yield
 
 
 def prefill_tokens(prefill_chunk: int | None, max_seq_len: int) -> int:
@@ -170,8 +187,10 @@ class GeneratorReport:
     # "model" (at load from the model's own tensors, planned on its meta twin: meta.py) or
     # "folded" (computed while optimizing the loaded model, where the twin cannot stand in)
     weights_from: str = "folded"
-    # where the prefill program was optimized: "here", or "in a parallel process" (a cold
-    # from_pretrained: parallel_start.py); "here (why not in parallel)" where that failed
+    # where each program was optimized: "here", "in a parallel process" (a cold
+    # from_pretrained: parallel_start.py), "by an earlier start" (the program cache's, a
+    # warm start); "here (why not in parallel)" where a parallel process failed
+    decode_optimized: str = "here"
     prefill_optimized: str = "here"
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,6 +203,7 @@ class GeneratorReport:
                 "model_tensors_read": list(self.model_tensors_read),
                 "weights_read_bytes": self.weights_read_bytes,
                 "load_seconds": self.load_seconds, "weights_from": self.weights_from,
+                "decode_optimized": self.decode_optimized,
                 "prefill_optimized": self.prefill_optimized,
                 "last_run": dict(self.last_run)}
 
@@ -205,8 +225,9 @@ class GeneratorReport:
             (f"held once for both programs: {self.shared[0]} tensors, {mib(self.shared[1])}; "
              f"the model's own tensors read as stored: {self.model_tensors_read[0]}, "
              f"{mib(self.model_tensors_read[1])}"),
-            (f"compiled in {self.compile_seconds:.1f} s (both programs; the prefill "
-             f"program optimized {self.prefill_optimized})"),
+            (f"compiled in {self.compile_seconds:.1f} s (both programs; the decode step "
+             f"optimized {self.decode_optimized}, the prefill program "
+             f"{self.prefill_optimized})"),
             "weights prepared " + _WEIGHTS_FROM[self.weights_from],
         ]
         if self.weights_read_bytes:
@@ -233,7 +254,7 @@ class Generator:
 
     def __init__(self, model: nn.Module, max_seq_len: int, *, batch_size: int = 1,
                  prefill_chunk: int | None = None, weights: WeightSource | None = None,
-                 _prefill_worker: PrefillWorker | None = None, **optimize_options: Any):
+                 _workers: dict[int, ProgramWorker] | None = None, **optimize_options: Any):
         if max_seq_len < 2 or batch_size < 1:
             raise EqsatError(f"max_seq_len must be >= 2 and batch_size >= 1, got "
                              f"{max_seq_len} and {batch_size}")
@@ -267,8 +288,12 @@ class Generator:
                 # lock among its attributes): planned as loaded, as before
             weights = own if twin else None
         if not twin:
-            self._optimize(model, dtype, weights, options)
-        prefill_optimized = self._optimize_prefill(options, _prefill_worker, t0)
+            self._optimize(model, dtype, weights, options, _workers)
+        try:
+            self.prefill_program = self._program(self.chunk, options)
+        finally:
+            for worker in self._workers.values():
+                worker.stop()
         if weights is not None:  # planned on the meta device: each prepared weight is made now
             t1 = time.perf_counter()
             caches = {name: torch.zeros(meta.shape, dtype=meta.dtype)  # the caches, real (the
@@ -291,7 +316,7 @@ class Generator:
             compile_seconds=time.perf_counter() - t0,
             **_holdings(model, (self.prefill_program, self.decode_program)),
             weights_from="model" if twin else "checkpoint" if weights is not None else "folded",
-            prefill_optimized=prefill_optimized)
+            decode_optimized=self._where[1], prefill_optimized=self._where[self.chunk])
         # run-time inputs, filled in place between calls (no allocation per token); the
         # cache and these are one generation's state: one generate() at a time
         self._lock = threading.Lock()
@@ -300,36 +325,48 @@ class Generator:
         self._last = torch.zeros(1, dtype=torch.long)
 
     def _optimize(self, model: nn.Module, dtype: torch.dtype, weights: WeightSource | None,
-                  options: dict[str, Any]) -> None:
+                  options: dict[str, Any], workers: dict[int, ProgramWorker] | None = None
+                  ) -> None:
         """The cached step around `model` (on the meta device when `weights` will load it)
-        and its decode program."""
+        and its decode program (the prefill program after it: _program)."""
         self._meta = weights is not None
         self.step = cached_step(model, self.batch_size, self.max_seq_len, dtype, self._meta)
-        self.decode_program = self._optimized(1, options)
+        self._workers = dict(workers or {})
+        self._where: dict[int, str] = {}
+        try:
+            self.decode_program = self._program(1, options)
+        except BaseException:
+            for worker in self._workers.values():
+                worker.stop()
+            raise
 
-    def _optimize_prefill(self, options: dict[str, Any], worker: PrefillWorker | None,
-                          started: float) -> str:
-        """The prefill program, taken from the cache where a parallel start's child stored it
-        (parallel_start.py), else optimized here; where it was optimized, for the report."""
-        if worker is not None and self.decode_program.report.program_cache == "hit":
-            worker.stop()  # a warm start: the prefill program is in the cache too
-            worker = None
-        why = ""
-        if worker is not None:  # the child is optimizing the prefill program into the cache
-            decode_seconds = time.perf_counter() - started
-            if self.decode_program.target_backend == "c":  # meanwhile, the decode step's C
-                from .codegen.c.runtime import compiled_program
-
-                compiled_program(self.decode_program.graph, self.decode_program.plan)
-            if callable(options.get("progress")):
-                options["progress"]("the prefill program, optimized in a parallel process")
-            why = worker.wait(wait_budget(decode_seconds))
-        self.prefill_program = self._optimized(self.chunk, options)
+    def _program(self, tokens: int, options: dict[str, Any]) -> Any:
+        """The program for `tokens` new tokens, taken from the program cache where a parallel
+        start's child stored it (parallel_start.py) or an earlier start did, else optimized
+        here; where it was optimized in self._where."""
+        if self._workers and tokens == 1:  # the first program asked: is this a warm start?
+            example = example_inputs(tokens, self.batch_size, self.max_seq_len, self._meta)
+            program = program_from_cache(self.step, example, options)
+            if program is not None:  # an earlier start stored both: no child needed
+                for worker in self._workers.values():
+                    worker.stop()
+                self._workers.clear()
+                self._where[tokens] = "by an earlier start"
+                return program
+        worker = self._workers.pop(tokens, None)
         if worker is None:
-            return "here"
-        if self.prefill_program.report.program_cache == "hit":
-            return "in a parallel process"
-        return f"here ({why or 'the parallel process stored another program'})"
+            program = self._optimized(tokens, options)
+            self._where[tokens] = "by an earlier start" if \
+                program.report.program_cache == "hit" else "here"
+            return program
+        if callable(options.get("progress")):
+            options["progress"](f"the {'decode step' if tokens == 1 else 'prefill program'}, "
+                                "optimized in a parallel process")
+        why = worker.wait(wait_budget(layers_of(self.step.model.config)))
+        program = self._optimized(tokens, options)
+        self._where[tokens] = "in a parallel process" if program.report.program_cache == \
+            "hit" else f"here ({why or 'the parallel process stored another program'})"
+        return program
 
     def _optimized(self, tokens: int, options: dict[str, Any]) -> Any:
         return optimize_step(self.step, example_inputs(tokens, self.batch_size,
@@ -352,8 +389,8 @@ class Generator:
         ckpt = Checkpoint(path)
         if quantize is not None:
             options["quantize"] = quantize
-        # the prefill program optimized in a second process meanwhile, where that pays
-        worker = start_prefill_worker(
+        # both programs optimized in child processes, in parallel, where that pays
+        workers = start_workers(
             path, ckpt.config, max_seq_len=max_seq_len, dtype=dtype,
             batch_size=options.get("batch_size", 1),
             chunk=prefill_tokens(options.get("prefill_chunk"), max_seq_len),
@@ -373,11 +410,11 @@ class Generator:
         try:
             model = ckpt.empty_model(dtype)
             gen = cls(model, max_seq_len, weights=ckpt.weight_source(model),
-                      _prefill_worker=worker, **options)
+                      _workers=workers, **options)
         finally:
             ckpt.on_read = None
             line.done()
-            if worker is not None:
+            for worker in workers.values():
                 worker.stop()  # (done by now, unless something failed)
         gen.checkpoint = ckpt
         gen.report.weights_read_bytes, gen.report.load_seconds = ckpt.bytes_read, \

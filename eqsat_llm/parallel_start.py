@@ -1,15 +1,17 @@
-"""A checkpoint's prefill program optimized in a second process, beside the decode step.
+"""A checkpoint's two programs optimized in child processes, one each, in parallel.
 
-A cold `Generator.from_pretrained` optimizes two programs of the same model, one after the
-other, each mostly single-threaded Python (capture, saturation, extraction): 10-11 s each
-for the 22-layer TinyLlama shape. On a machine with two cores or more, a child process
-optimizes the prefill chunk while this one optimizes the decode step; the child stores its
-program in the on-disk program cache (program_cache.py), from which this process then takes
-it, as a warm start would, and compiles its C (the compile cache's, codegen/c/build.py),
-while this process compiles the decode step's. Anything that goes wrong in the child (it
-fails, it is too slow, its key differs) only costs the time: this process then optimizes
-the program itself, and the report says so (`GeneratorReport.prefill_optimized`). A warm
-start (the decode step found in the cache) stops the child at once.
+A cold `Generator.from_pretrained` optimizes two programs of the same model, the decode step
+and the prefill chunk, each mostly single-threaded Python (capture, saturation, extraction):
+10-11 s each for the 22-layer TinyLlama shape. On a machine with two cores or more, a child
+process optimizes each (and compiles its C into the compile cache, codegen/c/build.py) and
+stores it in the on-disk program cache (program_cache.py), from which this process then
+takes it, as a warm start would. This process never optimizes: what saturation and
+extraction leave in a process (0.15 GB of native memory at TinyLlama's shape, kept after
+they return) stays in the children, which exit before the weights load (docs/memory.md).
+Anything that goes wrong in a child (it fails, it is too slow, its key differs) only costs
+the time: this process then optimizes that program itself, and the report says so
+(`GeneratorReport.decode_optimized`, `prefill_optimized`). A warm start (a program found in
+the cache) stops the children at once.
 
 Used when the program cache is on, at least two cores are ours, the model has
 PARALLEL_MIN_LAYERS layers or more (a child's imports cost about 2 s: a shallow model
@@ -30,12 +32,11 @@ from typing import Any
 import torch
 
 PARALLEL_MIN_LAYERS = 8
-_WAIT_FACTOR = 3.0  # the child may take this many times the decode step's optimize (+ 60 s)
 
 
 @dataclass
-class PrefillWorker:
-    """A running child: its process and where its errors go."""
+class ProgramWorker:
+    """A running child optimizing one program: its process and where its errors go."""
     process: subprocess.Popen
     errors: Path
 
@@ -61,36 +62,43 @@ class PrefillWorker:
         return f"the child exited with {code}" + (f": {lines[-1]}" if lines else "")
 
 
-def start_prefill_worker(path: str | Path, config: Any, *, max_seq_len: int, batch_size: int,
-                         chunk: int, dtype: torch.dtype | None, options: dict[str, Any]
-                         ) -> PrefillWorker | None:
-    """A child optimizing the prefill chunk of the checkpoint `path` into the program cache,
-    or None where that does not apply (module docstring)."""
-    layers = getattr(config.get_text_config() if hasattr(config, "get_text_config") else config,
-                     "num_hidden_layers", 0) or 0
+def start_workers(path: str | Path, config: Any, *, max_seq_len: int, batch_size: int,
+                  chunk: int, dtype: torch.dtype | None, options: dict[str, Any]
+                  ) -> dict[int, ProgramWorker]:
+    """Children optimizing the checkpoint `path`'s programs (the decode step, 1 token, and
+    the prefill chunk, `chunk` tokens) into the program cache, by their tokens; none where
+    that does not apply (module docstring)."""
     if os.environ.get("EQSAT_PARALLEL_START", "1") == "0" or \
             os.environ.get("EQSAT_PROGRAM_CACHE", "1") == "0" or \
-            _cores() < 2 or layers < PARALLEL_MIN_LAYERS:
-        return None
+            _cores() < 2 or layers_of(config) < PARALLEL_MIN_LAYERS:
+        return {}
     handed = {k: v for k, v in options.items() if k != "progress"}
     job = {"path": str(path), "max_seq_len": max_seq_len, "batch_size": batch_size,
-           "chunk": chunk, "dtype": None if dtype is None else str(dtype).split(".")[-1],
-           "options": handed}
+           "dtype": None if dtype is None else str(dtype).split(".")[-1], "options": handed}
     try:
-        text = json.dumps(job)
+        json.dumps(job)
     except TypeError:  # an option that is not plain data (rule objects, a callable)
-        return None
-    # the child imports this package from where this process did (a source tree put on
+        return {}
+    # the children import this package from where this process did (a source tree put on
     # sys.path by a script, not installed: found all the same)
     env = os.environ.copy()
     here = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
-    fd, name = tempfile.mkstemp(prefix="eqsat-prefill-", suffix=".log")
-    with os.fdopen(fd, "w") as errors:
-        process = subprocess.Popen([sys.executable, "-m", "eqsat_llm.parallel_start", text],
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=errors, env=env)
-    return PrefillWorker(process, Path(name))
+    workers = {}
+    for tokens in dict.fromkeys((1, chunk)):
+        fd, name = tempfile.mkstemp(prefix=f"eqsat-program-{tokens}-", suffix=".log")
+        with os.fdopen(fd, "w") as errors:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "eqsat_llm.parallel_start",
+                 json.dumps(job | {"tokens": tokens})],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors, env=env)
+        workers[tokens] = ProgramWorker(process, Path(name))
+    return workers
+
+
+def layers_of(config: Any) -> int:
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "num_hidden_layers", 0) or 0
 
 
 def _cores() -> int:
@@ -100,13 +108,15 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
-def wait_budget(decode_seconds: float) -> float:
-    return _WAIT_FACTOR * decode_seconds + 60.0
+def wait_budget(layers: int) -> float:
+    """How long a program's child may take: generous (the 32-layer 7B shape's optimize
+    takes about 45 s on two cores; a child that is late only costs time)."""
+    return 120.0 + 10.0 * layers
 
 
 def main(argv: list[str]) -> None:
-    """The child: the model of the checkpoint on the meta device, its prefill program
-    optimized as Generator.from_pretrained would, stored by optimize() in the cache."""
+    """The child: the model of the checkpoint on the meta device, its program for the job's
+    tokens optimized as Generator.from_pretrained would, stored by optimize() in the cache."""
     import warnings
 
     from .checkpoint import Checkpoint
@@ -118,7 +128,7 @@ def main(argv: list[str]) -> None:
     model = Checkpoint(job["path"]).empty_model(dtype)
     step_dtype, options = program_options(model, job["options"])
     compiled = optimize_on_meta(model, job["batch_size"], job["max_seq_len"], step_dtype,
-                                job["chunk"], options)
+                                job["tokens"], options)
     if compiled.target_backend == "c":  # its C compiled too: the loader's compile is a hit
         from .codegen.c.runtime import compiled_program
 

@@ -1,5 +1,5 @@
-"""A cold Generator.from_pretrained optimizes its prefill program in a second process
-(parallel_start.py), takes it from the program cache, and generates transformers' tokens; a
+"""A cold Generator.from_pretrained optimizes its two programs in child processes
+(parallel_start.py), takes them from the program cache, and generates transformers' tokens; a
 child that fails costs only time."""
 
 import warnings
@@ -28,22 +28,25 @@ def _save(path, layers=parallel_start.PARALLEL_MIN_LAYERS):
     return model
 
 
-def test_the_prefill_program_comes_from_a_parallel_process(tmp_path, monkeypatch):
+def test_both_programs_come_from_parallel_processes(tmp_path, monkeypatch):
     _save(tmp_path / "ckpt")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a cold start
     gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32, quantize="int8")
-    assert gen.report.prefill_optimized == "in a parallel process"
-    assert gen.prefill_program.report.program_cache == "hit"
-    assert gen.decode_program.report.program_cache == "miss"
-    assert gen.prefill_program._runtime.cache_hit  # the child compiled its C too
-    assert "prefill program optimized in a parallel process" in gen.report.summary()
+    assert gen.report.decode_optimized == gen.report.prefill_optimized == \
+        "in a parallel process"
+    for program in (gen.decode_program, gen.prefill_program):
+        assert program.report.program_cache == "hit"
+        assert program._runtime.cache_hit  # the child compiled its C too
+    assert "decode step optimized in a parallel process" in gen.report.summary()
     warm = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32, quantize="int8")
-    assert warm.report.prefill_optimized == "here"  # both cached: the child stopped at once
+    # both cached: the children stopped at once
+    assert warm.report.decode_optimized == warm.report.prefill_optimized == \
+        "by an earlier start"
     assert warm.prefill_program.report.program_cache == "hit"
     monkeypatch.setenv("EQSAT_PARALLEL_START", "0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-alone"))
     alone = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32, quantize="int8")
-    assert alone.report.prefill_optimized == "here"
+    assert alone.report.decode_optimized == alone.report.prefill_optimized == "here"
     # int8 (its options derived again in the child): the program equals the one optimized
     # here, tokens and logits
     assert torch.equal(gen.generate(PROMPT, max_new_tokens=6),
@@ -57,7 +60,8 @@ def test_a_child_that_fails_costs_only_time(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(parallel_start.sys, "executable", "/bin/false")  # exits 1 at once
     gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32)
-    assert gen.report.prefill_optimized.startswith("here (the child exited with 1")
+    for where in (gen.report.decode_optimized, gen.report.prefill_optimized):
+        assert where.startswith("here (the child exited with 1")
     assert gen.prefill_program.report.program_cache == "miss"
     assert torch.equal(gen.generate(PROMPT, max_new_tokens=6), want)
 
@@ -66,12 +70,12 @@ def test_when_a_parallel_start_does_not_apply(tmp_path, monkeypatch):
     config = transformers.LlamaConfig(num_hidden_layers=parallel_start.PARALLEL_MIN_LAYERS)
     args = {"max_seq_len": 32, "batch_size": 1, "chunk": 16, "dtype": None}
     shallow = transformers.LlamaConfig(num_hidden_layers=2)
-    start = parallel_start.start_prefill_worker
-    assert start(tmp_path, shallow, **args, options={}) is None
+    start = parallel_start.start_workers
+    assert start(tmp_path, shallow, **args, options={}) == {}
     # options the child cannot be handed (rule objects, callables): none
-    assert start(tmp_path, config, **args, options={"rules": [object()]}) is None
+    assert start(tmp_path, config, **args, options={"rules": [object()]}) == {}
     monkeypatch.setenv("EQSAT_PARALLEL_START", "0")
-    assert start(tmp_path, config, **args, options={}) is None
+    assert start(tmp_path, config, **args, options={}) == {}
     monkeypatch.setenv("EQSAT_PARALLEL_START", "1")
     monkeypatch.setenv("EQSAT_PROGRAM_CACHE", "0")
-    assert start(tmp_path, config, **args, options={}) is None
+    assert start(tmp_path, config, **args, options={}) == {}
