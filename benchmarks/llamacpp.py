@@ -4,7 +4,19 @@
         [--pairs fp32,bf16,int8,int4] [--rounds 2] [--threads N] [--write]
 
 Needs the bench extra (`pip install -e '.[bench]'`: llama-cpp-python, whose source package
-builds llama.cpp for this CPU, and gguf). Never in the test path.
+builds llama.cpp for this CPU, and gguf). Never in the test path. On a CPU with AMX, the
+default (native) build of llama-cpp-python 0.3.36 crashed here (SIGSEGV in its first call on
+a Q4_0 or Q8_0 file, after its AMX buffer repacked the weights; F16 and F32 ran): build it
+without AMX,
+
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+      -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON \
+      -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" \
+      pip install --no-binary llama-cpp-python llama-cpp-python==0.3.36
+
+(a native build with `-mno-amx-tile -mno-amx-int8 -mno-amx-bf16` decoded the same files no
+faster: Q4_0 62.5 against 53.3 ms a token, Q8_0 72.7 against 67.3, F16 96.4 against ~92;
+turning off its repacking buffers, `use_extra_bufts=False`, made Q4_0 slower, 73.5 ms).
 
 1. A TinyLlama-1.1B-shaped LLaMA checkpoint (d 2048, 22 layers, 32 heads, 4 KV heads, FFN
    5632, vocab 32000) with random bf16 weights (checkpoint_memory.write_checkpoint).

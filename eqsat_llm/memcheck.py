@@ -142,6 +142,39 @@ def release_freed_memory() -> None:
         libc.malloc_trim(0)
 
 
+HUGE_PAGE = 2 << 20
+MADV_COLLAPSE = 25  # Linux 6.1 and later
+
+
+def collapse_into_huge_pages(tensors: list[Any], smallest: int = HUGE_PAGE) -> int:
+    """Back the large tensors' memory with 2 MiB pages where the OS can (Linux's
+    madvise(MADV_COLLAPSE), which copies each 2 MiB-aligned stretch into a huge page in
+    place, whatever the system's THP setting; elsewhere, or where it refuses, nothing
+    happens). A decode step streams its weights once per token: with 4 KiB pages each 4 KiB
+    costs a TLB walk. Measured on TinyLlama int4 decode (Xeon, 2 cores, THP "madvise"):
+    30.3 / 30.2 ms a token with huge pages against 31.4 / 30.7 without. Returns the bytes
+    collapsed. `EQSAT_HUGE_PAGES=0` turns it off."""
+    libc = _libc()
+    if libc is None or os.environ.get("EQSAT_HUGE_PAGES", "1") == "0" or \
+            not hasattr(libc, "madvise"):
+        return 0
+    import ctypes
+
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    done, seen = 0, set()
+    for t in tensors:
+        storage = t.untyped_storage()
+        ptr, size = storage.data_ptr(), storage.nbytes()
+        if size < smallest or ptr in seen or t.device.type != "cpu":
+            continue
+        seen.add(ptr)
+        start = -(-ptr // HUGE_PAGE) * HUGE_PAGE
+        end = (ptr + size) // HUGE_PAGE * HUGE_PAGE
+        if end > start and libc.madvise(start, end - start, MADV_COLLAPSE) == 0:
+            done += end - start
+    return done
+
+
 @functools.cache
 def _libc() -> Any:
     import ctypes
