@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/checkpoint_memory.py [--shape tinyllama|llama7b] [--layers N]
         [--formats bf16,int8,int4] [--loaded] [--warm] [--check-logits] [--write]
+        (formats: fp32 too, the bf16 checkpoint's values widened: dtype=torch.float32)
 
 Writes a LLaMA-shaped checkpoint in bf16 with random weights layer by layer (one shard a
 layer: never the whole model in memory), then for each format runs, in a fresh process,
@@ -91,18 +92,19 @@ import torch, eqsat_llm
 from eqsat_llm.generation import Generator
 bare, import_s = rss(), time.perf_counter() - t0
 path, fmt, loaded = sys.argv[1], sys.argv[2], sys.argv[3] == "loaded"
-quantize = None if fmt == "bf16" else fmt
+quantize = None if fmt in ("bf16", "fp32") else fmt
+dtype = torch.float32 if fmt == "fp32" else torch.bfloat16  # fp32: the bf16 values widened
 model_bytes, model_s, own = 0, 0.0, set()
 if loaded:  # transformers loads the model (bf16); the Generator prepares from its tensors
     import transformers
     t = time.perf_counter()
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model_s = time.perf_counter() - t
     own = {p.untyped_storage().data_ptr() for p in model.parameters()}
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 t = time.perf_counter()
 gen = Generator(model, max_seq_len=256, quantize=quantize) if loaded else \
-    Generator.from_pretrained(path, max_seq_len=256, quantize=quantize)
+    Generator.from_pretrained(path, max_seq_len=256, quantize=quantize, dtype=dtype)
 start = time.perf_counter() - t
 programs = (gen.decode_program, gen.prefill_program)
 held = {w.untyped_storage().data_ptr(): w.untyped_storage().nbytes()
@@ -137,7 +139,8 @@ import resource, sys, torch, transformers
 from eqsat_llm.quant_formats import dequantize, quantize
 model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.bfloat16)
 fmt = {"int4": "int4_g32"}.get(sys.argv[4], sys.argv[4])
-if fmt != "bf16":  # every linear layer's weight as the format stores it (x @ W: W is [K, N])
+if fmt not in ("bf16", "fp32"):  # every linear layer's weight as the format stores it
+    # (x @ W: W is [K, N])
     for m in model.modules():
         if isinstance(m, torch.nn.Linear):
             w = m.weight.data

@@ -9,7 +9,8 @@ rather than assumed (the bounds in RESULTS.md's tables use them).
   far larger than any last-level cache, with 1 and 2 OpenMP threads, each thread its own
   contiguous range (as a GEMV's threads split the weight panels) or the threads interleaved
   in 64 KiB blocks; plain loads, or with a software prefetch into L1 1 or 4 KiB ahead (the
-  hardware prefetchers stop at each 4 KiB page; the quantized GEMV prefetches 4 KiB ahead). Threads unplaced, and placed with
+  hardware prefetchers stop at each 4 KiB page; the quantized GEMV prefetches 4 KiB ahead).
+  Threads unplaced, and placed with
   `OMP_PROC_BIND=close OMP_PLACES=cores` (OpenMP reads these once per process: each placement
   runs in its own process). Best and median of `--rounds` passes, GB/s = 1e9 bytes a second.
 - **Peak rates**: 12 independent chains of the widest vector FMA the build has (float32),
@@ -136,7 +137,8 @@ double eq_dpbf16(int64_t iters) {
 #pragma omp parallel reduction(+:total)
     {
         __m512 x[12];
-        const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3c00);
+        const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80),
+                       b = (__m512bh)_mm512_set1_epi16(0x3c00);
         for (int j = 0; j < 12; j++) x[j] = _mm512_set1_ps((float)j);
         for (int64_t i = 0; i < iters; i++) {
 #pragma GCC unroll 12
@@ -206,7 +208,7 @@ def measure(gib: float, rounds: int) -> list[dict]:
                   "vdpbf16ps (bf16)": lib.eq_dpbf16}[name]
             if fn(1) < 0:
                 continue
-            best, med = _best_and_median(lambda f=fn: f(iters), rounds)
+            best, med = _best_and_median(lambda f=fn, i=iters: f(i), rounds)
             work = ops * iters * threads
             rows.append({"kind": "peak", "what": name, "threads": threads,
                          "best": work / best / 1e9, "median": work / med / 1e9})

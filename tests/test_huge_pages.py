@@ -18,9 +18,10 @@ def _kernel_collapses() -> bool:
 
 
 def _huge_kib() -> int:
-    for line in open("/proc/self/smaps_rollup"):
-        if line.startswith("AnonHugePages"):
-            return int(line.split()[1])
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("AnonHugePages"):
+                return int(line.split()[1])
     return 0
 
 
