@@ -111,6 +111,9 @@ held = {w.untyped_storage().data_ptr(): w.untyped_storage().nbytes()
         for p in programs for w in p._runtime.weights
         if w.untyped_storage().data_ptr() not in own}
 ids = torch.randint(3, 30000, (1, 16), generator=torch.Generator().manual_seed(1))
+for program in programs:  # the background move of the weights onto 2 MiB pages: done
+    if program._runtime.huge_pages is not None:
+        program._runtime.huge_pages.join()
 gen.generate(ids, max_new_tokens=16)
 run = gen.report.last_run
 if len(sys.argv) > 4:  # the next-token logits of the check's prompts, for --check-logits

@@ -36,7 +36,8 @@ turning off its repacking buffers, `use_extra_bufts=False`, made Q4_0 slower, 73
    starts half the cores, set here to all (`--threads`, default the CPU count), which is
    what eqsat-llm's programs use (its prompt goes in chunks of 64 tokens, llama.cpp's in
    one batch of up to 512). eqsat-llm's start (compile, weights) is outside the
-   timings; its program and C caches are warm after the first round.
+   timings, and so is the background move of its weights onto 2 MiB pages that follows it
+   (docs/c-backend.md); its program and C caches are warm after the first round.
 --write puts the table in benchmarks/RESULTS.md ("llama.cpp side by side").
 """
 
@@ -186,6 +187,9 @@ dtype = torch.float32 if fmt == "fp32" else None
 quantize = fmt if fmt in ("int8", "int4") else None
 gen = Generator.from_pretrained(path, max_seq_len=ids.shape[1] + new, quantize=quantize,
                                 dtype=dtype)
+for program in (gen.prefill_program, gen.decode_program):  # weights on 2 MiB pages: the
+    if program._runtime.huge_pages is not None:         # background move, a second or two
+        program._runtime.huge_pages.join()
 out = gen.generate(ids, max_new_tokens=new, eos_token_id=[])
 run = gen.report.last_run
 print(json.dumps({"prefill_ms": run["prefill_s"] * 1e3,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -149,11 +150,10 @@ MADV_COLLAPSE = 25  # Linux 6.1 and later
 def collapse_into_huge_pages(tensors: list[Any], smallest: int = HUGE_PAGE) -> int:
     """Back the large tensors' memory with 2 MiB pages where the OS can (Linux's
     madvise(MADV_COLLAPSE), which copies each 2 MiB-aligned stretch into a huge page in
-    place, whatever the system's THP setting; elsewhere, or where it refuses, nothing
-    happens). A decode step streams its weights once per token: with 4 KiB pages each 4 KiB
-    costs a TLB walk. Measured on TinyLlama int4 decode (Xeon, 2 cores, THP "madvise"):
-    30.3 / 30.2 ms a token with huge pages against 31.4 / 30.7 without. Returns the bytes
-    collapsed. `EQSAT_HUGE_PAGES=0` turns it off."""
+    place, addresses and values unchanged, whatever the system's THP setting; elsewhere, or
+    where it refuses, nothing happens). Returns the bytes collapsed. `EQSAT_HUGE_PAGES=0`
+    turns it off. Slow (the kernel finds, zeroes and fills each huge page: about 1 s per GB
+    on a 2-core VM): collapse_in_background runs it off the caller's path."""
     libc = _libc()
     if libc is None or os.environ.get("EQSAT_HUGE_PAGES", "1") == "0" or \
             not hasattr(libc, "madvise"):
@@ -161,18 +161,42 @@ def collapse_into_huge_pages(tensors: list[Any], smallest: int = HUGE_PAGE) -> i
     import ctypes
 
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    done, seen = 0, set()
-    for t in tensors:
-        storage = t.untyped_storage()
-        ptr, size = storage.data_ptr(), storage.nbytes()
-        if size < smallest or ptr in seen or t.device.type != "cpu":
-            continue
-        seen.add(ptr)
-        start = -(-ptr // HUGE_PAGE) * HUGE_PAGE
-        end = (ptr + size) // HUGE_PAGE * HUGE_PAGE
-        if end > start and libc.madvise(start, end - start, MADV_COLLAPSE) == 0:
+    done = 0
+    for start, end in _huge_stretches(tensors, smallest):
+        if libc.madvise(start, end - start, MADV_COLLAPSE) == 0:
             done += end - start
     return done
+
+
+def collapse_in_background(tensors: list[Any]) -> threading.Thread | None:
+    """collapse_into_huge_pages on a daemon thread (madvise releases the GIL; the tensors
+    stay usable, and referenced, while it runs), when any of them is large enough; the
+    thread, or None. A decode step streams its weights once per token, and with 4 KiB pages
+    each 4 KiB costs a TLB walk (docs/c-backend.md, "Weights on 2 MiB pages")."""
+    if os.environ.get("EQSAT_HUGE_PAGES", "1") == "0" or not _huge_stretches(tensors):
+        return None
+    thread = threading.Thread(target=collapse_into_huge_pages, args=(list(tensors),),
+                              name="eqsat-huge-pages", daemon=True)
+    thread.start()
+    return thread
+
+
+def _huge_stretches(tensors: list[Any], smallest: int = HUGE_PAGE) -> list[tuple[int, int]]:
+    """The 2 MiB-aligned address ranges inside each CPU storage of `smallest` bytes or more,
+    each storage once."""
+    out, seen = [], set()
+    for t in tensors:
+        if not hasattr(t, "untyped_storage") or t.device.type != "cpu":
+            continue
+        storage = t.untyped_storage()
+        ptr, size = storage.data_ptr(), storage.nbytes()
+        if size < smallest or ptr in seen:
+            continue
+        seen.add(ptr)
+        start, end = -(-ptr // HUGE_PAGE) * HUGE_PAGE, (ptr + size) // HUGE_PAGE * HUGE_PAGE
+        if end > start:
+            out.append((start, end))
+    return out
 
 
 @functools.cache

@@ -27,7 +27,7 @@ import torch
 
 from ...errors import GraphError
 from ...ir import Graph, Node, TensorType, dtype_of, node_label
-from ...memcheck import check_fits, collapse_into_huge_pages, output_bytes
+from ...memcheck import check_fits, collapse_in_background, output_bytes
 from ...ops import evaluate
 from ...plan import COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, MemoryPlan, plan_memory
 from .. import poison
@@ -82,8 +82,9 @@ class CRuntime:
             self._fn.restype = None
             self._fn.argtypes = [ctypes.c_void_p] * 4
         self.weights = lay.prepared_weights(constants)
-        # streamed once a call (a decode step's weights): 2 MiB pages, fewer TLB walks
-        collapse_into_huge_pages(self.weights)
+        # streamed once a call (a decode step's weights): moved onto 2 MiB pages (fewer TLB
+        # walks) by a background thread, off the start's path
+        self.huge_pages = collapse_in_background(self.weights)
         self._w = (ctypes.c_void_p * max(len(self.weights), 1))(
             *[w.data_ptr() for w in self.weights])
         self.n_inputs = lay.n_inputs
