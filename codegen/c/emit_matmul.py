@@ -75,13 +75,14 @@ def emit_product(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry, layout: L
         return None
     if len(a.shape) < 2 or len(b.shape) < 2 or len(out.shape) < 2:
         return None
-    lines = [f"float* o = {out.ptr(const=False)};", f"const float* a = {a.ptr()};",
-             f"const float* b = {b.ptr()};"]
+    packed = _packed_weight(geo, b, layout)
+    lines = [f"float* o = {out.ptr(const=False)};", f"const float* a = {a.ptr()};"]
+    if packed is None:  # (the W slot of a packed weight is not named: not held as stored,
+        lines.append(f"const float* b = {b.ptr()};")  # Layout.note_reads)
     if res is not None:
         lines.append(f"const float* rr = {res.ptr()};")
     if geo.batch:
         lines.append(f"for (int64_t bi = 0; bi < {geo.batches}; bi++) {{")
-    packed = _packed_weight(geo, b, layout)
     bias_fused = packed is not None and bias is not None and _bias_as_addend(out, bias)
     # the packed kernel's tile epilogue applies the activation after its addends (the bias)
     act_fused = packed is not None and (bias is None or bias_fused)
