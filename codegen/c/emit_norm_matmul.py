@@ -1,12 +1,14 @@
 """A gemm with the rms_norm prologue, alpha * rms_norm(x, g, eps) @ w, as one kernel.
 
 Fused (g and w constants, x and the output with unit column stride and evenly spaced rows):
-w is packed once with its rows scaled by g (`PackedWeight(row_scale=g)`), so that
-rms_norm(x, g) @ w = diag(inv_rms) (x @ (g * w)). Per block of NORM_ROW_BLOCK rows (tiles.py)
-the kernel computes inv_rms[m] = 1 / sqrt(mean(x[m]^2) + eps) into a local array and runs the
-packed GEMM on x itself, whose epilogue scales each output row by inv_rms[m] while the tile
-is in L1: the normalised rows are never written. (g folded into w rounds differently from the
-reference, which scales x first: within ~1e-6 relative.)
+w is packed once as it is (the same panels as every other GEMM on w: a Generator's two
+programs share them), and rms_norm(x, g) @ w = diag(inv_rms) ((x * g) @ w). Per block of
+NORM_ROW_BLOCK rows (tiles.py) the kernel computes inv_rms[m] = 1 / sqrt(mean(x[m]^2) + eps)
+into a local array and x * g into a buffer of the calling thread, and runs the packed GEMM
+on that, whose epilogue scales each output row by inv_rms[m] while the tile is in L1. (The
+reference scales x by inv_rms first: within ~1e-6 relative.) g was once folded into w's
+rows instead (`PackedWeight(row_scale=g)`): then each program that fused a different set of
+GEMMs held its own row-scaled copy of the weights, 2.5 GB of TinyLlama's 4.4 at fp32.
 
 Otherwise (g or w computed at run time, other strides): each row is normalised into a local
 row, exactly as the reference rounds it, and multiplied by w, one row at a time. Nothing is
@@ -44,15 +46,14 @@ def emit_rms_norm_matmul(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry,
     eps, alpha = float(d["eps"]), float(d["alpha"])
     packed = _packed(geo, w, g, layout)
     if packed is not None and geo.rows_evenly_spaced and geo.unit_columns:
-        return _fused(x, out, packed, geo, eps, alpha, ropes)
+        return _fused(x, g, out, packed, geo, eps, alpha, ropes)
     if ropes or K > NORM_MAX_LOCAL or N > NORM_MAX_LOCAL:
         return None
     return _rowwise(x, w, g, out, geo, eps, alpha)
 
 
 def _packed(geo: GemmGeometry, w: Ref, g: Ref, layout: Layout | None) -> Ref | None:
-    """w packed with its rows scaled by g, when both are constants that PackedWeight reads
-    whole (g: a whole constant of K elements)."""
+    """w packed, when both w and g are constants (g: a whole constant of K elements)."""
     gname = layout.constant_name(g) if layout is not None else None
     if layout is None or gname is None:
         return None
@@ -60,27 +61,35 @@ def _packed(geo: GemmGeometry, w: Ref, g: Ref, layout: Layout | None) -> Ref | N
     if g.offset != 0 or groot is None or math.prod(groot.shape) != geo.k or (
             geo.k > 1 and g.strides[-1] != 1):
         return None
-    return geo.packed_b(w, layout, row_scale=gname)
+    return geo.packed_b(w, layout)
 
 
-def _fused(x: Ref, out: Ref, packed: Ref, geo: GemmGeometry, eps: float, alpha: float,
-           ropes: tuple[RopeEpilogue, ...]) -> str:
+def _fused(x: Ref, g: Ref, out: Ref, packed: Ref, geo: GemmGeometry, eps: float,
+           alpha: float, ropes: tuple[RopeEpilogue, ...]) -> str:
     M, K, N, lda, ldc = geo.m, geo.k, geo.n, geo.lda, geo.ldc
     blk = min(NORM_ROW_BLOCK, M)
     par_gemm = blk * N * K >= PARALLEL_MIN * 8 and N >= 64
     fn, rope_decl, rope_args = packed_gemm_call(ropes, "m0")
     return f"""const float* x = {x.ptr()};
+const float* g = {g.ptr()};
 {rope_decl}
 float* o = {out.ptr(const=False)};
 float inv[{blk}] __attribute__((aligned(64)));
+static __thread float* eq_xg = 0;  /* x * g, a block of rows: the calling thread's */
+static __thread int64_t eq_xg_n = 0;
+float* xg = eq_grow(&eq_xg, &eq_xg_n, (int64_t){blk} * {K});
+if (!xg) {{ EQ_INDEX_ERROR(); return; }}  /* out of memory: flagged, not a crash */
 for (int64_t m0 = 0; m0 < {M}; m0 += {blk}) {{
     const int64_t mb = {M} - m0 < {blk} ? {M} - m0 : {blk};
 #pragma omp parallel for schedule(static) if(mb * {K} >= {PARALLEL_MIN})
     for (int64_t m = 0; m < mb; m++) {{
         const float* xr = x + (m0 + m) * {lda};
+        float* xgr = xg + m * {K};
 {inv_rms("xr", "1", K, eps, "inv[m]")}
+#pragma omp simd
+        for (int64_t k = 0; k < {K}; k++) xgr[k] = xr[k] * g[k];
     }}
-    {fn}(mb, {N}, {K}, x + m0 * {lda}, {lda}, {packed.ptr()}, o + m0 * {ldc}, {ldc},
+    {fn}(mb, {N}, {K}, xg, {K}, {packed.ptr()}, o + m0 * {ldc}, {ldc},
                    {alpha.hex()}f, inv, NULL, 0, 0, {int(par_gemm)}{rope_args});
 }}"""
 

@@ -97,12 +97,11 @@ class GemmGeometry:
             div *= size
         return " + ".join(terms) or "0"
 
-    def packed_b(self, w: Ref, layout: Layout, row_scale: str | None = None) -> Ref | None:
-        """The W slot of B (a view of the constant `w` views) packed for the packed GEMM,
-        optionally its rows scaled by the constant `row_scale`; None when w is not a view of
-        a constant."""
+    def packed_b(self, w: Ref, layout: Layout) -> Ref | None:
+        """The W slot of B (a view of the constant `w` views) packed for the packed GEMM;
+        None when w is not a view of a constant."""
         assert self.b is not None
-        return layout.packed_weight(w, self.k, self.n, self.b.rows, self.b.cols, row_scale)
+        return layout.packed_weight(w, self.k, self.n, self.b.rows, self.b.cols)
 
 
 def _strides(t: Ref, shape: tuple[int, ...]) -> Strides:

@@ -18,7 +18,8 @@ GFLOP/s at M = 128 against 240-270 for OpenBLAS 0.3.34 with the same column spli
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -32,21 +33,29 @@ ACTIVATIONS = {name: act.code for name, act in OP_ACTIVATIONS.items()}
 @dataclass(frozen=True)
 class PackedWeight:
     """A prepared constant: the view (offset, K x N with strides rs, cs) of the constant
-    `name`, optionally with its rows scaled by the constant vector `row_scale` (length K),
-    laid out as column panels."""
+    `name`, laid out as column panels."""
     name: str
     offset: int
     k: int
     n: int
     rs: int
     cs: int
-    row_scale: str | None = None
+
+    def parts(self, constants: Any) -> list[tuple[PackedWeight, slice]]:
+        """The views another program may pack alone that are panels (dim 0) of this one's
+        packed tensor: each part of a merged weight whose columns start and end on panel
+        boundaries (the q, k and v of a merged projection: `constants.column_parts`)."""
+        if self.cs != 1:
+            return []
+        cuts = constants.column_parts(self.name, self.offset, self.k, self.n, self.rs)
+        return [(replace(self, offset=self.offset + start, n=width),
+                 slice(start // PACKED_PANEL, (start + width) // PACKED_PANEL))
+                for start, width in cuts if start % PACKED_PANEL == 0 and
+                width % PACKED_PANEL == 0 and width < self.n]
 
     def prepare(self, constants: dict[str, torch.Tensor]) -> torch.Tensor:
         w = constants[self.name].detach().reshape(-1)
         b = w.as_strided((self.k, self.n), (self.rs, self.cs), self.offset).to(torch.float32)
-        if self.row_scale is not None:
-            b = b * constants[self.row_scale].detach().reshape(self.k, 1).to(torch.float32)
         pad = -self.n % PACKED_PANEL
         b = torch.nn.functional.pad(b, (0, pad))
         return b.reshape(self.k, -1, PACKED_PANEL).permute(1, 0, 2).contiguous()

@@ -33,7 +33,7 @@ CTYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": 
 _W_SLOT = re.compile(r"\bW\[(\d+)\]")  # how Ref.ptr names a W slot in C
 _UNREAD = torch.empty(0, dtype=torch.uint8)  # the tensor of a W slot no kernel reads
 # the fields of a prepared weight's spec (PackedWeight, QuantPanels, ...) that name a constant
-NAMING_FIELDS = ("name", "row_scale")
+NAMING_FIELDS = ("name",)
 
 
 @dataclass(frozen=True)
@@ -107,15 +107,14 @@ class Layout:
             return None
         return constants[name].detach().reshape(-1).as_strided(ref.shape, ref.strides, ref.offset)
 
-    def packed_weight(self, w: Ref, k: int, n: int, rs: int, cs: int,
-                      row_scale: str | None = None) -> Ref | None:
+    def packed_weight(self, w: Ref, k: int, n: int, rs: int, cs: int) -> Ref | None:
         """The W slot holding the [k, n] view (strides rs, cs) of the constant `w` views,
-        packed for the GEMM (optionally rows scaled by the constant `row_scale`); one slot per
-        distinct packing. None when `w` is not a view of a constant."""
+        packed for the GEMM; one slot per distinct packing. None when `w` is not a view of a
+        constant."""
         name = self.constant_name(w)
         if name is None:
             return None
-        spec = PackedWeight(name, w.offset, k, n, rs, cs, row_scale)
+        spec = PackedWeight(name, w.offset, k, n, rs, cs)
         if spec not in self.weights:
             self.weights.append(spec)
         return Ref("W", self.weights.index(spec), 0, (k, n), contiguous_strides((k, n)),
@@ -160,7 +159,8 @@ class Layout:
             return t
 
         t = constants.shared(spec_key(w, constants), make_and_trim)  # type: ignore
-        if isinstance(w, WeightView):  # the parts another program may prepare alone
+        if isinstance(w, (WeightView, PackedWeight)):  # the parts another program may
+            # prepare alone
             for part, rows in w.parts(constants):
                 constants.remember(spec_key(part, constants), t, rows)  # type: ignore
         return t
@@ -179,6 +179,10 @@ def spec_key(spec: Any, constants: Any) -> Hashable | None:
         rest = tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)
                      if f.name not in ("name", "offset", "rs"))
         return None if view is None else (type(spec).__name__, view, rest)
+    if isinstance(spec, PackedWeight) and spec.cs == 1:  # likewise (the gate half of a
+        # merged gate|up is the gate alone, the q of a merged qkv the q)
+        view = constants.view_key(spec.name, spec.offset, spec.k, spec.n, spec.rs)
+        return None if view is None else ("PackedWeight", view)
     parts: list[Hashable] = [type(spec).__name__]
     for f in dataclasses.fields(spec):
         v = getattr(spec, f.name)
