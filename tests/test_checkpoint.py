@@ -90,6 +90,24 @@ def test_quantized_weights_are_held_once_by_both_programs(tmp_path):
     assert gen.decode_program.report.weight_formats == gen.prefill_program.report.weight_formats
 
 
+def test_float32_weights_are_packed_once_for_both_programs(tmp_path):
+    """The two programs fuse the RMSNorm into different GEMMs (the merged QKV at prefill; q,
+    k, v, gate and up apart at decode) and merge weights differently: each packed weight is
+    still held once (the norm weight applied to the activations, not folded into packed rows;
+    a merged weight's panel-aligned parts shared), and nothing is held as stored beside its
+    packed form."""
+    model = _save(tmp_path, torch.float32, tied=False)
+    gen = Generator.from_pretrained(tmp_path, max_seq_len=32)
+    linear = sum(m.weight.numel() * 4 for m in model.modules()
+                 if isinstance(m, torch.nn.Linear))
+    embedding = model.model.embed_tokens.weight.numel() * 4
+    # each linear weight packed once (panels of 32 columns: these widths need no padding),
+    # the embedding table as stored, small vectors (norm weights, rotary tables) beside
+    assert gen.report.prepared_bytes <= 1.05 * (linear + embedding)
+    assert torch.equal(gen.generate(PROMPT, max_new_tokens=6),
+                       model.generate(PROMPT, max_new_tokens=6, do_sample=False))
+
+
 def test_each_weight_is_read_and_quantized_once_and_held_only_prepared(tmp_path, monkeypatch):
     """The second program takes the first's prepared weights (made from the same recipe: no
     second read or quantization), and no program holds a quantized constant beside the
