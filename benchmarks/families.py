@@ -33,7 +33,7 @@ os.environ.setdefault("EQSAT_POISON_CHECK", "1")
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from optimize_time import write_section
+from optimize_time import cpu_name, write_section
 
 from eqsat_llm import families
 from eqsat_llm.family_check import SEQS, STATUSES, TOL, Check, check, worst
@@ -42,18 +42,6 @@ SECTION = "## Every causal-LM family (benchmarks/families.py)"
 ROOT = Path(__file__).resolve().parent.parent
 DOC, EXPECTED = ROOT / "docs" / "families.md", ROOT / "tests" / "families_expected.json"
 BEGIN, END = "<!-- families table: benchmarks/families.py --write -->", "<!-- end of table -->"
-
-
-def cpu_name() -> str:
-    """The CPU's model name and its widest vector ISA (/proc/cpuinfo)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.platform()
-    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
-                 if ln.startswith("model name")), platform.processor())
-    isa = "AVX-512" if " avx512f" in info else "AVX2" if " avx2" in info else "no AVX2"
-    return f"{name}, {isa}"
 
 
 def cell(c: Check) -> str:

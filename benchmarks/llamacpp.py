@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from checkpoint_memory import SHAPES, write_checkpoint
-from optimize_time import write_section
+from optimize_time import cpu_name, write_section
 
 # eqsat-llm precision -> (llama.cpp file type, its name in llama.h's enum llama_ftype)
 PAIRS = {"fp32": ("F32", "LLAMA_FTYPE_ALL_F32"), "bf16": ("F16", "LLAMA_FTYPE_MOSTLY_F16"),
@@ -228,14 +228,6 @@ def agreeing(a: list[int], b: list[int]) -> int:
     return n
 
 
-def cpu_flags() -> str:
-    flags = set(Path("/proc/cpuinfo").read_text().split("flags")[1].split("\n")[0].split())
-    if "avx512f" in flags:
-        return "AVX-512" + (" VNNI" if "avx512_vnni" in flags else "") + \
-            (" BF16" if "avx512_bf16" in flags else "")
-    return "AVX2" if "avx2" in flags else "SSE"
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--layers", type=int, default=22)
@@ -249,8 +241,6 @@ def main() -> None:
     args = p.parse_args()
     import llama_cpp
     import torch
-
-    from eqsat_llm.extraction.machine import cpu_model
 
     pairs = args.pairs.split(",")
     work = args.work or Path(tempfile.mkdtemp(prefix="eqsat-llamacpp-"))
@@ -308,8 +298,8 @@ def main() -> None:
     print(table)
     if args.write:
         head = (f"Command: `.venv/bin/python benchmarks/llamacpp.py {' '.join(sys.argv[1:])}` "
-                f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))}, {cpu_model()}, "
-                f"{cpu_flags()}, {platform.machine()}, {os.cpu_count()} cores; llama-cpp-python "
+                f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))}, {cpu_name()}, "
+                f"{platform.machine()}, {os.cpu_count()} cores; llama-cpp-python "
                 f"{llama_cpp.__version__} built from source for this CPU, {args.threads} threads; "
                 f"torch {torch.__version__}). TinyLlama-1.1B shape, {args.layers} layers, random "
                 f"bf16 weights; prompt {args.prompt} tokens in one call, then {args.new} greedy "

@@ -225,8 +225,6 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.gib, args.rounds)))
         return
-    from eqsat_llm.extraction.machine import cpu_model
-
     lines = ["| measure | threads | placement | best | median |", "|---|---|---|---|---|"]
     for placement, env in PLACEMENTS.items():
         out = subprocess.run([sys.executable, __file__, "--child", "--gib", str(args.gib),
@@ -239,12 +237,11 @@ def main() -> None:
             print(lines[-1], flush=True)
     table = "\n".join(lines)
     if args.write:
-        from llamacpp import cpu_flags
-        from optimize_time import write_section
+        from optimize_time import cpu_name, write_section
 
         head = (f"Command: `.venv/bin/python benchmarks/machine_limits.py {' '.join(sys.argv[1:])}`"
-                f" ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_model()}, "
-                f"{cpu_flags()}, {platform.machine()}, {os.cpu_count()} cores; the backend's "
+                f" ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_name()}, "
+                f"{platform.machine()}, {os.cpu_count()} cores; the backend's "
                 f"CFLAGS). Read: a {args.gib:g} GiB buffer summed; peaks: 12 independent "
                 f"chains per thread; best and median of {args.rounds} passes. A multiply-add "
                 "counts 2 ops.")

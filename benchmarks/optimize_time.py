@@ -50,6 +50,25 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def cpu_name() -> str:
+    """The CPU's model name and its widest vector ISA, with VNNI and BF16 where it has them
+    (/proc/cpuinfo): what a RESULTS.md heading says a figure ran on."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.platform()
+    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
+                 if ln.startswith("model name")), platform.processor())
+    flags = set(next((ln.split(":", 1)[1].split() for ln in info.splitlines()
+                      if ln.startswith("flags")), []))
+    if "avx512f" in flags:
+        isa = " ".join(["AVX-512"] + [n for f, n in (("avx512_vnni", "VNNI"),
+                                                     ("avx512_bf16", "BF16")) if f in flags])
+    else:
+        isa = "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{name}, {isa}"
+
+
 def write_section(text: str, section: str = SECTION) -> None:
     """Replace (or append) the section titled `section` in benchmarks/RESULTS.md; `text` is
     its body, the heading line included or not."""
