@@ -86,7 +86,7 @@ def suite() -> list[Kernel]:
             Kernel("rms_norm", "rms_norm", {"eps": 1e-6}, [x, f32(D)]),
             Kernel("layer_norm", "layer_norm", {"normalized_shape": [D], "eps": 1e-5},
                    [x, f32(D), f32(D)]),
-            Kernel("attention (fused op)", "attention", {"scale": 0.125},
+            Kernel("attention (fused op)", "attention", {"scale": 0.125, "softcap": 0.0},
                    [q, kv, kv, f32(1, 1, s, KV)]),
             Kernel("sdpa_masked (torch's fused kernel)", "sdpa_masked", {"scale": 0.125},
                    [q, kv, kv, f32(1, 1, s, KV)]),

@@ -64,8 +64,11 @@ def _number_of(v: float, dtype: str) -> Any:
 
 
 def _attention(xs: list[Any], a: dict) -> torch.Tensor:
-    # the op is sdpa with an additive mask (grouped KV heads, as enable_gqa reads them)
+    # the op is sdpa with an additive mask (grouped KV heads, as enable_gqa reads them);
+    # with logit softcapping, Gemma 2's eager attention (sdpa has no softcap)
     q, k, v, bias = xs
+    if a.get("softcap"):
+        return _softcapped_attention(q, k, v, bias, a["scale"], a["softcap"])
     mask = bias if isinstance(bias, torch.Tensor) else None
     if mask is None and bias != 0.0:
         mask = torch.tensor(float(bias))
@@ -74,6 +77,16 @@ def _attention(xs: list[Any], a: dict) -> torch.Tensor:
     gqa = q.dim() >= 3 and k.shape[-3] != q.shape[-3]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=a["scale"],
                                           enable_gqa=gqa)
+
+
+def _softcapped_attention(q, k, v, bias, scale: float, cap: float) -> torch.Tensor:
+    # transformers' Gemma 2 eager_attention_forward: repeat_kv, scores * scaling / cap (the
+    # op's scale), tanh(s) * cap, + mask, softmax; a row that sees no key is 0 (as sdpa)
+    n = q.shape[-3] // k.shape[-3] if q.dim() >= 3 else 1
+    k, v = k.repeat_interleave(n, -3), v.repeat_interleave(n, -3)
+    s = torch.tanh(q @ k.transpose(-2, -1) * scale) * cap + bias
+    out = torch.softmax(s, -1) @ v
+    return out.masked_fill((s == float("-inf")).all(-1, keepdim=True), 0.0)
 
 
 def _rope(xs: list[Any], a: dict) -> torch.Tensor:

@@ -15,6 +15,7 @@ from eqsat_llm.codegen.c import CRuntime, emit_attention
 from eqsat_llm.codegen.c.blas import openblas_dir
 from eqsat_llm.ir import Graph
 from eqsat_llm.ops import evaluate
+from tests.eager_oracle import OPS as EAGER
 from tests.test_c_backend import check, const, inp, rand_inputs
 
 
@@ -53,6 +54,10 @@ class Attn(torch.nn.Module):
             elif self.form == "sdpa-float":
                 mask = torch.zeros(s, s).masked_fill(torch.ones(s, s).triu(1).bool(), -1e9)
                 o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            elif self.form == "decomposed-softcap":  # Gemma 2: tanh(s / cap) * cap, + mask
+                bias = torch.full((s, s), float("-inf")).triu(1)
+                scores = q @ k.transpose(-2, -1) * self.d ** -0.5
+                o = torch.softmax(torch.tanh(scores / 0.5) * 0.5 + bias, -1) @ v
             elif self.form == "decomposed-no-mask":
                 o = torch.softmax(q @ k.transpose(-2, -1) * self.d ** -0.5, -1) @ v
             else:
@@ -63,7 +68,7 @@ class Attn(torch.nn.Module):
 
 
 FORMS = ["sdpa", "sdpa-causal", "sdpa-bool", "sdpa-float", "sdpa-gqa-flag",
-         "decomposed-no-mask", "decomposed-mask"]
+         "decomposed-no-mask", "decomposed-mask", "decomposed-softcap"]
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -90,7 +95,7 @@ def test_kernel_groups_query_heads_over_kv_heads(heads, kv, sq, sk, monkeypatch)
     q = g.add("permute", (inp(g, (2, sq, heads, 16)),), dims=[0, 2, 1, 3])
     k, v = inp(g, (2, kv, sk, 16)), inp(g, (2, kv, sk, 16))
     causal = torch.full((sq, sk), float("-inf")).triu(sk - sq + 1)
-    g.outputs = [g.add("attention", (q, k, v, const(g, causal)), scale=0.25)]
+    g.outputs = [g.add("attention", (q, k, v, const(g, causal)), scale=0.25, softcap=0.0)]
     xs = rand_inputs(g)
     ref = evaluate("attention", [xs[0].permute(0, 2, 1, 3), xs[1], xs[2], causal],
                    {"scale": 0.25})
@@ -106,6 +111,28 @@ def test_kernel_groups_query_heads_over_kv_heads(heads, kv, sq, sk, monkeypatch)
         check(g, xs, use_blas=True)
 
 
+@pytest.mark.parametrize("sq,sk", [(1, 37), (70, 70)])
+def test_softcapped_scores_on_each_kernel_path(sq, sk, monkeypatch):
+    """Logit softcapping (tanh(s) * cap, then the mask) on the packed, BLAS and flash-style
+    kernels, against Gemma 2's eager spelling in torch (tests/eager_oracle.py); q is scaled
+    so that the cap bites."""
+    g = Graph()
+    q, k, v = inp(g, (1, 4, sq, 16)), inp(g, (1, 2, sk, 16)), inp(g, (1, 2, sk, 16))
+    causal = torch.full((sq, sk), float("-inf")).triu(sk - sq + 1)
+    g.outputs = [g.add("attention", (q, k, v, const(g, causal)), scale=0.25, softcap=1.5)]
+    xs = rand_inputs(g)
+    xs[0] = xs[0] * 8.0
+    want = EAGER["attention"](xs[:3] + [causal], {"scale": 0.25, "softcap": 1.5})
+    uncapped = EAGER["attention"](xs[:3] + [causal], {"scale": 0.25})
+    assert (want - uncapped).abs().max() > 0.1  # the cap changes the answer
+    paths = [(True, False)] + ([(True, True)] if openblas_dir() is not None else [])
+    for packed, blas in paths + [(False, False)]:
+        if not packed:
+            monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)
+        got = CRuntime(g, use_blas=blas).run(xs)[0]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("sq", [3, 70])
 def test_rows_that_see_no_key_are_zero_as_in_sdpa(sq, monkeypatch):
     g = Graph()
@@ -113,7 +140,7 @@ def test_rows_that_see_no_key_are_zero_as_in_sdpa(sq, monkeypatch):
     mask = torch.ones(sq, sq, dtype=torch.bool).tril()
     mask[1] = False  # row 1 sees nothing (a padded query)
     bias = torch.zeros(sq, sq).masked_fill(~mask, float("-inf"))
-    g.outputs = [g.add("attention", (q, k, v, const(g, bias)), scale=0.5)]
+    g.outputs = [g.add("attention", (q, k, v, const(g, bias)), scale=0.5, softcap=0.0)]
     xs = rand_inputs(g)
     want = F.scaled_dot_product_attention(*xs, attn_mask=mask, scale=0.5)
     assert torch.equal(want[:, :, 1], torch.zeros_like(want[:, :, 1]))
@@ -135,7 +162,7 @@ def test_run_time_mask_skips_the_unused_tail_of_a_kv_cache(sq, sk, past, monkeyp
     g = Graph()
     q, k, v = inp(g, (1, 2, sq, 16)), inp(g, (1, 2, sk, 16)), inp(g, (1, 2, sk, 16))
     bias = inp(g, (1, 1, sq, sk))
-    g.outputs = [g.add("attention", (q, k, v, bias), scale=0.25)]
+    g.outputs = [g.add("attention", (q, k, v, bias), scale=0.25, softcap=0.0)]
     xs = rand_inputs(g)
     visible = torch.arange(sk)[None, :] <= past + torch.arange(sq)[:, None]
     visible[sq // 2] = False  # a query that sees no key

@@ -28,24 +28,26 @@ def operand(node: int, x, constant: bool = False) -> Operand:
                    dtype=str(x.dtype).removeprefix("torch."), constant=x if constant else None)
 
 
-def plan(q, k, v, bias, out, scale, constant=False):
+def plan(q, k, v, bias, out, scale, constant=False, softcap=0.0):
     ins = [operand(i, x, constant and i == 3) for i, x in enumerate([q, k, v, bias])]
-    node = Node(id=4, op="attention", inputs=(0, 1, 2, 3), attrs={"scale": scale},
+    node = Node(id=4, op="attention", inputs=(0, 1, 2, 3),
+                attrs={"scale": scale, "softcap": softcap},
                 type=TensorType(tuple(out.shape), str(out.dtype).removeprefix("torch.")))
     return plan_attention(node, operand(4, out), ins)
 
 
-def check(q, k, v, bias, *, constant=False, out=None, tol=1e-4):
+def check(q, k, v, bias, *, constant=False, out=None, tol=1e-4, softcap=0.0):
     """Plan, run every launch in order, compare with the reference; the launches' names."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     if out is None:
         out = torch.full(q.shape[:3] + v.shape[-1:], float("nan"), dtype=q.dtype)
-    launches = plan(q, k, v, bias, out, scale, constant)
+    launches = plan(q, k, v, bias, out, scale, constant, softcap)
     assert launches is not None
     for launch in launches:
         launch([q, k, v, bias, out])
     ref = EAGER["attention"]([x.float() if isinstance(x, torch.Tensor) else x
-                              for x in (q, k, v, bias)], {"scale": scale})  # torch's sdpa
+                              for x in (q, k, v, bias)],
+                             {"scale": scale, "softcap": softcap})  # torch's sdpa
     torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
     return [launch.name for launch in launches]
 
@@ -188,3 +190,13 @@ def test_masked_cache_tail_is_not_read(blocks):
     for launch in plan(q, k, v, mask, out, 0.25):
         launch([q, k, v, mask, out])
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("s,t", [(37, 37), (1, 300)])
+def test_softcapped_scores(blocks, s, t):
+    """Gemma 2's logit softcapping (tanh(s) * cap before the mask), on the flash kernel and
+    on the split-K decode path, against Gemma's eager spelling; scores are scaled up so that
+    the cap bites (tanh far from linear)."""
+    q, k, v = qkv(s=s, t=t)
+    names = check(q * 8.0, k, v, causal_mask(s, t)[None, None], constant=True, softcap=2.0)
+    assert any("flash_decoding" in n for n in names) == (s == 1)

@@ -1,6 +1,7 @@
-"""attention(q, k, v, bias, scale) = softmax(q @ k^T * scale + bias) @ v (k, v may have fewer
-heads than q: grouped-query attention, each KV head read for its group; a row that sees no key
-is zero, as in sdpa), flash-style: one pass
+"""attention(q, k, v, bias, scale, softcap) = softmax(softcap(q @ k^T * scale) + bias) @ v
+(softcap(s) = tanh(s) * softcap where softcap is nonzero: Gemma 2's logit capping; k, v may
+have fewer heads than q: grouped-query attention, each KV head read for its group; a row that
+sees no key is zero, as in sdpa), flash-style: one pass
 over blocks of keys with an online softmax (running max and sum, the accumulator rescaled once
 per block), a tile of query rows sharing each transposed key block, blocks whose bias is -inf
 for the whole tile skipped (causal masks). Prefill and decode are the same kernel."""
@@ -37,6 +38,11 @@ PACKED_SCRATCH = 1 << 17  # floats of per-thread stack scratch it may use (512 K
 def _packed_scratch_floats(sq: int, sk: int, d: int, dv: int) -> int:
     skp, dvp = -(-sk // 32) * 32, -(-dv // 32) * 32
     return skp * d + dvp * sk + min(sq, PACKED_ROWS) * sk
+
+
+def _capped(score: str, softcap: float) -> str:
+    """A score after logit softcapping, as the reference computes it (tanh(s) * cap)."""
+    return f"eq_tanhf({score}) * {softcap.hex()}f" if softcap else score
 
 
 def _head_pointers(offs: list[str]) -> str:
@@ -92,15 +98,16 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
     masked = bias.space != "scalar" and b_cs != 0
     unit = q_cs == k_cs == v_cs == o_cs == 1
     bias_at = f"bp[i * {b_rs} + j * {b_cs}]" if not bias_lit else bias_lit
+    softcap = float(node.attrs.get("softcap", 0.0))
     if sq >= BLAS_MIN_ROWS and unit and _packed_scratch_floats(sq, sk, d, dv) <= PACKED_SCRATCH:
         return _packed_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs), bias_ptr,
                                  bias_at, float(node.attrs["scale"]), q, k, v, out,
                                  bias_values if masked else None,
-                                 (b_rs, b_cs) if masked else (0, 0))
+                                 (b_rs, b_cs) if masked else (0, 0), softcap)
     if blas and sq >= BLAS_MIN_ROWS and unit:
         return _blas_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
                                bias_ptr, bias_at, float(node.attrs["scale"]), q, k, v, out,
-                               (b_rs, b_cs) if masked else (0, 0))
+                               (b_rs, b_cs) if masked else (0, 0), softcap)
     tiles = (sq + QT - 1) // QT
     work = nb * sq * sk * (d + dv)
     par = work >= PARALLEL_MIN * 4 and nb * tiles >= 2
@@ -150,7 +157,7 @@ for (int64_t task = 0; task < {nb * tiles}; task++) {{
             }}
             float bm = -INFINITY;
             for (int j = 0; j < nk; j++) {{
-                s[j] = s[j] * {scale} + {bval};
+                s[j] = {_capped(f"s[j] * {scale}", softcap)} + {bval};
                 bm = s[j] > bm ? s[j] : bm;
             }}
             if (bm == -INFINITY) continue;
@@ -181,7 +188,7 @@ for (int64_t task = 0; task < {nb * tiles}; task++) {{
 def _blas_attention(nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
                     row_strides: tuple[int, int, int, int], bias_ptr: str, bias_at: str,
                     scale: float, q: Ref, k: Ref, v: Ref, out: Ref,
-                    bias_strides: tuple[int, int]) -> str:
+                    bias_strides: tuple[int, int], softcap: float) -> str:
     """Per (batch, head) and block of query rows: S = q k^T * scale by BLAS into a block of
     scores on the thread's stack (at most STACK_SCORES floats: nothing static, so programs
     sharing this code may run at once), + bias and a row softmax, then out = S v by BLAS, over
@@ -203,7 +210,7 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
 {_live_keys(bias_ptr, *bias_strides, sk, "rows", "i0")}
         EQ_SGEMM(101, 111, 112, rows, (int)kend, {d}, {scale.hex()}f, qp + i0 * {q_rs}, {q_rs},
                  kp, {k_rs}, 0.0f, S, {sk});
-{_softmax_rows(bias_at, sk, "rows", "i0", "kend")}
+{_softmax_rows(bias_at, sk, "rows", "i0", "kend", softcap)}
         EQ_SGEMM(101, 111, 111, rows, {dv}, (int)kend, 1.0f, S, {sk}, vp, {v_rs}, 0.0f,
                  op + i0 * {o_rs}, {o_rs});
     }}
@@ -226,8 +233,9 @@ def _live_keys(bias_ptr: str, b_rs: int, b_cs: int, sk: int, rows: str, row0: st
         if (kend == 0) kend = {sk};"""
 
 
-def _softmax_rows(bias_at: str, sk: int, rows: str, row0: str, cols: str | None = None) -> str:
-    """Rows of S (row stride sk; the first `cols` columns, default all) + bias at
+def _softmax_rows(bias_at: str, sk: int, rows: str, row0: str, cols: str | None = None,
+                  softcap: float = 0.0) -> str:
+    """Rows of S (row stride sk; the first `cols` columns, default all), softcapped, + bias at
     (row0 + r, j), replaced by their softmax, in place."""
     n = cols or str(sk)
     return f"""        for (int64_t r = 0; r < {rows}; r++) {{
@@ -237,7 +245,7 @@ def _softmax_rows(bias_at: str, sk: int, rows: str, row0: str, cols: str | None 
             float mx = -INFINITY;
 #pragma omp simd reduction(max:mx)
             for (int64_t j = 0; j < {n}; j++) {{
-                s[j] += {bias_at};
+                {f"s[j] = {_capped('s[j]', softcap)} + " if softcap else "s[j] += "}{bias_at};
                 mx = s[j] > mx ? s[j] : mx;
             }}
             if (mx == -INFINITY) {{  /* no key visible: a zero row, as sdpa gives */
@@ -276,7 +284,8 @@ def key_extents(bias: torch.Tensor | None, scores: tuple[int, ...], rb: int) -> 
 def _packed_attention(nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
                       row_strides: tuple[int, int, int, int], bias_ptr: str, bias_at: str,
                       scale: float, q: Ref, k: Ref, v: Ref, out: Ref,
-                      bias: torch.Tensor | None, bias_strides: tuple[int, int]) -> str:
+                      bias: torch.Tensor | None, bias_strides: tuple[int, int],
+                      softcap: float) -> str:
     """Per (batch, head), on the packed GEMM's micro-kernels (packed_gemm.py): k^T and v packed
     into 32-column panels on the stack, then per block of query rows S = q k^T * scale, + bias
     and a row softmax in place, out = S v, over the keys the block can see (key_extents for a
@@ -326,7 +335,7 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
         for (int64_t p = 0; p * 32 < kend; p++)
             eq_panel(rows, {d}, qp + i0 * {q_rs}, {q_rs}, kt + p * {d} * 32, S, {sk}, p * 32,
                      (int)(kend - p * 32 < 32 ? kend - p * 32 : 32), {scale.hex()}f, 0, 0, 0, 0);
-{_softmax_rows(bias_at, sk, "rows", "i0", "kend")}
+{_softmax_rows(bias_at, sk, "rows", "i0", "kend", softcap)}
         for (int64_t p = 0; p < {npv}; p++)
             eq_panel(rows, kend, S, {sk}, vk + p * {sk} * 32, op + i0 * {o_rs}, {o_rs}, p * 32,
                      (int)({dv} - p * 32 < 32 ? {dv} - p * 32 : 32), 1.0f, 0, 0, 0, 0);

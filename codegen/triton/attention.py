@@ -1,4 +1,5 @@
-"""The attention op as Triton kernels: out = softmax(q @ k^T * scale + bias) @ v (ops/fused.py).
+"""The attention op as Triton kernels: out = softmax(softcap(q @ k^T * scale) + bias) @ v
+(ops/fused.py; softcap(s) = tanh(s) * softcap when softcap is nonzero, else s).
 
 Covered: q [B, H, S, D], k [B', Hkv, T, D], v [B', Hkv, T, Dv] (B' = B or 1; H a multiple of
 Hkv: grouped-query attention), out [B, H, S, Dv], all at any element strides and in float32,
@@ -32,6 +33,7 @@ import triton
 import triton.language as tl
 
 from ...ir import Node
+from .common import tanh
 from .launch import FLOATS, Launch, Operand, device, interpreting
 
 NO_MASK, BIAS, CAUSAL = 0, 1, 2
@@ -68,14 +70,18 @@ def num_splits(t: int) -> int:
 
 @triton.jit
 def _attend_block(q_tile, k_head, v_head, offs_n, offs_d, offs_dv, T, D, DV,
-                  sk_t, sk_d, sv_t, sv_d, scale, bias_tile, m_i, l_i, acc):
+                  sk_t, sk_d, sv_t, sv_d, scale, softcap, bias_tile, m_i, l_i, acc,
+                  CAPPED: tl.constexpr):
     """One key block into the running (max, sum, acc) of the rows, in float32. A row whose
     scores are all -inf so far keeps max -inf, sum 0 and acc 0 (no NaN: exp is taken
     against 0 then)."""
     n_ok = offs_n < T
     kt = tl.load(k_head + offs_n[None, :] * sk_t + offs_d[:, None] * sk_d,
                  mask=n_ok[None, :] & (offs_d < D)[:, None], other=0.0).to(tl.float32)
-    s = tl.dot(q_tile, kt, input_precision="ieee") * scale + bias_tile
+    s = tl.dot(q_tile, kt, input_precision="ieee") * scale
+    if CAPPED:
+        s = tanh(s) * softcap
+    s = s + bias_tile
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
     p = tl.exp(s - m_use[:, None])
@@ -88,10 +94,11 @@ def _attend_block(q_tile, k_head, v_head, offs_n, offs_d, offs_dv, T, D, DV,
 
 @triton.jit
 def _attention_fwd(q, k, v, bias, out, m_part, l_part,
-                   S, T, H, HKV, GROUP, D, DV, keys_per_split, n_rows, scale,
+                   S, T, H, HKV, GROUP, D, DV, keys_per_split, n_rows, scale, softcap,
                    sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_t, sk_d, sv_b, sv_h, sv_t, sv_d,
                    sb_b, sb_h, sb_s, sb_t, so_k, so_b, so_h, so_s, so_d,
-                   MODE: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                   MODE: tl.constexpr, SPLIT: tl.constexpr, CAPPED: tl.constexpr,
+                   BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     """Grid (cdiv(S * GROUP, BLOCK_M), B * HKV, splits). Row r of a (batch, kv head) is query
     position r // GROUP of head kvh * GROUP + r % GROUP (position-major, so that a block's
@@ -132,8 +139,8 @@ def _attention_fwd(q, k, v, bias, out, m_part, l_part,
             any_live = start < hi  # always (the loop bound saw to it)
         if any_live:
             m_i, l_i, acc = _attend_block(q_tile, k_head, v_head, offs_n, offs_d, offs_dv,
-                                          T, D, DV, sk_t, sk_d, sv_t, sv_d, scale, bias_tile,
-                                          m_i, l_i, acc)
+                                          T, D, DV, sk_t, sk_d, sv_t, sv_d, scale, softcap,
+                                          bias_tile, m_i, l_i, acc, CAPPED)
 
     if SPLIT:
         stat = split * n_rows + (b * H + h) * S + pos
@@ -147,7 +154,8 @@ def _attention_fwd(q, k, v, bias, out, m_part, l_part,
 
 
 def _attention_launch(q: Operand, k: Operand, v: Operand, bias: Any, out: Any,
-                      strides: dict[str, tuple[int, ...]], scale: float, mode: int,
+                      strides: dict[str, tuple[int, ...]], scale: float, softcap: float,
+                      mode: int,
                       keys_per_split: int, scratch: tuple[Any, Any] | None, BLOCK_M: int,
                       BLOCK_N: int) -> Launch:
     """The launch of _attention_fwd; out is the out Operand, or (split-K) the acc scratch
@@ -162,10 +170,10 @@ def _attention_launch(q: Operand, k: Operand, v: Operand, bias: Any, out: Any,
         name=f"{name}_{MODE_NAMES[mode]}", kernel=_attention_fwd,
         grid=(triton.cdiv(S * group, BLOCK_M), B * HKV, splits),
         args=[q, k, v, bias, out, m_part, l_part, S, T, H, HKV, group, D, DV,
-              keys_per_split, B * H * S, scale, *strides["q"], *strides["k"], *strides["v"],
-              *strides["bias"], *strides["out"]],
-        constexprs={"MODE": mode, "SPLIT": scratch is not None, "BLOCK_M": BLOCK_M,
-                    "BLOCK_N": BLOCK_N, "BLOCK_D": _pow2(D, 16), "BLOCK_DV": _pow2(DV, 16)})
+              keys_per_split, B * H * S, scale, softcap, *strides["q"], *strides["k"],
+              *strides["v"], *strides["bias"], *strides["out"]],
+        constexprs={"MODE": mode, "SPLIT": scratch is not None, "CAPPED": bool(softcap),
+                    "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_D": _pow2(D, 16), "BLOCK_DV": _pow2(DV, 16)})
 
 
 @triton.jit
@@ -239,7 +247,7 @@ def _mask_mode(bias: Operand, s: int, t: int) -> int | None:
 
 
 def plan_attention(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:
-    """The launches of attention(q, k, v, bias; scale) into out, or None (declined)."""
+    """The launches of attention(q, k, v, bias; scale, softcap) into out, or None (declined)."""
     q, k, v, bias = ins
     if any(len(x.shape) != 4 or x.dtype not in FLOATS for x in (q, k, v, out)):
         return None
@@ -257,11 +265,12 @@ def plan_attention(node: Node, out: Operand, ins: list[Operand]) -> list[Launch]
     if mode != BIAS:  # nothing to read
         strides["bias"] = (0,) * 4
     scale, reads = float(node.attrs["scale"]), bias if mode == BIAS else q
+    softcap = float(node.attrs.get("softcap", 0.0))
     splits = num_splits(T) if S <= 4 and T >= 256 else 1
     BLOCK_M, BLOCK_N, BLOCK_R = blocking(S * (H // HKV), triton.cdiv(T, splits), D, B * H * S)
     if splits == 1:
         strides["out"] = (0, *out.strides)
-        return [_attention_launch(q, k, v, reads, out, strides, scale, mode, T, None,
+        return [_attention_launch(q, k, v, reads, out, strides, scale, softcap, mode, T, None,
                                   BLOCK_M, BLOCK_N)]
     # whole key blocks per split; rounding up may leave fewer splits than asked for
     keys_per_split = triton.cdiv(triton.cdiv(T, splits), BLOCK_N) * BLOCK_N
@@ -272,6 +281,7 @@ def plan_attention(node: Node, out: Operand, ins: list[Operand]) -> list[Launch]
     m_part = torch.empty((splits, B, H, S), dtype=torch.float32, device=dev)
     l_part = torch.empty_like(m_part)
     strides["out"] = acc_part.stride()
-    return [_attention_launch(q, k, v, reads, acc_part, strides, scale, mode, keys_per_split,
+    return [_attention_launch(q, k, v, reads, acc_part, strides, scale, softcap, mode,
+                              keys_per_split,
                               (m_part, l_part), BLOCK_M, BLOCK_N),
             _combine_launch(out, (acc_part, m_part, l_part), splits, BLOCK_R)]

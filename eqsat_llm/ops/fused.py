@@ -33,13 +33,19 @@ def _swiglu_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> 
     return [("sigmoid", {}, [x], x), ("mul", {}, [x, x], x), ("mul", {}, [x, y], out)]
 
 
+def softcapped(scores: torch.Tensor, cap: float) -> torch.Tensor:
+    # logit softcapping (Gemma 2): cap * tanh(s), spelled as the models spell it; 0: none
+    return scores if not cap else torch.tanh(scores) * cap
+
+
 def _attention(xs: list[Any], a: dict[str, Any]) -> Any:
-    # softmax(q @ k^T * scale + bias) @ v; bias is additive (-inf where masked). As in sdpa,
-    # k and v may have fewer heads than q (grouped-query attention), and a query row that sees
-    # no key (every score -inf) is zero, where the plain formula would give NaN.
+    # softmax(softcap(q @ k^T * scale) + bias) @ v; bias is additive (-inf where masked). As in
+    # sdpa, k and v may have fewer heads than q (grouped-query attention), and a query row that
+    # sees no key (every score -inf) is zero, where the plain formula would give NaN.
     q, bias = xs[0], xs[3]
     k, v = kv_heads(q, xs[1]), kv_heads(q, xs[2])
-    scores = scaled(torch.matmul(q, k.transpose(-2, -1)), a["scale"]) + bias
+    scores = scaled(torch.matmul(q, k.transpose(-2, -1)), a["scale"])
+    scores = softcapped(scores, a.get("softcap", 0.0)) + bias
     out = torch.matmul(torch.softmax(scores, -1), v)
     blind = (scores == float("-inf")).all(-1, keepdim=True)
     return out.masked_fill(blind, 0.0)
@@ -52,6 +58,8 @@ def _attention_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) 
     parts: list[Part] = [("matmul", {"alpha": 1.0}, [q, kt], s)]
     if a.get("scale", 1.0) != 1.0:
         parts.append(("mul", {}, [s, PY], s))
+    if a.get("softcap", 0.0):
+        parts += [("tanh", {}, [s], s), ("mul", {}, [s, PY], s)]
     return parts + [("add", {}, [s, bias], s), ("softmax", {}, [s], s),
                     ("matmul", {"alpha": 1.0}, [s, v], out)]
 
@@ -80,7 +88,7 @@ register("rms_norm", 2, "eps:float", ref=rms_norm, category="reduction", shape="
 register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
          category="elementwise", shape="broadcast", dtype="same", cost="vector",
          flops=TRANSCENDENTAL + 2, parts=_swiglu_parts, writer=COPY_IN)
-register("attention", 4, "scale:float", ref=_attention, category="attention", shape="sdpa",
-         cost="attention", parts=_attention_parts, writer=COPY_IN, stride_free=True)
+register("attention", 4, "scale:float softcap:float", ref=_attention, category="attention",
+         shape="sdpa", cost="attention", parts=_attention_parts, writer=COPY_IN, stride_free=True)
 register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype="same",
          cost="vector", flops=4.0, parts=_rope_parts, writer=COPY_IN)
