@@ -120,12 +120,13 @@ def write_doc(text: str) -> None:
 
 
 def write_expected(results: dict[str, list[Check]]) -> None:
-    """tests/families_expected.json: per family and prompt length, the status and the ops that
-    ran in torch (the families run here replaced, the others kept)."""
+    """tests/families_expected.json: per family and prompt length, the status, the ops that
+    ran in torch and the softmax over scores left unfused (the families run here replaced,
+    the others kept)."""
     old = json.loads(EXPECTED.read_text()) if EXPECTED.exists() else {}
     for fam, checks in results.items():
-        old[fam] = {str(c.seq): {"status": c.status, "torch_ops": sorted(c.torch_ops)}
-                    for c in checks}
+        old[fam] = {str(c.seq): {"status": c.status, "torch_ops": sorted(c.torch_ops),
+                                 "unfused_softmax": c.softmax} for c in checks}
     EXPECTED.write_text("{\n" + ",\n".join(f" {json.dumps(f)}: {json.dumps(v)}"
                                            for f, v in sorted(old.items())) + "\n}\n")
 

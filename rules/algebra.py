@@ -53,6 +53,14 @@ def algebra_casts_and_masks(x: Tensor, y: Tensor, m: Tensor, a: Tensor, b: Tenso
                 guarded(E.where(m, neg_inf, x), E.add(x, bias),
                         eq(dt).to(dtype(x)), float_dt, eq(dtype(y)).to(dt)),
                 note="for x never +inf or nan (x + -inf = -inf); makes a mask an additive bias")
+    # masked_fill(mask, torch.finfo(torch.float32).min), as MPT's eager attention masks
+    lowest = E.scalar(f64(-3.4028234663852886e+38), k)
+    yield exact("masked-fill-lowest-as-bias",
+                guarded(E.where(m, lowest, x),
+                        E.add(x, E.where(m, lowest, E.full(Vec[i64].empty(), 0.0, dt))),
+                        eq(dt).to(dtype(x)), float_dt, eq(dtype(y)).to(dt)),
+                note="x + c rounds to c in float32 for |x| < 2^102 (c's half ulp): a row that "
+                     "sees no key stays as the model computes it")
     yield reassociates("matmul-scale",
                        guarded(E.mul(E.matmul(a, b, al), c_), E.matmul(a, b, al * c), float_a))
 

@@ -36,6 +36,13 @@ def fusion(x: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: Tensor,
                 rewrite(E.matmul(E.softmax(scores, i64(3)), v, f64(1.0)))
                 .to(E.attention(q, k, v, E.scalar(0.0, "float"), al, f64(0.0))),
                 note="s + 0.0 = s; " + blind)
+    # a bias in two parts (ALiBi's and the causal mask, either side of the scores): one bias
+    b1, b2 = var("b1", Tensor), var("b2", Tensor)
+    for name, biased in (("attention-two-biases", E.add(E.add(scores, b1), b2)),
+                         ("attention-bias-first", E.add(E.add(b1, scores), b2))):
+        yield reassociates(name, rewrite(E.matmul(E.softmax(biased, i64(3)), v, f64(1.0)))
+                           .to(E.attention(q, k, v, E.add(b1, b2), al, f64(0.0))),
+                           note="(s + b1) + b2 = s + (b1 + b2); " + blind)
     capped = E.mul(E.tanh(scores), E.scalar(cap, "float"))  # logit softcapping (Gemma 2)
     yield exact("attention-softcap",
                 guarded(E.matmul(E.softmax(E.add(capped, bias), i64(3)), v, f64(1.0)),

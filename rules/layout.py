@@ -6,7 +6,7 @@ bmm, view after it, permute of each weight); these rules merge and cancel them.
 
 from egglog import Vec, eq, f64, i64, rewrite
 
-from eqsat_llm.egraph.analysis import iota, vec_gather
+from eqsat_llm.egraph.analysis import iota, is_const, vec_gather
 from eqsat_llm.egraph.language import E, Tensor, shape
 from eqsat_llm.rulebook import exact, family, guarded
 
@@ -42,6 +42,18 @@ def layout_matmuls(x: Tensor, a: Tensor, b: Tensor, w: Tensor, s: Vec[i64],
                         eq(sa).to(Vec[i64](ra[0] * ra[1], ra[2], ra[3])),
                         eq(sb).to(Vec[i64](rb[0] * rb[1], rb[2], rb[3])),
                         eq(s).to(ra.set(i64(3), rb[3]))))
+    # BLOOM's ALiBi (alibi.baddbmm(q, k^T) on heads merged into the batch, viewed back to 4-D):
+    # k^T of merged heads is the merged k^T of each head, and a constant bias added before
+    # the view is the viewed bias, so the product is the 4-D matmul bmm-as-matmul finds
+    yield exact("merged-heads-transpose",
+                guarded(E.permute(E.view(a, sa), Vec[i64](0, 2, 1)),
+                        E.view(E.permute(a, Vec[i64](0, 1, 3, 2)), sb),
+                        eq(ra).to(shape(a)), eq(ra.length()).to(i64(4)),
+                        eq(sa).to(Vec[i64](ra[0] * ra[1], ra[2], ra[3])),
+                        eq(sb).to(Vec[i64](ra[0] * ra[1], ra[3], ra[2]))))
+    yield exact("view-through-constant-add",
+                guarded(E.view(E.add(w, x), s), E.add(E.view(E.expand(w, ra), s), E.view(x, s)),
+                        is_const(w), eq(ra).to(shape(x)), eq(ra).to(shape(E.add(w, x)))))
     mm = E.view(E.mm(E.view(x, sa), w, al), s)
     yield exact("mm-as-matmul",
                 guarded(mm, E.matmul(x, w, al),

@@ -1,6 +1,7 @@
 """Attention as users' models reach it: scaled_dot_product_attention (no mask, is_causal, boolean
 and additive masks, explicit scale, enable_gqa), grouped-query attention through repeat_kv, and
-the decomposed forms with and without a mask: each becomes one `attention` kernel that reads
+the decomposed forms with and without a mask, with logit softcapping (Gemma 2) and with ALiBi
+(BLOOM's baddbmm on merged heads, MPT's masked_fill with the lowest float): each becomes one `attention` kernel that reads
 each KV head once, and matches eager. Plus the kernel's own edge cases: KV-head groups and rows
 that see no key (zero, as sdpa gives)."""
 
@@ -58,6 +59,21 @@ class Attn(torch.nn.Module):
                 bias = torch.full((s, s), float("-inf")).triu(1)
                 scores = q @ k.transpose(-2, -1) * self.d ** -0.5
                 o = torch.softmax(torch.tanh(scores / 0.5) * 0.5 + bias, -1) @ v
+            elif self.form == "alibi-baddbmm":  # BLOOM: alibi.baddbmm on heads merged in batch
+                slopes = torch.tensor([2.0 ** -(i + 1) for i in range(self.h)])
+                alibi = (slopes[:, None, None] * torch.arange(s)[None, None, :]).repeat(b, 1, 1)
+                scores = alibi.baddbmm(q.reshape(b * self.h, s, self.d),
+                                       k.reshape(b * self.h, s, self.d).transpose(1, 2),
+                                       beta=1.0, alpha=self.d ** -0.5)
+                bias = torch.full((s, s), float("-inf")).triu(1)
+                o = torch.softmax(scores.view(b, self.h, s, s) + bias, -1) @ v
+            elif self.form == "alibi-masked-fill":  # MPT: + alibi, masked_fill(finfo.min)
+                slopes = torch.tensor([2.0 ** -(i + 1) for i in range(self.h)])
+                alibi = slopes[:, None, None] * torch.arange(s)[None, None, :]
+                scores = q @ k.transpose(-2, -1) * self.d ** -0.5 + alibi
+                hidden = torch.ones(s, s, dtype=torch.bool).triu(1)
+                scores = scores.masked_fill(hidden, torch.finfo(torch.float32).min)
+                o = torch.softmax(scores, -1) @ v
             elif self.form == "decomposed-no-mask":
                 o = torch.softmax(q @ k.transpose(-2, -1) * self.d ** -0.5, -1) @ v
             else:
@@ -68,7 +84,8 @@ class Attn(torch.nn.Module):
 
 
 FORMS = ["sdpa", "sdpa-causal", "sdpa-bool", "sdpa-float", "sdpa-gqa-flag",
-         "decomposed-no-mask", "decomposed-mask", "decomposed-softcap"]
+         "decomposed-no-mask", "decomposed-mask", "decomposed-softcap", "alibi-baddbmm",
+         "alibi-masked-fill"]
 
 
 @pytest.mark.parametrize("form", FORMS)
