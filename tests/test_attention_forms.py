@@ -1,9 +1,9 @@
 """Attention as users' models reach it: scaled_dot_product_attention (no mask, is_causal, boolean
 and additive masks, explicit scale, enable_gqa), grouped-query attention through repeat_kv, and
 the decomposed forms with and without a mask, with logit softcapping (Gemma 2) and with ALiBi
-(BLOOM's baddbmm on merged heads, MPT's masked_fill with the lowest float): each becomes one `attention` kernel that reads
-each KV head once, and matches eager. Plus the kernel's own edge cases: KV-head groups and rows
-that see no key (zero, as sdpa gives)."""
+(BLOOM's baddbmm on merged heads, MPT's masked_fill with the lowest float): each becomes one
+`attention` kernel that reads each KV head once, and matches eager. Plus the kernel's own edge
+cases: KV-head groups and rows that see no key (zero, as sdpa gives)."""
 
 from __future__ import annotations
 

@@ -173,7 +173,8 @@ def _attention_launch(q: Operand, k: Operand, v: Operand, bias: Any, out: Any,
               keys_per_split, B * H * S, scale, softcap, *strides["q"], *strides["k"],
               *strides["v"], *strides["bias"], *strides["out"]],
         constexprs={"MODE": mode, "SPLIT": scratch is not None, "CAPPED": bool(softcap),
-                    "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_D": _pow2(D, 16), "BLOCK_DV": _pow2(DV, 16)})
+                    "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_D": _pow2(D, 16),
+                    "BLOCK_DV": _pow2(DV, 16)})
 
 
 @triton.jit
