@@ -4,7 +4,7 @@ torch.export's decompositions leave chains of them around every matmul (expand/v
 bmm, view after it, permute of each weight); these rules merge and cancel them.
 """
 
-from egglog import Vec, eq, f64, i64, rewrite
+from egglog import Vec, eq, f64, i64, rewrite, var
 
 from eqsat_llm.egraph.analysis import iota, is_const, vec_gather
 from eqsat_llm.egraph.language import E, Tensor, shape
@@ -54,6 +54,13 @@ def layout_matmuls(x: Tensor, a: Tensor, b: Tensor, w: Tensor, s: Vec[i64],
     yield exact("view-through-constant-add",
                 guarded(E.view(E.add(w, x), s), E.add(E.view(E.expand(w, ra), s), E.view(x, s)),
                         is_const(w), eq(ra).to(shape(x)), eq(ra).to(shape(E.add(w, x)))))
+    # BART-style eager attention (softmax on [B*H, S, T]): a softmax over the last dim is row by
+    # row, and a view that keeps the last dim keeps the rows
+    d = var("d", i64)
+    yield exact("softmax-through-view",
+                guarded(E.softmax(E.view(x, s), d), E.view(E.softmax(x, ra.length() - 1), s),
+                        eq(ra).to(shape(x)), eq(d).to(s.length() - 1),
+                        eq(s[s.length() - 1]).to(ra[ra.length() - 1])))
     mm = E.view(E.mm(E.view(x, sa), w, al), s)
     yield exact("mm-as-matmul",
                 guarded(mm, E.matmul(x, w, al),

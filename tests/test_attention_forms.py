@@ -1,7 +1,8 @@
 """Attention as users' models reach it: scaled_dot_product_attention (no mask, is_causal, boolean
 and additive masks, explicit scale, enable_gqa), grouped-query attention through repeat_kv, and
 the decomposed forms with and without a mask, with logit softcapping (Gemma 2) and with ALiBi
-(BLOOM's baddbmm on merged heads, MPT's masked_fill with the lowest float): each becomes one
+(BLOOM's baddbmm on merged heads, MPT's masked_fill with the lowest float), and BART's eager
+attention on heads merged into the batch: each becomes one
 `attention` kernel that reads each KV head once, and matches eager. Plus the kernel's own edge
 cases: KV-head groups and rows that see no key (zero, as sdpa gives)."""
 
@@ -74,6 +75,12 @@ class Attn(torch.nn.Module):
                 hidden = torch.ones(s, s, dtype=torch.bool).triu(1)
                 scores = scores.masked_fill(hidden, torch.finfo(torch.float32).min)
                 o = torch.softmax(scores, -1) @ v
+            elif self.form == "bmm-merged-heads":  # BART's eager attention, heads in the batch
+                bias = torch.full((s, s), float("-inf")).triu(1)
+                q3, k3, v3 = (t.reshape(b * self.h, s, self.d) for t in (q * self.d ** -0.5, k, v))
+                w = torch.bmm(q3, k3.transpose(1, 2)).view(b, self.h, s, s) + bias
+                w = torch.softmax(w.view(b * self.h, s, s), -1)
+                o = torch.bmm(w, v3).view(b, self.h, s, self.d)
             elif self.form == "decomposed-no-mask":
                 o = torch.softmax(q @ k.transpose(-2, -1) * self.d ** -0.5, -1) @ v
             else:
@@ -85,7 +92,7 @@ class Attn(torch.nn.Module):
 
 FORMS = ["sdpa", "sdpa-causal", "sdpa-bool", "sdpa-float", "sdpa-gqa-flag",
          "decomposed-no-mask", "decomposed-mask", "decomposed-softcap", "alibi-baddbmm",
-         "alibi-masked-fill"]
+         "alibi-masked-fill", "bmm-merged-heads"]
 
 
 @pytest.mark.parametrize("form", FORMS)
