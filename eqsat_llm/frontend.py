@@ -674,6 +674,18 @@ converts(aten.amin.default)(_reduction("amin"))
 converts(aten.any.dim, aten.any.dims, aten.any.default)(_reduction("any"))
 
 
+@converts(aten.max.dim, aten.min.dim)
+def _max_dim(c: _Converter, node: FxNode, x: FxNode, dim: int, keepdim: bool = False) -> tuple:
+    # (values, indices): the values alone are amax / amin (attention sinks subtract the row
+    # max before their softmax); the indices run in torch
+    if not node.users or any(u.args[1] != 0 for u in node.users):
+        raise Unsupported
+    op = "amax" if node.target == aten.max.dim else "amin"
+    out = c.g.add(op, (c.t(x),), dims=[_dim(dim, c.rank(x))], keepdim=bool(keepdim))
+    c._check(next(iter(node.users)), out)
+    return (out, None)
+
+
 @converts(aten._softmax.default, aten._log_softmax.default, aten.softmax.int,
           aten.log_softmax.int)
 def _softmax(c: _Converter, node: FxNode, x: FxNode, dim: int, half_to_float: Any = False,

@@ -87,6 +87,10 @@ def algebra_normal_forms(x: Tensor, y: Tensor, a: Tensor, b: Tensor, c: f64, al:
                        note="(A @ B)^T = B^T @ A^T")
     yield reassociates("softmax-shift", rewrite(E.softmax(E.add(x, E.scalar(c, "float")), d))
                        .to(E.softmax(x, d)), note="softmax is invariant to adding a constant")
+    yield exact("softmax-less-row-max",
+                guarded(E.softmax(E.sub(x, E.amax(x, s, i64(1))), d), E.softmax(x, d),
+                        eq(s).to(Vec[i64](d))),
+                note="softmax subtracts the row max itself: x - max(x) is what it exponentiates")
 
 
 @family("algebra-finite")

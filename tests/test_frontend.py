@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from eqsat_llm import Limits, optimize
+from eqsat_llm.api import FallbackWarning
 from eqsat_llm.workloads import llama_block_case
 
 
@@ -49,6 +50,28 @@ def test_progress_is_reported():
     lines: list[str] = []
     optimize(model, inputs, progress=lines.append)
     assert lines and lines[0].startswith("iteration 1:")
+
+
+def test_max_dim_values_are_amax_and_indices_run_in_torch():
+    # attention sinks (GPT-OSS): the row max of max.dim subtracted before a softmax; the values
+    # alone are amax (the softmax then drops the shift: rule softmax-less-row-max), the
+    # indices are a torch step
+    class Sinks(torch.nn.Module):
+        def forward(self, x, y):
+            s = torch.cat([x, y], -1)
+            p = torch.softmax(s - s.max(-1, keepdim=True).values, -1)[..., :-1]
+            return p, torch.min(x, 1).values, torch.max(x, -1).indices
+
+    x, y = torch.randn(2, 3, 5), torch.randn(2, 3, 1)
+    with pytest.warns(FallbackWarning, match="aten.max.dim"):  # the indices, not the values
+        compiled = optimize(Sinks(), (x, y), measure_eager=False)
+    assert set(compiled.report.torch_ops) == {"aten.max.dim", "getitem"}, \
+        compiled.report.torch_ops
+    assert "amax" not in compiled.report.op_counts_after  # the shift is gone
+    assert "amin" in compiled.report.op_counts_after
+    for got, want in zip(compiled(x, y), Sinks()(x, y)):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+        assert got.dtype == want.dtype
 
 
 def test_repeat_is_converted_to_layout_ops_and_runs_in_c():
