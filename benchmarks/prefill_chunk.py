@@ -99,7 +99,8 @@ def attention_rows(sizes: list[int], visible: list[int], rounds: int) -> list[st
         shapes = [(1, 32, 1, 64), (1, 4, size, 64), (1, 4, size, 64), (1, 1, 1, size)]
         ins = [g.append("input", (), {"name": f"x{i}", "index": i}, TensorType(sh, "float32"))
                for i, sh in enumerate(shapes)]
-        g.outputs = [g.add("attention", tuple(ins), scale=0.125, softcap=0.0)]
+        no_sink = g.add("scalar", value=float("-inf"), kind="float")
+        g.outputs = [g.add("attention", (*ins, no_sink), scale=0.125, softcap=0.0)]
         rt = CRuntime(g)
         cells = []
         for n in visible:

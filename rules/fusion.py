@@ -13,11 +13,20 @@ from eqsat_llm.egraph.language import E, Tensor, dtype, shape
 from eqsat_llm.ops import ACTIVATIONS
 from eqsat_llm.rulebook import exact, family, guarded, reassociates
 
+NO_SINK = E.scalar(f64(float("-inf")), "float")  # attention's sink logit: none
+NO_CAP = f64(0.0)  # attention's softcap: none
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, al: f64, cap: f64 = NO_CAP,
+           sinks: Tensor = NO_SINK) -> Tensor:
+    """The attention op: softmax([softcap(q k^T * al) + bias, sinks]) [v; 0] (ops/fused.py)."""
+    return E.attention(q, k, v, bias, sinks, al, cap)
+
 
 @family("fusion")
 def fusion(x: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: Tensor,
-           v: Tensor, bias: Tensor, eps: f64, al: f64, cap: f64, k1: String, k2: String,
-           d: Vec[i64], sx: Vec[i64], sw: Vec[i64]):
+           v: Tensor, bias: Tensor, snk: Tensor, eps: f64, al: f64, cap: f64, k1: String,
+           k2: String, d: Vec[i64], sx: Vec[i64], sw: Vec[i64]):
     inv_rms = E.rsqrt(E.add(E.mean(E.pow(x, E.scalar(2.0, k1)), d, i64(1)), E.scalar(eps, k2)))
     last_dim = (eq(sx).to(shape(x)), eq(d).to(Vec[i64](sx.length() - 1)), eq(sw).to(shape(w)),
                 eq(sw).to(Vec[i64](sx[sx.length() - 1])))
@@ -31,22 +40,31 @@ def fusion(x: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: Tensor,
     blind = "where every key is -inf, attention's row is 0 (as sdpa's) and the formula's NaN"
     yield exact("attention",
                 rewrite(E.matmul(E.softmax(E.add(scores, bias), i64(3)), v, f64(1.0)))
-                .to(E.attention(q, k, v, bias, al, f64(0.0))), note=blind)
+                .to(attend(q, k, v, bias, al)), note=blind)
     yield exact("attention-no-bias",
                 rewrite(E.matmul(E.softmax(scores, i64(3)), v, f64(1.0)))
-                .to(E.attention(q, k, v, E.scalar(0.0, "float"), al, f64(0.0))),
+                .to(attend(q, k, v, E.scalar(0.0, "float"), al)),
                 note="s + 0.0 = s; " + blind)
     # a bias in two parts (ALiBi's and the causal mask, either side of the scores): one bias
     b1, b2 = var("b1", Tensor), var("b2", Tensor)
     for name, biased in (("attention-two-biases", E.add(E.add(scores, b1), b2)),
                          ("attention-bias-first", E.add(E.add(b1, scores), b2))):
         yield reassociates(name, rewrite(E.matmul(E.softmax(biased, i64(3)), v, f64(1.0)))
-                           .to(E.attention(q, k, v, E.add(b1, b2), al, f64(0.0))),
+                           .to(attend(q, k, v, E.add(b1, b2), al)),
                            note="(s + b1) + b2 = s + (b1 + b2); " + blind)
+    # attention sinks (GPT-OSS): a column of logits joins the softmax and is sliced off after
+    # it, its value never read
+    t, sv, xs = var("t", i64), var("sv", Vec[i64]), var("xs", Vec[Tensor])
+    sunk = E.slice(E.softmax(E.cat(xs, i64(3)), i64(3)), i64(3), i64(0), t, i64(1))
+    yield exact("attention-sinks",
+                guarded(E.matmul(sunk, v, f64(1.0)), attend(q, k, v, bias, al, NO_CAP, snk),
+                        eq(xs.length()).to(i64(2)), eq(xs[0]).to(E.add(scores, bias)),
+                        eq(snk).to(xs[1]), eq(sv).to(shape(v)), eq(t).to(sv[sv.length() - 2])),
+                note=blind)
     capped = E.mul(E.tanh(scores), E.scalar(cap, "float"))  # logit softcapping (Gemma 2)
     yield exact("attention-softcap",
                 guarded(E.matmul(E.softmax(E.add(capped, bias), i64(3)), v, f64(1.0)),
-                        E.attention(q, k, v, bias, al, cap), cap > 0.0), note=blind)
+                        attend(q, k, v, bias, al, cap), cap > 0.0), note=blind)
 
 
 @family("fusion")
@@ -60,7 +78,7 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, m: Tensor, al: f64,
     note = "torch's sdpa kernel sums in another order"
     yield reassociates("sdpa-as-attention",
                        rewrite(E.sdpa(q, k, v, i64(0), al))
-                       .to(E.attention(q, k, v, zero, al, f64(0.0))),
+                       .to(attend(q, k, v, zero, al)),
                        note=note)
     sizes = (eq(sq).to(shape(q)), eq(sk).to(shape(k)), eq(dt).to(dtype(q)), is_float_dtype(dt))
     lq_lk = Vec[i64](sq[sq.length() - 2], sk[sk.length() - 2])
@@ -68,21 +86,21 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, m: Tensor, al: f64,
     masked = E.sdpa_masked(q, k, v, m, al)
     yield reassociates("sdpa-causal-as-attention",
                        guarded(E.sdpa(q, k, v, i64(1), al),
-                               E.attention(q, k, v, causal, al, f64(0.0)), *sizes), note=note)
+                               attend(q, k, v, causal, al), *sizes), note=note)
     yield reassociates("sdpa-bool-mask-as-attention",
                        guarded(masked,
-                               E.attention(q, k, v, E.where(m, zero, ninf), al, f64(0.0)),
+                               attend(q, k, v, E.where(m, zero, ninf), al),
                                eq(dtype(m)).to(String("bool"))), note=note)
     yield reassociates("sdpa-float-mask-as-attention",
-                       guarded(masked, E.attention(q, k, v, m, al, f64(0.0)),
+                       guarded(masked, attend(q, k, v, m, al),
                                is_float_dtype(dtype(m))),
                        note=note)
 
 
 @family("fusion")
-def grouped_query_attention(y: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Tensor, al: f64,
-                            cap: f64, s1: Vec[i64], s2: Vec[i64], s3: Vec[i64], sk: Vec[i64],
-                            sq: Vec[i64]):
+def grouped_query_attention(y: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Tensor,
+                            snk: Tensor, al: f64, cap: f64, s1: Vec[i64], s2: Vec[i64],
+                            s3: Vec[i64], sk: Vec[i64], sq: Vec[i64]):
     # GQA: each KV head serves a group of n query heads. repeat_kv materialises the repeat
     # (k[:, :, None].expand(b, h, n, s, d).reshape(b, h * n, s, d)); attention reads the KV
     # head of each query head instead (head i -> i // n), so the repeat is never made. The
@@ -93,9 +111,9 @@ def grouped_query_attention(y: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Te
               eq(s3).to(Vec[i64](sk[0], sk[1] * s2[2], sk[2], sk[3])), eq(sq[1]).to(s3[1]))
     k_rep = E.view(E.expand(E.view(k, s1), s2), s3)
     v_rep = E.view(E.expand(E.view(v, s1), s2), s3)
-    with_k = E.attention(q, k_rep, v, bias, al, cap)
-    with_v = E.attention(q, k, v_rep, bias, al, cap)
-    grouped = E.attention(q, k, v, bias, al, cap)
+    with_k = attend(q, k_rep, v, bias, al, cap, snk)
+    with_v = attend(q, k, v_rep, bias, al, cap, snk)
+    grouped = attend(q, k, v, bias, al, cap, snk)
     yield exact("attention-gqa-k", rule(eq(y).to(with_k), *repeat)
                 .then(union(y).with_(grouped), subsume(with_k)))
     yield exact("attention-gqa-v", rule(eq(y).to(with_v), eq(sk).to(shape(v)), *repeat[1:])

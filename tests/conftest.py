@@ -167,6 +167,9 @@ def const(g: Graph, t: torch.Tensor) -> int:
                     TensorType(tuple(t.shape), str(t.dtype).removeprefix("torch.")))
 
 
+NO_SINK = float("-inf")  # the attention op's sinks input when a model has none
+
+
 def scalar(g: Graph, v: float) -> int:
     return g.add("scalar", value=v, kind="float")
 

@@ -64,11 +64,12 @@ def _number_of(v: float, dtype: str) -> Any:
 
 
 def _attention(xs: list[Any], a: dict) -> torch.Tensor:
-    # the op is sdpa with an additive mask (grouped KV heads, as enable_gqa reads them);
-    # with logit softcapping, Gemma 2's eager attention (sdpa has no softcap)
-    q, k, v, bias = xs
-    if a.get("softcap"):
-        return _softcapped_attention(q, k, v, bias, a["scale"], a["softcap"])
+    # the op is sdpa with an additive mask (grouped KV heads, as enable_gqa reads them); with
+    # logit softcapping or sinks, the eager attention of the models that have them (sdpa has
+    # neither)
+    q, k, v, bias, sinks = xs if len(xs) == 5 else (*xs, float("-inf"))
+    if a.get("softcap") or isinstance(sinks, torch.Tensor):
+        return _eager_attention(q, k, v, bias, sinks, a["scale"], a.get("softcap", 0.0))
     mask = bias if isinstance(bias, torch.Tensor) else None
     if mask is None and bias != 0.0:
         mask = torch.tensor(float(bias))
@@ -79,14 +80,21 @@ def _attention(xs: list[Any], a: dict) -> torch.Tensor:
                                           enable_gqa=gqa)
 
 
-def _softcapped_attention(q, k, v, bias, scale: float, cap: float) -> torch.Tensor:
-    # transformers' Gemma 2 eager_attention_forward: repeat_kv, scores * scaling / cap (the
-    # op's scale), tanh(s) * cap, + mask, softmax; a row that sees no key is 0 (as sdpa)
+def _eager_attention(q, k, v, bias, sinks, scale: float, cap: float) -> torch.Tensor:
+    # transformers' eager_attention_forward of Gemma 2 and GPT-OSS: repeat_kv, scores *
+    # scaling (Gemma's / cap folded into the op's scale), tanh(s) * cap, + mask; with sinks,
+    # GPT-OSS's cat of the sink column, minus the row max, softmax, the column dropped; a row
+    # that sees no key (and no sink) is 0, as sdpa gives
     n = q.shape[-3] // k.shape[-3] if q.dim() >= 3 else 1
     k, v = k.repeat_interleave(n, -3), v.repeat_interleave(n, -3)
-    s = torch.tanh(q @ k.transpose(-2, -1) * scale) * cap + bias
-    out = torch.softmax(s, -1) @ v
-    return out.masked_fill((s == float("-inf")).all(-1, keepdim=True), 0.0)
+    s = q @ k.transpose(-2, -1) * scale
+    s = (torch.tanh(s) * cap if cap else s) + bias
+    if isinstance(sinks, torch.Tensor):
+        s = torch.cat([s, sinks.expand(s.shape[:-1] + (1,))], -1)
+        probs = torch.softmax(s - s.max(-1, keepdim=True).values, -1)[..., :-1]
+    else:
+        probs = torch.softmax(s, -1)
+    return (probs @ v).masked_fill((s == float("-inf")).all(-1, keepdim=True), 0.0)
 
 
 def _rope(xs: list[Any], a: dict) -> torch.Tensor:

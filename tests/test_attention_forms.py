@@ -2,7 +2,7 @@
 and additive masks, explicit scale, enable_gqa), grouped-query attention through repeat_kv, and
 the decomposed forms with and without a mask, with logit softcapping (Gemma 2) and with ALiBi
 (BLOOM's baddbmm on merged heads, MPT's masked_fill with the lowest float), and BART's eager
-attention on heads merged into the batch: each becomes one
+attention on heads merged into the batch, and attention sinks (GPT-OSS): each becomes one
 `attention` kernel that reads each KV head once, and matches eager. Plus the kernel's own edge
 cases: KV-head groups and rows that see no key (zero, as sdpa gives)."""
 
@@ -17,6 +17,7 @@ from eqsat_llm.codegen.c import CRuntime, emit_attention
 from eqsat_llm.codegen.c.blas import openblas_dir
 from eqsat_llm.ir import Graph
 from eqsat_llm.ops import evaluate
+from tests.conftest import NO_SINK, scalar
 from tests.eager_oracle import OPS as EAGER
 from tests.test_c_backend import check, const, inp, rand_inputs
 
@@ -35,6 +36,7 @@ class Attn(torch.nn.Module):
         self.q = torch.nn.Linear(heads * d, heads * d, bias=False)
         self.k = torch.nn.Linear(heads * d, kv * d, bias=False)
         self.v = torch.nn.Linear(heads * d, kv * d, bias=False)
+        self.sinks = torch.nn.Parameter(torch.randn(heads) + 1.0)  # the "sinks" form's
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -75,6 +77,13 @@ class Attn(torch.nn.Module):
                 hidden = torch.ones(s, s, dtype=torch.bool).triu(1)
                 scores = scores.masked_fill(hidden, torch.finfo(torch.float32).min)
                 o = torch.softmax(scores, -1) @ v
+            elif self.form == "sinks":  # GPT-OSS: a logit per head joins each row's softmax
+                bias = torch.full((s, s), float("-inf")).triu(1)
+                w = q @ k.transpose(-2, -1) * self.d ** -0.5 + bias
+                sinks = self.sinks.reshape(1, -1, 1, 1).expand(b, -1, s, -1)
+                w = torch.cat([w, sinks], -1)
+                w = w - w.max(-1, keepdim=True).values
+                o = torch.softmax(w, -1)[..., :-1] @ v
             elif self.form == "bmm-merged-heads":  # BART's eager attention, heads in the batch
                 bias = torch.full((s, s), float("-inf")).triu(1)
                 q3, k3, v3 = (t.reshape(b * self.h, s, self.d) for t in (q * self.d ** -0.5, k, v))
@@ -92,7 +101,7 @@ class Attn(torch.nn.Module):
 
 FORMS = ["sdpa", "sdpa-causal", "sdpa-bool", "sdpa-float", "sdpa-gqa-flag",
          "decomposed-no-mask", "decomposed-mask", "decomposed-softcap", "alibi-baddbmm",
-         "alibi-masked-fill", "bmm-merged-heads"]
+         "alibi-masked-fill", "bmm-merged-heads", "sinks"]
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -119,10 +128,11 @@ def test_kernel_groups_query_heads_over_kv_heads(heads, kv, sq, sk, monkeypatch)
     q = g.add("permute", (inp(g, (2, sq, heads, 16)),), dims=[0, 2, 1, 3])
     k, v = inp(g, (2, kv, sk, 16)), inp(g, (2, kv, sk, 16))
     causal = torch.full((sq, sk), float("-inf")).triu(sk - sq + 1)
-    g.outputs = [g.add("attention", (q, k, v, const(g, causal)), scale=0.25, softcap=0.0)]
+    g.outputs = [g.add("attention", (q, k, v, const(g, causal), scalar(g, NO_SINK)), scale=0.25,
+                       softcap=0.0)]
     xs = rand_inputs(g)
-    ref = evaluate("attention", [xs[0].permute(0, 2, 1, 3), xs[1], xs[2], causal],
-                   {"scale": 0.25})
+    ref = evaluate("attention", [xs[0].permute(0, 2, 1, 3), xs[1], xs[2], causal, NO_SINK],
+                   {"scale": 0.25, "softcap": 0.0})
     want = torch.stack([F.scaled_dot_product_attention(
         xs[0].permute(0, 2, 1, 3)[:, h:h + 1], xs[1][:, h // (heads // kv)][:, None],
         xs[2][:, h // (heads // kv)][:, None], attn_mask=causal, scale=0.25)[:, 0]
@@ -143,12 +153,37 @@ def test_softcapped_scores_on_each_kernel_path(sq, sk, monkeypatch):
     g = Graph()
     q, k, v = inp(g, (1, 4, sq, 16)), inp(g, (1, 2, sk, 16)), inp(g, (1, 2, sk, 16))
     causal = torch.full((sq, sk), float("-inf")).triu(sk - sq + 1)
-    g.outputs = [g.add("attention", (q, k, v, const(g, causal)), scale=0.25, softcap=1.5)]
+    g.outputs = [g.add("attention", (q, k, v, const(g, causal), scalar(g, NO_SINK)), scale=0.25,
+                       softcap=1.5)]
     xs = rand_inputs(g)
     xs[0] = xs[0] * 8.0
     want = EAGER["attention"](xs[:3] + [causal], {"scale": 0.25, "softcap": 1.5})
     uncapped = EAGER["attention"](xs[:3] + [causal], {"scale": 0.25})
     assert (want - uncapped).abs().max() > 0.1  # the cap changes the answer
+    paths = [(True, False)] + ([(True, True)] if openblas_dir() is not None else [])
+    for packed, blas in paths + [(False, False)]:
+        if not packed:
+            monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)
+        got = CRuntime(g, use_blas=blas).run(xs)[0]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("sq,sk", [(1, 37), (70, 70), (12, 8)])
+def test_sinks_on_each_kernel_path(sq, sk, monkeypatch):
+    """Attention sinks (a logit per head and query row joins the softmax as a key of value
+    zero) on the packed, BLAS and flash-style kernels, against GPT-OSS's eager spelling in
+    torch (tests/eager_oracle.py); (12, 8): the first rows see no key but the sink, and are
+    zero."""
+    g = Graph()
+    q, k, v = inp(g, (1, 4, sq, 16)), inp(g, (1, 2, sk, 16)), inp(g, (1, 2, sk, 16))
+    causal = torch.full((sq, sk), float("-inf")).triu(sk - sq + 1)
+    sinks = (torch.randn(1, 4, 1, 1) + 2.0).expand(1, 4, sq, 1)
+    g.outputs = [g.add("attention", (q, k, v, const(g, causal), const(g, sinks)), scale=0.25,
+                       softcap=0.0)]
+    xs = rand_inputs(g)
+    want = EAGER["attention"](xs[:3] + [causal, sinks], {"scale": 0.25})
+    without = EAGER["attention"](xs[:3] + [causal], {"scale": 0.25})
+    assert (want - without).abs().max() > 0.05  # the sinks change the answer
     paths = [(True, False)] + ([(True, True)] if openblas_dir() is not None else [])
     for packed, blas in paths + [(False, False)]:
         if not packed:
@@ -164,7 +199,8 @@ def test_rows_that_see_no_key_are_zero_as_in_sdpa(sq, monkeypatch):
     mask = torch.ones(sq, sq, dtype=torch.bool).tril()
     mask[1] = False  # row 1 sees nothing (a padded query)
     bias = torch.zeros(sq, sq).masked_fill(~mask, float("-inf"))
-    g.outputs = [g.add("attention", (q, k, v, const(g, bias)), scale=0.5, softcap=0.0)]
+    g.outputs = [g.add("attention", (q, k, v, const(g, bias), scalar(g, NO_SINK)), scale=0.5,
+                       softcap=0.0)]
     xs = rand_inputs(g)
     want = F.scaled_dot_product_attention(*xs, attn_mask=mask, scale=0.5)
     assert torch.equal(want[:, :, 1], torch.zeros_like(want[:, :, 1]))
@@ -186,7 +222,7 @@ def test_run_time_mask_skips_the_unused_tail_of_a_kv_cache(sq, sk, past, monkeyp
     g = Graph()
     q, k, v = inp(g, (1, 2, sq, 16)), inp(g, (1, 2, sk, 16)), inp(g, (1, 2, sk, 16))
     bias = inp(g, (1, 1, sq, sk))
-    g.outputs = [g.add("attention", (q, k, v, bias), scale=0.25, softcap=0.0)]
+    g.outputs = [g.add("attention", (q, k, v, bias, scalar(g, NO_SINK)), scale=0.25, softcap=0.0)]
     xs = rand_inputs(g)
     visible = torch.arange(sk)[None, :] <= past + torch.arange(sq)[:, None]
     visible[sq // 2] = False  # a query that sees no key

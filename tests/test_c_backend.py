@@ -24,6 +24,7 @@ from eqsat_llm.codegen.c.isa import isa_flags
 from eqsat_llm.ir import Graph
 
 from .conftest import (
+    NO_SINK,
     assert_outputs_match,
     binary_ops_graph,
     const,
@@ -129,7 +130,8 @@ def test_attention(sq, sk, d, monkeypatch):
     mask = torch.full((sq, sk), float("-inf")).triu(sk - sq + 1) if sq == sk else \
         torch.randn(1, sk)
     bias = const(g, mask)
-    g.outputs = [g.add("attention", (q, k, v, bias), scale=d ** -0.5, softcap=0.0)]
+    g.outputs = [g.add("attention", (q, k, v, bias, scalar(g, NO_SINK)), scale=d ** -0.5,
+                       softcap=0.0)]
     xs = rand_inputs(g)
     # prefill-sized query blocks run on the packed GEMM's micro-kernels
     rt = check(g, xs, use_blas=False)
@@ -163,7 +165,8 @@ def test_runtimes_sharing_one_library_run_at_once(blas, monkeypatch):
         monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)
     g = Graph()
     q, k, v = (inp(g, (1, 4, 70, 16)) for _ in range(3))
-    g.outputs = [g.add("attention", (q, k, v, scalar(g, 0.0)), scale=0.25, softcap=0.0)]
+    g.outputs = [g.add("attention", (q, k, v, scalar(g, 0.0), scalar(g, NO_SINK)), scale=0.25,
+                       softcap=0.0)]
     rts = [CRuntime(g, use_blas=blas) for _ in range(2)]
     assert rts[0].so_path == rts[1].so_path
     errors: list[str] = []

@@ -97,13 +97,13 @@ def test_bandwidth_follows_the_working_set():
 
 
 def _attention_types(s):
-    return [f32(1, 8, s, 64), f32(1, 8, 128, 64), f32(1, 8, 128, 64), f32(1, 1, s, 128)]
+    return [f32(1, 8, s, 64), f32(1, 8, 128, 64), f32(1, 8, 128, 64), f32(1, 1, s, 128), PY]
 
 
 @pytest.mark.parametrize("s", [1, 128])
 def test_fused_attention_costs_less_than_its_unfused_parts(s):
-    q, k, v, bias = _attention_types(s)
-    fused = cost("attention", [q, k, v, bias], {"scale": 0.125, "softcap": 0.0})
+    q, k, v, bias, no_sink = _attention_types(s)
+    fused = cost("attention", [q, k, v, bias, no_sink], {"scale": 0.125, "softcap": 0.0})
     assert fused.flops >= 4 * 8 * s * 128 * 64  # 4*B*H*M*N*D
     assert fused.bytes_read == sum(4 * t.numel for t in (q, k, v, bias))
     kt = f32(1, 8, 64, 128)
@@ -113,7 +113,7 @@ def test_fused_attention_costs_less_than_its_unfused_parts(s):
              cost("add", [scores, bias]), cost("softmax", [scores], {"dim": -1}),
              cost("matmul", [scores, v], {"alpha": 1.0})]
     assert fused.seconds < sum(p.seconds for p in parts)
-    ref = cost("attention", [q, k, v, bias], {"scale": 0.125, "softcap": 0.0},
+    ref = cost("attention", [q, k, v, bias, no_sink], {"scale": 0.125, "softcap": 0.0},
                model=CostModel(DEFAULT, backend="reference"))
     assert ref.seconds > fused.seconds
 

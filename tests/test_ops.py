@@ -59,7 +59,8 @@ CASES = {
                                                          dtype=F32)),
     "swiglu": lambda g, x: g.add("swiglu", (x[1], g.add("view", (x[0],), shape=[2, 1, 3, 5]))),
     "attention": lambda g, x: g.add("attention", (x[0], x[0], x[0], g.add(
-        "full", shape=[3, 3], value=0.0, dtype=F32)), scale=0.5, softcap=0.0),
+        "full", shape=[3, 3], value=0.0, dtype=F32), g.add(
+        "scalar", value=float("-inf"), kind="float")), scale=0.5, softcap=0.0),
     "sdpa": lambda g, x: g.add("sdpa", (x[0], x[0], x[0]), is_causal=True, scale=0.3),
 }
 

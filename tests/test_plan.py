@@ -307,7 +307,8 @@ def test_attention_is_laid_out_so_that_the_head_merge_is_a_view(merge):
     shape = (1, 3, 5, 4)  # batch, heads, seq, head dim
     q, k, v = (g.append("input", (), {"name": f"x{i}", "index": i}, TensorType(shape, "float32"))
                for i in range(3))
-    a = g.add("attention", [q, k, v, g.add("scalar", value=0.0, kind="float")], scale=0.5,
+    a = g.add("attention", [q, k, v, g.add("scalar", value=0.0, kind="float"),
+                            g.add("scalar", value=float("-inf"), kind="float")], scale=0.5,
               softcap=0.0)
     p = (g.add("permute", [a], dims=[0, 2, 1, 3]) if merge == "permute"
          else g.add("transpose", [a], dim0=1, dim1=2))

@@ -28,26 +28,26 @@ def operand(node: int, x, constant: bool = False) -> Operand:
                    dtype=str(x.dtype).removeprefix("torch."), constant=x if constant else None)
 
 
-def plan(q, k, v, bias, out, scale, constant=False, softcap=0.0):
-    ins = [operand(i, x, constant and i == 3) for i, x in enumerate([q, k, v, bias])]
-    node = Node(id=4, op="attention", inputs=(0, 1, 2, 3),
+def plan(q, k, v, bias, out, scale, constant=False, softcap=0.0, sinks=NEG):
+    ins = [operand(i, x, constant and i == 3) for i, x in enumerate([q, k, v, bias, sinks])]
+    node = Node(id=5, op="attention", inputs=(0, 1, 2, 3, 4),
                 attrs={"scale": scale, "softcap": softcap},
                 type=TensorType(tuple(out.shape), str(out.dtype).removeprefix("torch.")))
-    return plan_attention(node, operand(4, out), ins)
+    return plan_attention(node, operand(5, out), ins)
 
 
-def check(q, k, v, bias, *, constant=False, out=None, tol=1e-4, softcap=0.0):
+def check(q, k, v, bias, *, constant=False, out=None, tol=1e-4, softcap=0.0, sinks=NEG):
     """Plan, run every launch in order, compare with the reference; the launches' names."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     if out is None:
         out = torch.full(q.shape[:3] + v.shape[-1:], float("nan"), dtype=q.dtype)
-    launches = plan(q, k, v, bias, out, scale, constant, softcap)
+    launches = plan(q, k, v, bias, out, scale, constant, softcap, sinks)
     assert launches is not None
     for launch in launches:
-        launch([q, k, v, bias, out])
+        launch([q, k, v, bias, sinks, out])
     ref = EAGER["attention"]([x.float() if isinstance(x, torch.Tensor) else x
-                              for x in (q, k, v, bias)],
-                             {"scale": scale, "softcap": softcap})  # torch's sdpa
+                              for x in (q, k, v, bias, sinks)],
+                             {"scale": scale, "softcap": softcap})  # sdpa or the eager form
     torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
     return [launch.name for launch in launches]
 
@@ -188,7 +188,7 @@ def test_masked_cache_tail_is_not_read(blocks):
     expected = EAGER["attention"]([q, k, v, mask], {"scale": 0.25})
     k[:, :, 256:], v[:, :, 256:] = float("nan"), float("nan")
     for launch in plan(q, k, v, mask, out, 0.25):
-        launch([q, k, v, mask, out])
+        launch([q, k, v, mask, NEG, out])
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
 
 
@@ -199,4 +199,16 @@ def test_softcapped_scores(blocks, s, t):
     the cap bites (tanh far from linear)."""
     q, k, v = qkv(s=s, t=t)
     names = check(q * 8.0, k, v, causal_mask(s, t)[None, None], constant=True, softcap=2.0)
+    assert any("flash_decoding" in n for n in names) == (s == 1)
+
+
+@pytest.mark.parametrize("s,t", [(37, 37), (1, 300), (37, 20)])
+def test_sinks(blocks, s, t):
+    """Attention sinks (GPT-OSS: a logit per head joins each row's softmax as a key of value
+    zero), on the flash kernel and the split-K decode path (the sink counted in one split
+    only), against GPT-OSS's eager spelling; (37, 20): rows that see no key but the sink are
+    zero. Large sinks, so that they take a good part of each row's weight."""
+    q, k, v = qkv(s=s, t=t)
+    sinks = (torch.randn(1, 4, 1, 1) * 2 + 2).expand(2, 4, s, 1)
+    names = check(q, k, v, causal_mask(s, t)[None, None], constant=True, sinks=sinks)
     assert any("flash_decoding" in n for n in names) == (s == 1)

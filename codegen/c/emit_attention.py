@@ -1,12 +1,16 @@
-"""attention(q, k, v, bias, scale, softcap) = softmax(softcap(q @ k^T * scale) + bias) @ v
-(softcap(s) = tanh(s) * softcap where softcap is nonzero: Gemma 2's logit capping; k, v may
-have fewer heads than q: grouped-query attention, each KV head read for its group; a row that
-sees no key is zero, as in sdpa), flash-style: one pass
+"""attention(q, k, v, bias, sinks; scale, softcap) = softmax([softcap(q @ k^T * scale) + bias,
+sink]) @ [v; 0] (softcap(s) = tanh(s) * softcap where softcap is nonzero: Gemma 2's logit
+capping; the sink, a logit per head and query row (GPT-OSS), -inf for none, is a key of value
+zero: each row's softmax starts from it; k, v may have fewer heads than q: grouped-query
+attention, each KV head read for its group; a row that sees no key is zero, as in sdpa),
+flash-style: one pass
 over blocks of keys with an online softmax (running max and sum, the accumulator rescaled once
 per block), a tile of query rows sharing each transposed key block, blocks whose bias is -inf
 for the whole tile skipped (causal masks). Prefill and decode are the same kernel."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -40,29 +44,47 @@ def _packed_scratch_floats(sq: int, sk: int, d: int, dv: int) -> int:
     return skp * d + dvp * sk + min(sq, PACKED_ROWS) * sk
 
 
-def _capped(score: str, softcap: float) -> str:
-    """A score after logit softcapping, as the reference computes it (tanh(s) * cap)."""
-    return f"eq_tanhf({score}) * {softcap.hex()}f" if softcap else score
+@dataclass(frozen=True)
+class RowTerms:
+    """What a row of scores gets besides q k^T * scale: logit softcapping (0: none), the bias
+    (a C expression at row i, key j) and the sink (a C expression at row `{}`; "": none)."""
+    bias_at: str
+    softcap: float = 0.0
+    sink_at: str = ""
+
+    def capped(self, score: str) -> str:
+        """A score after softcapping, as the reference computes it (tanh(s) * cap)."""
+        return f"eq_tanhf({score}) * {self.softcap.hex()}f" if self.softcap else score
+
+    def sink(self, row: str) -> str:
+        return self.sink_at.format(row)
 
 
 def _head_pointers(offs: list[str]) -> str:
-    """Pointers to one (batch, head)'s q, k, v, out and bias, inside a loop over `bi`."""
+    """Pointers to one (batch, head)'s q, k, v, out, bias (and sinks), inside a loop over
+    `bi`."""
+    sinks = f"""
+    const float* snp = snp0 + {offs[5]};""" if len(offs) > 5 else ""
     return f"""    const float* qp = qp0 + {offs[1]};
     const float* kp = kp0 + {offs[2]};
     const float* vp = vp0 + {offs[3]};
     float* op = op0 + {offs[0]};
     const float* bp = bp0 ? bp0 + {offs[4]} : bp0;
-    (void)bp;"""
+    (void)bp;{sinks}"""
+
+
+def _sink_pointer(sinks: Ref) -> str:
+    return f"const float* snp0 = {sinks.ptr()};\n" if sinks.space != "scalar" else ""
 
 
 def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
                    bias_values: torch.Tensor | None = None) -> str | None:
     """bias_values: the bias's values when it is a constant (the packed kernel then skips
     the keys a causal mask hides from a whole block of query rows)."""
-    q, k, v, bias = ins
+    q, k, v, bias, sinks = ins
     if any(r.dtype != "float32" for r in (out, q, k, v)) or len(q.shape) < 2:
         return None
-    if bias.space != "scalar" and bias.dtype != "float32":
+    if any(r.space != "scalar" and r.dtype != "float32" for r in (bias, sinks)):
         return None
     sq, d = q.shape[-2:]
     sk, dv = v.shape[-2:]
@@ -81,12 +103,20 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
         bias_st = broadcast_strides(scores, bias.shape, bias.strides)
         bias_ptr, bias_lit = bias.ptr(), ""
     (b_rs, b_cs), bias_st = bias_st[-2:], bias_st[:-2]
+    row_st = [bias_st]  # strides over the batch of what is read per row of scores
+    if sinks.space != "scalar":  # a logit per (batch, head, query row): [..., S, 1]
+        sink_st = broadcast_strides(scores[:-1] + (1,), sinks.shape, sinks.strides)
+        s_rs, sink_st = sink_st[-2], sink_st[:-2]
+        row_st.append(sink_st)
+        sink_at = f"snp[({{}}) * {s_rs}]"
+    else:
+        sink_at = "" if sinks.value == float("-inf") else sinks.literal("float")
     if group > 1:  # heads (..., H) as (..., H / g, g): query head i reads KV head i // g
         batch = kv_batch + (group,)
         bst = [st[:-1] + (st[-1] * group, st[-1]) for st in bst[:2]] + \
             [st + (0,) for st in bst[2:]]
-        bias_st = bias_st[:-1] + (bias_st[-1] * group, bias_st[-1])
-    bsh, bss = collapse(batch, bst + [bias_st])
+        row_st = [st[:-1] + (st[-1] * group, st[-1]) for st in row_st]
+    bsh, bss = collapse(batch, bst + row_st)
     nb = 1
     for n in bsh:
         nb *= n
@@ -97,17 +127,18 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
     o_rs, o_cs = out.strides[-2:]
     masked = bias.space != "scalar" and b_cs != 0
     unit = q_cs == k_cs == v_cs == o_cs == 1
-    bias_at = f"bp[i * {b_rs} + j * {b_cs}]" if not bias_lit else bias_lit
-    softcap = float(node.attrs.get("softcap", 0.0))
+    terms = RowTerms(f"bp[i * {b_rs} + j * {b_cs}]" if not bias_lit else bias_lit,
+                     float(node.attrs.get("softcap", 0.0)), sink_at)
+    head = _sink_pointer(sinks)
     if sq >= BLAS_MIN_ROWS and unit and _packed_scratch_floats(sq, sk, d, dv) <= PACKED_SCRATCH:
-        return _packed_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs), bias_ptr,
-                                 bias_at, float(node.attrs["scale"]), q, k, v, out,
-                                 bias_values if masked else None,
-                                 (b_rs, b_cs) if masked else (0, 0), softcap)
+        return head + _packed_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
+                                        bias_ptr, terms, float(node.attrs["scale"]), q, k, v,
+                                        out, bias_values if masked else None,
+                                        (b_rs, b_cs) if masked else (0, 0))
     if blas and sq >= BLAS_MIN_ROWS and unit:
-        return _blas_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
-                               bias_ptr, bias_at, float(node.attrs["scale"]), q, k, v, out,
-                               (b_rs, b_cs) if masked else (0, 0), softcap)
+        return head + _blas_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
+                                      bias_ptr, terms, float(node.attrs["scale"]), q, k, v, out,
+                                      (b_rs, b_cs) if masked else (0, 0))
     tiles = (sq + QT - 1) // QT
     work = nb * sq * sk * (d + dv)
     par = work >= PARALLEL_MIN * 4 and nb * tiles >= 2
@@ -121,7 +152,9 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
                 for (int j = 0; j < nk; j++)
                     live |= bp[(i0 + r) * {b_rs} + (j0 + j) * {b_cs}] != -INFINITY;
             if (!live) continue;"""
-    return f"""const float* qp0 = {q.ptr()};
+    sink_start = (f"m[r] = {terms.sink('i0 + r')}; l[r] = m[r] == -INFINITY ? 0.0f : 1.0f;"
+                  if terms.sink_at else "m[r] = -INFINITY; l[r] = 0.0f;")
+    return head + f"""const float* qp0 = {q.ptr()};
 const float* kp0 = {k.ptr()};
 const float* vp0 = {v.ptr()};
 float* op0 = {out.ptr(const=False)};
@@ -137,7 +170,7 @@ for (int64_t task = 0; task < {nb * tiles}; task++) {{
     float kt[{d}][{BK}] __attribute__((aligned(64)));
     float s[{BK}] __attribute__((aligned(64)));
     for (int r = 0; r < nr; r++) {{
-        m[r] = -INFINITY; l[r] = 0.0f;
+        {sink_start}
         for (int c = 0; c < {dv}; c++) acc[r][c] = 0.0f;
         for (int c = 0; c < {d}; c++) qr[r][c] = qp[(i0 + r) * {q_rs} + c * {q_cs}];
     }}
@@ -157,7 +190,7 @@ for (int64_t task = 0; task < {nb * tiles}; task++) {{
             }}
             float bm = -INFINITY;
             for (int j = 0; j < nk; j++) {{
-                s[j] = {_capped(f"s[j] * {scale}", softcap)} + {bval};
+                s[j] = {terms.capped(f"s[j] * {scale}")} + {bval};
                 bm = s[j] > bm ? s[j] : bm;
             }}
             if (bm == -INFINITY) continue;
@@ -186,9 +219,9 @@ for (int64_t task = 0; task < {nb * tiles}; task++) {{
 
 
 def _blas_attention(nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
-                    row_strides: tuple[int, int, int, int], bias_ptr: str, bias_at: str,
+                    row_strides: tuple[int, int, int, int], bias_ptr: str, terms: RowTerms,
                     scale: float, q: Ref, k: Ref, v: Ref, out: Ref,
-                    bias_strides: tuple[int, int], softcap: float) -> str:
+                    bias_strides: tuple[int, int]) -> str:
     """Per (batch, head) and block of query rows: S = q k^T * scale by BLAS into a block of
     scores on the thread's stack (at most STACK_SCORES floats: nothing static, so programs
     sharing this code may run at once), + bias and a row softmax, then out = S v by BLAS, over
@@ -210,7 +243,7 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
 {_live_keys(bias_ptr, *bias_strides, sk, "rows", "i0")}
         EQ_SGEMM(101, 111, 112, rows, (int)kend, {d}, {scale.hex()}f, qp + i0 * {q_rs}, {q_rs},
                  kp, {k_rs}, 0.0f, S, {sk});
-{_softmax_rows(bias_at, sk, "rows", "i0", "kend", softcap)}
+{_softmax_rows(terms, sk, "rows", "i0", "kend")}
         EQ_SGEMM(101, 111, 111, rows, {dv}, (int)kend, 1.0f, S, {sk}, vp, {v_rs}, 0.0f,
                  op + i0 * {o_rs}, {o_rs});
     }}
@@ -233,26 +266,27 @@ def _live_keys(bias_ptr: str, b_rs: int, b_cs: int, sk: int, rows: str, row0: st
         if (kend == 0) kend = {sk};"""
 
 
-def _softmax_rows(bias_at: str, sk: int, rows: str, row0: str, cols: str | None = None,
-                  softcap: float = 0.0) -> str:
+def _softmax_rows(terms: RowTerms, sk: int, rows: str, row0: str, cols: str | None = None) -> str:
     """Rows of S (row stride sk; the first `cols` columns, default all), softcapped, + bias at
-    (row0 + r, j), replaced by their softmax, in place."""
+    (row0 + r, j), replaced by their softmax with the row's sink, in place."""
     n = cols or str(sk)
+    add_bias = (f"s[j] = {terms.capped('s[j]')} + {terms.bias_at}" if terms.softcap else
+                f"s[j] += {terms.bias_at}")
     return f"""        for (int64_t r = 0; r < {rows}; r++) {{
             float* s = S + r * {sk};
             const int64_t i = {row0} + r;
             (void)i;
-            float mx = -INFINITY;
+            float mx = {terms.sink("i") or "-INFINITY"};
 #pragma omp simd reduction(max:mx)
             for (int64_t j = 0; j < {n}; j++) {{
-                {f"s[j] = {_capped('s[j]', softcap)} + " if softcap else "s[j] += "}{bias_at};
+                {add_bias};
                 mx = s[j] > mx ? s[j] : mx;
             }}
             if (mx == -INFINITY) {{  /* no key visible: a zero row, as sdpa gives */
                 for (int64_t j = 0; j < {n}; j++) s[j] = 0.0f;
                 continue;
             }}
-            float sum = 0.0f;
+            float sum = {f"eq_expf({terms.sink('i')} - mx)" if terms.sink_at else "0.0f"};
 #pragma omp simd reduction(+:sum)
             for (int64_t j = 0; j < {n}; j++) {{ s[j] = eq_expf(s[j] - mx); sum += s[j]; }}
             const float inv = 1.0f / sum;
@@ -282,10 +316,9 @@ def key_extents(bias: torch.Tensor | None, scores: tuple[int, ...], rb: int) -> 
 
 
 def _packed_attention(nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
-                      row_strides: tuple[int, int, int, int], bias_ptr: str, bias_at: str,
+                      row_strides: tuple[int, int, int, int], bias_ptr: str, terms: RowTerms,
                       scale: float, q: Ref, k: Ref, v: Ref, out: Ref,
-                      bias: torch.Tensor | None, bias_strides: tuple[int, int],
-                      softcap: float) -> str:
+                      bias: torch.Tensor | None, bias_strides: tuple[int, int]) -> str:
     """Per (batch, head), on the packed GEMM's micro-kernels (packed_gemm.py): k^T and v packed
     into 32-column panels on the stack, then per block of query rows S = q k^T * scale, + bias
     and a row softmax in place, out = S v, over the keys the block can see (key_extents for a
@@ -335,7 +368,7 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
         for (int64_t p = 0; p * 32 < kend; p++)
             eq_panel(rows, {d}, qp + i0 * {q_rs}, {q_rs}, kt + p * {d} * 32, S, {sk}, p * 32,
                      (int)(kend - p * 32 < 32 ? kend - p * 32 : 32), {scale.hex()}f, 0, 0, 0, 0);
-{_softmax_rows(bias_at, sk, "rows", "i0", "kend", softcap)}
+{_softmax_rows(terms, sk, "rows", "i0", "kend")}
         for (int64_t p = 0; p < {npv}; p++)
             eq_panel(rows, kend, S, {sk}, vk + p * {sk} * 32, op + i0 * {o_rs}, {o_rs}, p * 32,
                      (int)({dv} - p * 32 < 32 ? {dv} - p * 32 : 32), 1.0f, 0, 0, 0, 0);

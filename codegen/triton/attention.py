@@ -1,5 +1,6 @@
-"""The attention op as Triton kernels: out = softmax(softcap(q @ k^T * scale) + bias) @ v
-(ops/fused.py; softcap(s) = tanh(s) * softcap when softcap is nonzero, else s).
+"""The attention op as Triton kernels: out = softmax([softcap(q @ k^T * scale) + bias, sink])
+@ [v; 0] (ops/fused.py; softcap(s) = tanh(s) * softcap when softcap is nonzero, else s; the
+sink, a logit per head and query row or -inf for none, starts each row's online softmax).
 
 Covered: q [B, H, S, D], k [B', Hkv, T, D], v [B', Hkv, T, Dv] (B' = B or 1; H a multiple of
 Hkv: grouped-query attention), out [B, H, S, Dv], all at any element strides and in float32,
@@ -93,11 +94,12 @@ def _attend_block(q_tile, k_head, v_head, offs_n, offs_d, offs_dv, T, D, DV,
 
 
 @triton.jit
-def _attention_fwd(q, k, v, bias, out, m_part, l_part,
+def _attention_fwd(q, k, v, bias, sinks, out, m_part, l_part,
                    S, T, H, HKV, GROUP, D, DV, keys_per_split, n_rows, scale, softcap,
                    sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_t, sk_d, sv_b, sv_h, sv_t, sv_d,
-                   sb_b, sb_h, sb_s, sb_t, so_k, so_b, so_h, so_s, so_d,
+                   sb_b, sb_h, sb_s, sb_t, sn_b, sn_h, sn_s, sn_t, so_k, so_b, so_h, so_s, so_d,
                    MODE: tl.constexpr, SPLIT: tl.constexpr, CAPPED: tl.constexpr,
+                   SINKS: tl.constexpr,
                    BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     """Grid (cdiv(S * GROUP, BLOCK_M), B * HKV, splits). Row r of a (batch, kv head) is query
@@ -124,6 +126,12 @@ def _attention_fwd(q, k, v, bias, out, m_part, l_part,
         hi = tl.minimum(hi, last // GROUP + 1 + T - S)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
+    if SINKS:  # the sink is a key of value 0 (in the first split only)
+        sink = tl.load(sinks + b * sn_b + h * sn_h + pos * sn_s, mask=row_ok,
+                       other=float("-inf")).to(tl.float32)
+        sink = tl.where(split == 0, sink, float("-inf"))
+        m_i = tl.maximum(m_i, sink)
+        l_i = tl.where(sink > float("-inf"), 1.0, 0.0)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
     for start in range(lo, hi, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
@@ -153,7 +161,7 @@ def _attention_fwd(q, k, v, bias, out, m_part, l_part,
              mask=row_ok[:, None] & (offs_dv < DV)[None, :])
 
 
-def _attention_launch(q: Operand, k: Operand, v: Operand, bias: Any, out: Any,
+def _attention_launch(q: Operand, k: Operand, v: Operand, bias: Any, sinks: Any, out: Any,
                       strides: dict[str, tuple[int, ...]], scale: float, softcap: float,
                       mode: int,
                       keys_per_split: int, scratch: tuple[Any, Any] | None, BLOCK_M: int,
@@ -169,10 +177,11 @@ def _attention_launch(q: Operand, k: Operand, v: Operand, bias: Any, out: Any,
     return Launch(
         name=f"{name}_{MODE_NAMES[mode]}", kernel=_attention_fwd,
         grid=(triton.cdiv(S * group, BLOCK_M), B * HKV, splits),
-        args=[q, k, v, bias, out, m_part, l_part, S, T, H, HKV, group, D, DV,
+        args=[q, k, v, bias, sinks, out, m_part, l_part, S, T, H, HKV, group, D, DV,
               keys_per_split, B * H * S, scale, softcap, *strides["q"], *strides["k"],
-              *strides["v"], *strides["bias"], *strides["out"]],
+              *strides["v"], *strides["bias"], *strides["sinks"], *strides["out"]],
         constexprs={"MODE": mode, "SPLIT": scratch is not None, "CAPPED": bool(softcap),
+                    "SINKS": sinks is not q,
                     "BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "BLOCK_D": _pow2(D, 16),
                     "BLOCK_DV": _pow2(DV, 16)})
 
@@ -248,8 +257,12 @@ def _mask_mode(bias: Operand, s: int, t: int) -> int | None:
 
 
 def plan_attention(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:
-    """The launches of attention(q, k, v, bias; scale, softcap) into out, or None (declined)."""
-    q, k, v, bias = ins
+    """The launches of attention(q, k, v, bias, sinks; scale, softcap) into out, or None
+    (declined)."""
+    q, k, v, bias, sinks = ins
+    if sinks.is_scalar and float(sinks.scalar) != float("-inf") or \
+            not sinks.is_scalar and sinks.dtype not in FLOATS:
+        return None  # a sink the same for every row: no rule makes one
     if any(len(x.shape) != 4 or x.dtype not in FLOATS for x in (q, k, v, out)):
         return None
     B, H, S, D = q.shape
@@ -259,7 +272,8 @@ def plan_attention(node: Node, out: Operand, ins: list[Operand]) -> list[Launch]
         return None
     strides = {"q": q.strides, "out": out.strides,
                "k": _read_strides(k, (B, HKV, T, D)), "v": _read_strides(v, (B, HKV, T, DV)),
-               "bias": (0,) * 4 if bias.is_scalar else _read_strides(bias, (B, H, S, T))}
+               "bias": (0,) * 4 if bias.is_scalar else _read_strides(bias, (B, H, S, T)),
+               "sinks": (0,) * 4 if sinks.is_scalar else _read_strides(sinks, (B, H, S, 1))}
     mode = None if any(s is None for s in strides.values()) else _mask_mode(bias, S, T)
     if mode is None:
         return None
@@ -267,12 +281,13 @@ def plan_attention(node: Node, out: Operand, ins: list[Operand]) -> list[Launch]
         strides["bias"] = (0,) * 4
     scale, reads = float(node.attrs["scale"]), bias if mode == BIAS else q
     softcap = float(node.attrs.get("softcap", 0.0))
+    sinks = q if sinks.is_scalar else sinks  # q: a pointer the kernel never reads
     splits = num_splits(T) if S <= 4 and T >= 256 else 1
     BLOCK_M, BLOCK_N, BLOCK_R = blocking(S * (H // HKV), triton.cdiv(T, splits), D, B * H * S)
     if splits == 1:
         strides["out"] = (0, *out.strides)
-        return [_attention_launch(q, k, v, reads, out, strides, scale, softcap, mode, T, None,
-                                  BLOCK_M, BLOCK_N)]
+        return [_attention_launch(q, k, v, reads, sinks, out, strides, scale, softcap, mode, T,
+                                  None, BLOCK_M, BLOCK_N)]
     # whole key blocks per split; rounding up may leave fewer splits than asked for
     keys_per_split = triton.cdiv(triton.cdiv(T, splits), BLOCK_N) * BLOCK_N
     splits = triton.cdiv(T, keys_per_split)
@@ -282,7 +297,7 @@ def plan_attention(node: Node, out: Operand, ins: list[Operand]) -> list[Launch]
     m_part = torch.empty((splits, B, H, S), dtype=torch.float32, device=dev)
     l_part = torch.empty_like(m_part)
     strides["out"] = acc_part.stride()
-    return [_attention_launch(q, k, v, reads, acc_part, strides, scale, softcap, mode,
+    return [_attention_launch(q, k, v, reads, sinks, acc_part, strides, scale, softcap, mode,
                               keys_per_split,
                               (m_part, l_part), BLOCK_M, BLOCK_N),
             _combine_launch(out, (acc_part, m_part, l_part), splits, BLOCK_R)]

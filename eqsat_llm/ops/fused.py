@@ -39,20 +39,29 @@ def softcapped(scores: torch.Tensor, cap: float) -> torch.Tensor:
 
 
 def _attention(xs: list[Any], a: dict[str, Any]) -> Any:
-    # softmax(softcap(q @ k^T * scale) + bias) @ v; bias is additive (-inf where masked). As in
-    # sdpa, k and v may have fewer heads than q (grouped-query attention), and a query row that
-    # sees no key (every score -inf) is zero, where the plain formula would give NaN.
-    q, bias = xs[0], xs[3]
+    # softmax([softcap(q @ k^T * scale) + bias, sink]) @ [v; 0]: bias is additive (-inf where
+    # masked); the sink (attention sinks, GPT-OSS: a logit per head and query row, -inf for
+    # none) joins each row's softmax as a key whose value is zero, as the models spell it. As
+    # in sdpa, k and v may have fewer heads than q (grouped-query attention), and a query row
+    # that sees no key (every score and the sink -inf) is zero, where the formula gives NaN.
+    q, bias, sinks = xs[0], xs[3], xs[4]
     k, v = kv_heads(q, xs[1]), kv_heads(q, xs[2])
     scores = scaled(torch.matmul(q, k.transpose(-2, -1)), a["scale"])
     scores = softcapped(scores, a.get("softcap", 0.0)) + bias
-    out = torch.matmul(torch.softmax(scores, -1), v)
+    if isinstance(sinks, torch.Tensor) or sinks != float("-inf"):
+        column = (sinks if isinstance(sinks, torch.Tensor) else torch.full(
+            (), sinks, dtype=scores.dtype, device=scores.device)).expand(scores.shape[:-1] + (1,))
+        probs = torch.softmax(torch.cat([scores, column], -1), -1)[..., :-1]
+        scores = torch.cat([scores, column], -1)
+    else:
+        probs = torch.softmax(scores, -1)
+    out = torch.matmul(probs, v)
     blind = (scores == float("-inf")).all(-1, keepdim=True)
     return out.masked_fill(blind, 0.0)
 
 
 def _attention_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
-    q, k, v, bias = ins
+    q, k, v, bias = ins[:4]
     kt = TensorType(k.shape[:-2] + (k.shape[-1], k.shape[-2]), k.dtype)  # a view
     s = TensorType(out.shape[:-1] + (k.shape[-2],), out.dtype)
     parts: list[Part] = [("matmul", {"alpha": 1.0}, [q, kt], s)]
@@ -88,7 +97,7 @@ register("rms_norm", 2, "eps:float", ref=rms_norm, category="reduction", shape="
 register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
          category="elementwise", shape="broadcast", dtype="same", cost="vector",
          flops=TRANSCENDENTAL + 2, parts=_swiglu_parts, writer=COPY_IN)
-register("attention", 4, "scale:float softcap:float", ref=_attention, category="attention",
+register("attention", 5, "scale:float softcap:float", ref=_attention, category="attention",
          shape="sdpa", cost="attention", parts=_attention_parts, writer=COPY_IN, stride_free=True)
 register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype="same",
          cost="vector", flops=4.0, parts=_rope_parts, writer=COPY_IN)

@@ -109,12 +109,12 @@ def input_demand(rng: random.Random, op: str, pos: int,
 
 def _attention_input(rng: random.Random, op: str, pos: int,
                      b: dict[int, tuple[int, ...]]) -> Want:
-    """Input `pos` of sdpa / sdpa_masked / attention (q, k, v, mask or bias), 4-D and
+    """Input `pos` of sdpa / sdpa_masked / attention (q, k, v, mask or bias, sinks), 4-D and
     consistent with the inputs already built: q [B, H, Lq, E], k [B, Hk, Lk, E],
     v [B, Hk, Lk, Ev], with Hk = H or (k and v fresh, a fifth of the time) a divisor of H
     (grouped-query attention), H (the first input built) 4 or 6 half the time so that heads
     can be grouped; a mask or bias of rank 2 to 4 that broadcasts to [B, H, Lq, Lk] (often
-    [Lq, Lk]), sdpa_masked's a bool mask (True = attend) half the time."""
+    [Lq, Lk]), sdpa_masked's a bool mask (True = attend) half the time; sinks [B, H, Lq, 1]."""
     q, k, v = b.get(0), b.get(1), b.get(2)
     kv = k if k is not None else v
 
@@ -136,6 +136,8 @@ def _attention_input(rng: random.Random, op: str, pos: int,
         elif rng.random() < 0.2:
             heads = rng.choice([n for n in DRAW["dims"] if heads % n == 0])
         return TensorType((batch, heads, lk, e if pos == 1 else first(at(v, 3))), "float64"), None
+    if pos == 4:  # attention's sinks: a logit per (batch, head, query row)
+        return TensorType((batch, heads, lq, 1), "float64"), None
     full = (batch, heads, lq, lk)
     mask = full[-rng.choice((2, 2, 2, 3, 4)):]  # (torch's sdpa rejects a 1-D mask)
     mask = tuple(1 if rng.random() < 0.25 else n for n in mask)
