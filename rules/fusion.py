@@ -53,13 +53,17 @@ def fusion(x: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: Tensor,
                            .to(attend(q, k, v, E.add(b1, b2), al)),
                            note="(s + b1) + b2 = s + (b1 + b2); " + blind)
     # attention sinks (GPT-OSS): a column of logits joins the softmax and is sliced off after
-    # it, its value never read
-    t, sv, xs = var("t", i64), var("sv", Vec[i64]), var("xs", Vec[Tensor])
+    # it, its value never read (one column: a sink per head and query row; the slice keeps
+    # exactly the keys)
+    t, sk, sn, sa = var("t", i64), var("sk", Vec[i64]), var("sn", Vec[i64]), var("sa", Vec[i64])
+    xs = var("xs", Vec[Tensor])
     sunk = E.slice(E.softmax(E.cat(xs, i64(3)), i64(3)), i64(3), i64(0), t, i64(1))
     yield exact("attention-sinks",
                 guarded(E.matmul(sunk, v, f64(1.0)), attend(q, k, v, bias, al, NO_CAP, snk),
                         eq(xs.length()).to(i64(2)), eq(xs[0]).to(E.add(scores, bias)),
-                        eq(snk).to(xs[1]), eq(sv).to(shape(v)), eq(t).to(sv[sv.length() - 2])),
+                        eq(snk).to(xs[1]), eq(sn).to(shape(snk)), eq(sn[3]).to(i64(1)),
+                        eq(sk).to(shape(k)), eq(t).to(sk[2]), eq(sa).to(shape(xs[0])),
+                        eq(sa[3]).to(t)),
                 note=blind)
     capped = E.mul(E.tanh(scores), E.scalar(cap, "float"))  # logit softcapping (Gemma 2)
     yield exact("attention-softcap",

@@ -88,6 +88,8 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
         return None
     sq, d = q.shape[-2:]
     sk, dv = v.shape[-2:]
+    if k.shape[-2] != sk:  # (a bias that broadcasts the scores wider than the keys)
+        return None
     batch = out.shape[:-2]
     scores = batch + (sq, sk)
     group = kv_group(q.shape, k.shape, v.shape)

@@ -109,7 +109,20 @@ class Instance:
             self.memo[e] = self.op(e, want)  # type: ignore[arg-type]
         return self.memo[e]
 
-    def tensor_list(self, e: ExprDecl) -> list[int]:
+    def tensor_list(self, e: ExprDecl, axis: int | None = None) -> list[int]:
+        if isinstance(e, UnboundVarDecl) and e.name in self.pattern.elements:
+            # elements bound by facts (xs[0] a pattern, xs[1] a tensor...): each after the
+            # first like it, but along the axis (a cat's dim) of a drawn size, often 1
+            ids: list[int] = []
+            for _, x in sorted(self.pattern.elements[e.name].items()):
+                want = None
+                if ids:
+                    shape_ = list(self.type(ids[0]).shape)
+                    if axis is not None and -len(shape_) <= axis < len(shape_):
+                        shape_[axis] = self.rng.choice((1, 1, *DRAW["dims"]))
+                    want = TensorType(tuple(shape_), "float64"), None
+                ids.append(self.tensor(x, want))
+            return ids
         if isinstance(e, UnboundVarDecl):
             if e.name not in self.tensors:  # same shapes except along one axis
                 base = draw_shape(self.rng, self.rng.choice((1, 2, 3)))
@@ -181,7 +194,9 @@ class Instance:
             unviewed, self.made = self.unview(opdef.name, args[0], x, *hint)
             want = TensorType(tuple(unviewed), want[0].dtype), None
         if opdef.arity is None:
-            inputs = self.tensor_list(args[0])
+            dim = args[1] if len(args) > 1 else None
+            inputs = self.tensor_list(args[0], int(dim.value) if isinstance(dim, LitDecl) and
+                                      isinstance(dim.value, int) else None)
         else:  # sub-patterns first, then fresh leaves, which adapt to them
             def fresh(a: ExprDecl) -> bool:
                 return isinstance(a, UnboundVarDecl) and a.name not in self.tensors and \

@@ -5,7 +5,7 @@ egglog evaluates."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from egglog.declarations import (
@@ -16,6 +16,7 @@ from egglog.declarations import (
     ExprFactDecl,
     FunctionRef,
     LitDecl,
+    MethodRef,
     RewriteDecl,
     RuleDecl,
     UnboundVarDecl,
@@ -34,6 +35,9 @@ class Unsupported(Exception):
 class Pattern:
     roots: list[ExprDecl]  # op-call patterns the rule matches
     bound: dict[str, ExprDecl]  # tensor variable -> the pattern a fact eq(var).to(...) binds
+    # list variable -> its elements a fact eq(xs[i]).to(...) binds (a pattern or a tensor
+    # variable), by index
+    elements: dict[str, dict[int, ExprDecl]] = field(default_factory=dict)
 
 
 def is_op(e: ExprDecl) -> bool:
@@ -65,12 +69,28 @@ def show(e: ExprDecl) -> str:
     return type(e).__name__
 
 
+def _element(e: ExprDecl) -> tuple[str, int] | None:
+    """(xs, i) for the element xs[i] of a list variable at a literal index."""
+    if isinstance(e, CallDecl) and isinstance(e.callable, MethodRef) and \
+            e.callable.method_name == "__getitem__":
+        xs, i = e.args[0].expr, e.args[1].expr
+        if isinstance(xs, UnboundVarDecl) and isinstance(i, LitDecl):
+            return xs.name, int(i.value)  # type: ignore[arg-type]
+    return None
+
+
 def _scan(roots: list[ExprDecl], facts: Iterable[Any]) -> Pattern:
     bound: dict[str, ExprDecl] = {}
+    elements: dict[str, dict[int, ExprDecl]] = {}
     for f in facts:
         if isinstance(f, EqDecl):
             left, right = f.left, f.right
-            if isinstance(left, UnboundVarDecl) and is_op(right):
+            if _element(right) is not None:
+                left, right = right, left
+            if (at := _element(left)) is not None and \
+                    (is_op(right) or isinstance(right, UnboundVarDecl)):
+                elements.setdefault(at[0], {})[at[1]] = right
+            elif isinstance(left, UnboundVarDecl) and is_op(right):
                 bound[left.name] = right
             elif isinstance(right, UnboundVarDecl) and is_op(left):
                 bound[right.name] = left
@@ -80,7 +100,7 @@ def _scan(roots: list[ExprDecl], facts: Iterable[Any]) -> Pattern:
             roots.append(f.typed_expr.expr)
     used = set().union(set(), *(variables(p) for p in [*roots, *bound.values()]))
     roots.extend(p for v, p in bound.items() if v not in used)
-    return Pattern(roots, bound)
+    return Pattern(roots, bound, elements)
 
 
 def read_patterns(rule: Rule) -> list[Pattern]:
