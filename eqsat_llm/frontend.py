@@ -624,9 +624,25 @@ def _rsub(c: _Converter, node: FxNode, a: Any, b: Any, *, alpha: Any = 1) -> int
     return _binary("sub")(c, node, b, a, alpha=alpha)
 
 
+def _number(c: _Converter, a: Any) -> Any:
+    """A 0-d float constant (a tensor the model makes in forward, lifted by export: GPT-Neo's
+    `torch.finfo(dtype).min`) as the Python number it holds, so that the rules see its value;
+    anything else as it is. Promotion is unchanged: a 0-d tensor, like a number, does not
+    raise a tensor's float dtype."""
+    v = c.env.get(a) if isinstance(a, FxNode) else None
+    while isinstance(v, int) and c.g.node(v).op == "clone":  # lift_fresh_copy, detach
+        v = c.g.node(v).inputs[0]
+    if isinstance(v, int) and c.g.node(v).op == "const":
+        t = c.g.constants.get(c.g.node(v).attrs["name"])
+        if isinstance(t, torch.Tensor) and t.dim() == 0 and t.is_floating_point() and \
+                t.device.type != "meta":
+            return float(t)
+    return a
+
+
 @converts(aten.where.self)
 def _where(c: _Converter, node: FxNode, cond: FxNode, a: Any, b: Any) -> int:
-    return c.g.add("where", (c.t(cond), c.t(a), c.t(b)))
+    return c.g.add("where", (c.t(cond), c.t(_number(c, a)), c.t(_number(c, b))))
 
 
 @converts(aten.masked_fill.Scalar, aten.masked_fill.Tensor)

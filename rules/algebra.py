@@ -61,6 +61,11 @@ def algebra_casts_and_masks(x: Tensor, y: Tensor, m: Tensor, a: Tensor, b: Tenso
                         eq(dt).to(dtype(x)), float_dt, eq(dtype(y)).to(dt)),
                 note="x + c rounds to c in float32 for |x| < 2^102 (c's half ulp): a row that "
                      "sees no key stays as the model computes it")
+    yield exact("where-lowest-as-bias",  # where(keep, x, finfo.min) (GPT-Neo)
+                guarded(E.where(m, x, lowest),
+                        E.add(x, E.where(m, E.full(Vec[i64].empty(), 0.0, dt), lowest)),
+                        eq(dt).to(dtype(x)), float_dt, eq(dtype(y)).to(dt)),
+                note="as masked-fill-lowest-as-bias, the mask's sense the other way")
     yield reassociates("matmul-scale",
                        guarded(E.mul(E.matmul(a, b, al), c_), E.matmul(a, b, al * c), float_a))
 

@@ -1,7 +1,8 @@
 """Attention as users' models reach it: scaled_dot_product_attention (no mask, is_causal, boolean
 and additive masks, explicit scale, enable_gqa), grouped-query attention through repeat_kv, and
 the decomposed forms with and without a mask, with logit softcapping (Gemma 2) and with ALiBi
-(BLOOM's baddbmm on merged heads, MPT's masked_fill with the lowest float), and BART's eager
+(BLOOM's baddbmm on merged heads, MPT's masked_fill with the lowest float), GPT-Neo's where
+with the lowest float as a 0-d tensor, and BART's eager
 attention on heads merged into the batch, and attention sinks (GPT-OSS): each becomes one
 `attention` kernel that reads each KV head once, and matches eager. Plus the kernel's own edge
 cases: KV-head groups and rows that see no key (zero, as sdpa gives)."""
@@ -84,6 +85,11 @@ class Attn(torch.nn.Module):
                 w = torch.cat([w, sinks], -1)
                 w = w - w.max(-1, keepdim=True).values
                 o = torch.softmax(w, -1)[..., :-1] @ v
+            elif self.form == "where-lowest":  # GPT-Neo: where(keep, s, finfo.min), a 0-d tensor
+                keep = torch.ones(s, s, dtype=torch.bool).tril()
+                w = q @ k.transpose(-2, -1)
+                w = torch.where(keep, w, torch.tensor(torch.finfo(w.dtype).min))
+                o = torch.softmax(w, -1) @ v
             elif self.form == "bmm-merged-heads":  # BART's eager attention, heads in the batch
                 bias = torch.full((s, s), float("-inf")).triu(1)
                 q3, k3, v3 = (t.reshape(b * self.h, s, self.d) for t in (q * self.d ** -0.5, k, v))
@@ -101,7 +107,7 @@ class Attn(torch.nn.Module):
 
 FORMS = ["sdpa", "sdpa-causal", "sdpa-bool", "sdpa-float", "sdpa-gqa-flag",
          "decomposed-no-mask", "decomposed-mask", "decomposed-softcap", "alibi-baddbmm",
-         "alibi-masked-fill", "bmm-merged-heads", "sinks"]
+         "alibi-masked-fill", "bmm-merged-heads", "sinks", "where-lowest"]
 
 
 @pytest.mark.parametrize("form", FORMS)
