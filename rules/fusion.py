@@ -58,13 +58,17 @@ def fusion(x: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: Tensor,
     t, sk, sn, sa = var("t", i64), var("sk", Vec[i64]), var("sn", Vec[i64]), var("sa", Vec[i64])
     xs = var("xs", Vec[Tensor])
     sunk = E.slice(E.softmax(E.cat(xs, i64(3)), i64(3)), i64(3), i64(0), t, i64(1))
+    one_sink = (eq(xs.length()).to(i64(2)), eq(snk).to(xs[1]), eq(sn).to(shape(snk)),
+                eq(sn[3]).to(i64(1)), eq(sk).to(shape(k)), eq(t).to(sk[2]),
+                eq(sa).to(shape(xs[0])), eq(sa[3]).to(t))
     yield exact("attention-sinks",
                 guarded(E.matmul(sunk, v, f64(1.0)), attend(q, k, v, bias, al, NO_CAP, snk),
-                        eq(xs.length()).to(i64(2)), eq(xs[0]).to(E.add(scores, bias)),
-                        eq(snk).to(xs[1]), eq(sn).to(shape(snk)), eq(sn[3]).to(i64(1)),
-                        eq(sk).to(shape(k)), eq(t).to(sk[2]), eq(sa).to(shape(xs[0])),
-                        eq(sa[3]).to(t)),
-                note=blind)
+                        eq(xs[0]).to(E.add(scores, bias)), *one_sink), note=blind)
+    yield reassociates("attention-sinks-two-biases",
+                       guarded(E.matmul(sunk, v, f64(1.0)),
+                               attend(q, k, v, E.add(b1, b2), al, NO_CAP, snk),
+                               eq(xs[0]).to(E.add(E.add(scores, b1), b2)), *one_sink),
+                       note="(s + b1) + b2 = s + (b1 + b2); " + blind)
     capped = E.mul(E.tanh(scores), E.scalar(cap, "float"))  # logit softcapping (Gemma 2)
     yield exact("attention-softcap",
                 guarded(E.matmul(E.softmax(E.add(capped, bias), i64(3)), v, f64(1.0)),
