@@ -274,5 +274,10 @@ def test_recording_provenance_leaves_saturation_unchanged():
         plain.run(plain_rules)
         plain.run(analysis.saturate())
         sizes.append(egraph_size(plain))
-    assert sizes == result.enodes_per_iteration
+    # from the first iteration on: before it, the recording e-graph may already hold a ground
+    # term of the rules' actions (the attention op's -inf "no sink" scalar and its analysis
+    # rows: 4 entries), declared with the instrumented rules in an order that depends on
+    # Python's hash seed; the plain e-graph makes it when a rule first fires
+    assert sizes[1:] == result.enodes_per_iteration[1:]
+    assert 0 <= result.enodes_per_iteration[0] - sizes[0] <= 4
     assert ops(serialize(plain)) == ops(serialize(recorded_enc.egraph))
