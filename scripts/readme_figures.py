@@ -1,0 +1,120 @@
+"""README's benchmark figures, generated from benchmarks/RESULTS.md: each block between
+`<!-- figures: NAME -->` and `<!-- end figures -->` in README.md is rebuilt from the last run
+of its RESULTS section, with the run's date and machine, so that no figure is copied by hand.
+
+    .venv/bin/python scripts/readme_figures.py           # rewrite README.md's blocks
+    .venv/bin/python scripts/readme_figures.py --check   # exit 1 when README.md disagrees
+
+tests/test_readme_figures.py runs the check. A block: a function from the RESULTS section's
+text to markdown, registered in FIGURES under the block's name.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS, README = ROOT / "benchmarks" / "RESULTS.md", ROOT / "README.md"
+BLOCK = re.compile(r"(<!-- figures: (\S+) -->\n)(.*?)(<!-- end figures -->)", re.DOTALL)
+
+
+def section(results: str, title: str) -> str:
+    """The text of the RESULTS.md section whose heading starts with `title`."""
+    m = re.search(rf"^## {re.escape(title)}.*?(?=^## |\Z)", results, re.MULTILINE | re.DOTALL)
+    if m is None:
+        raise SystemExit(f"benchmarks/RESULTS.md has no section '## {title}...'")
+    return m.group(0)
+
+
+def table(text: str) -> tuple[list[str], list[list[str]]]:
+    """The first markdown table in text: its header's cells and its rows' cells."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+    if len(lines) < 3:
+        raise SystemExit("no table where one was expected in benchmarks/RESULTS.md")
+    cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines]
+    head, rows = cells[0], []
+    for row in cells[2:]:
+        if len(row) != len(head):
+            break  # the next table
+        rows.append(row)
+    return head, rows
+
+
+def run_of(text: str) -> str:
+    """When and where the section's run was made: its date and machine, from its Command
+    line (the items before the software versions)."""
+    m = re.search(r"^Command: `[^`]*` \(([^;\n]*)", text, re.MULTILINE)
+    if m is None:
+        raise SystemExit("a RESULTS.md section without its Command line")
+    items = []
+    for item in m.group(1).split(", "):
+        if item.startswith(("Linux", "torch", "Python", "llama-cpp", "onnxruntime")):
+            break
+        items.append(item)
+    return ", ".join(items)
+
+
+def source(title: str, text: str) -> str:
+    return f"(benchmarks/RESULTS.md, \"{title}\": {run_of(text)})"
+
+
+def cpu(results: str) -> str:
+    title = "CPU: eqsat-llm against eager, torch.compile and ONNX Runtime"
+    text = section(results, title)
+    head, cells = table(text)
+    rows = {r[0]: dict(zip(head, r)) for r in cells}
+    cols = [("llama_block_prefill", "LLaMA block prefill 1x128"), ("llama_block_decode",
+            "decode 1x1"), ("llama_block_decode_kv", "decode, KV cache 127"),
+            ("gpt2", "GPT-2 (small)"), ("llama", "LLaMA (small)")]
+    out = ["| | " + " | ".join(name for _, name in cols) + " |",
+           "|---|" + "---|" * len(cols)]
+    for label, key in (("ONNX Runtime", "eqsat/ORT"), ("eager PyTorch", "eqsat/eager")):
+        out.append(f"| eqsat-llm / {label} | "
+                   + " | ".join(rows[w][key] for w, _ in cols) + " |")
+    return "\n".join(out) + "\n\n" + source(title, text) + "\n"
+
+
+def llamacpp(results: str) -> str:
+    title = "llama.cpp side by side"
+    text = section(results, title)
+    head, rows = table(text)
+    out = ["| | " + " | ".join(r[0] for r in rows) + " |", "|---|" + "---|" * len(rows)]
+    for label, cell in (("prefill, ms", "prefill ms, eqsat / llama.cpp"),
+                        ("decode, ms a token", "decode ms/token, eqsat / llama.cpp")):
+        i = head.index(cell)  # its ratio is the column after it
+        out.append(f"| {label} | " + " | ".join(
+            f"{r[i]} ({r[i + 1].rstrip('x')})" for r in rows) + " |")
+    return "\n".join(out) + "\n\n" + source(title, text) + "\n"
+
+
+FIGURES: dict[str, Callable[[str], str]] = {"cpu": cpu, "llamacpp": llamacpp}
+
+
+def generated(readme: str, results: str) -> str:
+    """readme with every figures block rebuilt from results."""
+    def fill(m: re.Match[str]) -> str:
+        name = m.group(2)
+        if name not in FIGURES:
+            raise SystemExit(f"README.md has a figures block {name!r} no generator makes")
+        return m.group(1) + FIGURES[name](results) + m.group(4)
+    return BLOCK.sub(fill, readme)
+
+
+def main(argv: list[str]) -> int:
+    readme, results = README.read_text(), RESULTS.read_text()
+    new = generated(readme, results)
+    if "--check" in argv:
+        if new != readme:
+            print("README.md's figures differ from benchmarks/RESULTS.md: run "
+                  "scripts/readme_figures.py", file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
