@@ -90,7 +90,27 @@ def llamacpp(results: str) -> str:
     return "\n".join(out) + "\n\n" + source(title, text) + "\n"
 
 
-FIGURES: dict[str, Callable[[str], str]] = {"cpu": cpu, "llamacpp": llamacpp}
+MODEL_NAMES = {"llama": "LLaMA", "qwen3": "Qwen3", "granite": "Granite", "olmo2": "OLMo2",
+               "stablelm": "StableLM", "starcoder2": "Starcoder2", "gptj": "GPT-J", "opt": "OPT",
+               "falcon": "Falcon", "gpt2": "GPT-2", "bert": "BERT", "mixtral": "Mixtral",
+               "tinyllama": "TinyLlama shape (4 layers)"}
+
+
+def models(results: str) -> str:
+    title = "Models as users load them"
+    text = section(results, title)
+    head, rows = table(text)
+    ratio = head.index("eqsat/ORT")
+    by = {(r[0], r[1]): r[ratio] for r in rows}
+    names = list(dict.fromkeys(r[0] for r in rows))
+    out = ["| | " + " | ".join(MODEL_NAMES.get(n, n) for n in names) + " |",
+           "|---|" + "---|" * len(names)]
+    for label, shape_ in (("prefill 1x128", "1x128"), ("one token", "1x1")):
+        out.append(f"| {label} | " + " | ".join(by.get((n, shape_), "") for n in names) + " |")
+    return "\n".join(out) + "\n\n" + source(title, text) + "\n"
+
+
+FIGURES: dict[str, Callable[[str], str]] = {"cpu": cpu, "llamacpp": llamacpp, "models": models}
 
 
 def generated(readme: str, results: str) -> str:
