@@ -250,3 +250,15 @@ def test_run_time_mask_skips_the_unused_tail_of_a_kv_cache(sq, sk, past, monkeyp
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         if sq >= emit_attention.BLAS_MIN_ROWS and (packed or blas):
             assert "!= -INFINITY) { kend = j + 1; break; }" in rt.source
+
+
+@pytest.mark.parametrize("form", ["decomposed-softcap", "sinks", "alibi-baddbmm"])
+def test_softcap_sinks_and_alibi_forms_on_triton(form):
+    # the same rules, the Triton kernels (interpreted here): one attention kernel, eager's values
+    torch.manual_seed(0)
+    model, x = Attn(form).eval(), torch.randn(1, 19, 64)
+    compiled = optimize(model, (x,), backend="triton", measure_eager=False)
+    assert compiled.report.op_counts_after.get("attention") == 1
+    assert not compiled.report.torch_ops, compiled.report.torch_ops
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
