@@ -144,6 +144,7 @@ def release_freed_memory() -> None:
 
 
 HUGE_PAGE = 2 << 20
+ADJACENT = 2 * 4096  # bytes between storages still joined: the allocator's chunk headers
 MADV_COLLAPSE = 25  # Linux 6.1 and later
 
 
@@ -183,19 +184,25 @@ def collapse_in_background(tensors: list[Any]) -> threading.Thread | None:
 
 
 def _huge_stretches(tensors: list[Any], smallest: int = HUGE_PAGE) -> list[tuple[int, int]]:
-    """The 2 MiB-aligned address ranges inside each CPU storage of `smallest` bytes or more,
-    each storage once."""
-    out, seen = [], set()
-    for t in tensors:
-        if not hasattr(t, "untyped_storage") or t.device.type != "cpu":
+    """The 2 MiB-aligned address ranges inside the CPU storages of the tensors, each storage
+    once, storages that lie back to back (at most ADJACENT bytes apart: the allocator's
+    headers between consecutive allocations) joined first, so that a weight of 2-3 MiB
+    whose own span holds no whole aligned 2 MiB range still moves with its neighbours; the
+    joined spans of `smallest` bytes or more."""
+    spans = sorted({(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+                    for t in tensors if hasattr(t, "untyped_storage") and t.device.type == "cpu"})
+    joined: list[list[int]] = []
+    for ptr, size in spans:
+        if size == 0:
             continue
-        storage = t.untyped_storage()
-        ptr, size = storage.data_ptr(), storage.nbytes()
-        if size < smallest or ptr in seen:
-            continue
-        seen.add(ptr)
-        start, end = -(-ptr // HUGE_PAGE) * HUGE_PAGE, (ptr + size) // HUGE_PAGE * HUGE_PAGE
-        if end > start:
+        if joined and ptr - joined[-1][1] <= ADJACENT:
+            joined[-1][1] = max(joined[-1][1], ptr + size)
+        else:
+            joined.append([ptr, ptr + size])
+    out = []
+    for lo, hi in joined:
+        start, end = -(-lo // HUGE_PAGE) * HUGE_PAGE, hi // HUGE_PAGE * HUGE_PAGE
+        if hi - lo >= smallest and end > start:
             out.append((start, end))
     return out
 

@@ -8,7 +8,12 @@ import sys
 
 import torch
 
-from eqsat_llm.memcheck import HUGE_PAGE, collapse_in_background, collapse_into_huge_pages
+from eqsat_llm.memcheck import (
+    HUGE_PAGE,
+    _huge_stretches,
+    collapse_in_background,
+    collapse_into_huge_pages,
+)
 
 
 def _kernel_collapses() -> bool:
@@ -38,6 +43,23 @@ def test_a_large_weight_is_collapsed_in_place_with_its_values():
     else:
         assert done == 0
     assert w.data_ptr() == ptr and torch.equal(w, want)
+
+
+def _on(storage: torch.UntypedStorage) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
+
+
+def test_weights_back_to_back_are_moved_together():
+    # a 1.5 MiB and a 3 MiB weight allocated one after the other (64 bytes of allocator
+    # header between them): neither holds a whole aligned 2 MiB page, the two together do
+    buf = torch.empty(8 * HUGE_PAGE, dtype=torch.uint8).untyped_storage()
+    at = -(-buf.data_ptr() // HUGE_PAGE) * HUGE_PAGE - buf.data_ptr() + HUGE_PAGE
+    half = 3 * HUGE_PAGE // 4
+    a, b = _on(buf[at - half:at]), _on(buf[at + 64:at + 64 + 2 * half])
+    assert _huge_stretches([a]) == [] and _huge_stretches([b]) == []
+    assert _huge_stretches([b, a]) == [(buf.data_ptr() + at, buf.data_ptr() + at + HUGE_PAGE)]
+    far = _on(buf[at + 64 + 2 * half + 3 * 4096:at + 3 * HUGE_PAGE])  # past the gap joined
+    assert len(_huge_stretches([a, b, far])) == 2
 
 
 def test_small_tensors_and_the_switch_leave_memory_as_it_is(monkeypatch):
