@@ -46,9 +46,10 @@ def table(text: str) -> tuple[list[str], list[list[str]]]:
 def run_of(text: str) -> str:
     """When and where the section's run was made: its date and machine, from its Command
     line (the items before the software versions)."""
-    m = re.search(r"^Command: `[^`]*` \(([^;\n]*)", text, re.MULTILINE)
+    m = re.search(r"^Command: `[^`]*` \(([^;\n]*)", text, re.MULTILINE) or re.search(
+        r"^(\d{4}-\d\d-\d\d \d\d:\d\d UTC[^:\n]*):?$", text, re.MULTILINE)  # older sections
     if m is None:
-        raise SystemExit("a RESULTS.md section without its Command line")
+        raise SystemExit("a RESULTS.md section without its date and machine")
     items = []
     for item in m.group(1).split(", "):
         if item.startswith(("Linux", "torch", "Python", "llama-cpp", "onnxruntime")):
@@ -110,7 +111,46 @@ def models(results: str) -> str:
     return "\n".join(out) + "\n\n" + source(title, text) + "\n"
 
 
-FIGURES: dict[str, Callable[[str], str]] = {"cpu": cpu, "llamacpp": llamacpp, "models": models}
+def ms(value: str) -> str:
+    """A time in ms as README rounds it: 0.64, 9.6, 43.8, 571."""
+    v = float(value)
+    return f"{v:.2f}" if v < 1 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
+
+
+QUANT_SYSTEMS = [("eqsat fp32", "eqsat-llm fp32"), ("ort int8", "ONNX Runtime int8"),
+                 ("eqsat int8", "eqsat-llm int8"), ("eqsat int4", "eqsat-llm int4"),
+                 ("eqsat int8_dynamic", "eqsat-llm int8_dynamic")]
+WORKLOAD_NAMES = {"LLaMA-style block": "LLaMA block", "TinyLlama 4 layers":
+                  "TinyLlama shape (4 layers)"}
+
+
+def quantized(results: str) -> str:
+    """eqsat-llm's formats against ONNX Runtime int8: ms per call, and for eqsat-llm's
+    quantized programs the ratio to ONNX Runtime int8 (bold where below 1 at prefill)."""
+    title = "Quantized weights: eqsat-llm int8 / int4 against ONNX Runtime int8"
+    text = section(results, title)
+    head, rows = table(text)
+    t, vs = head.index("ms per call"), head.index("vs ort int8")
+    by = {(r[0], r[1]): r for r in rows}
+    out = ["| | " + " | ".join(name for _, name in QUANT_SYSTEMS) + " |",
+           "|---|" + "---|" * len(QUANT_SYSTEMS)]
+    for workload in dict.fromkeys(r[0] for r in rows):
+        name = workload
+        for long, short in WORKLOAD_NAMES.items():
+            name = name.replace(long, short)
+        cells = []
+        for system, _ in QUANT_SYSTEMS:
+            r = by[workload, system]
+            quant = system.startswith("eqsat") and system != "eqsat fp32"
+            cell = f"{ms(r[t])} ({r[vs]})" if quant else ms(r[t])
+            prefill_win = quant and "prefill" in workload and float(r[vs]) < 1
+            cells.append(f"**{cell}**" if prefill_win else cell)
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n\n" + source(title, text) + "\n"
+
+
+FIGURES: dict[str, Callable[[str], str]] = {"cpu": cpu, "llamacpp": llamacpp, "models": models,
+                                             "quantized": quantized}
 
 
 def generated(readme: str, results: str) -> str:
