@@ -135,9 +135,6 @@ def quantized(results: str) -> str:
     out = ["| | " + " | ".join(name for _, name in QUANT_SYSTEMS) + " |",
            "|---|" + "---|" * len(QUANT_SYSTEMS)]
     for workload in dict.fromkeys(r[0] for r in rows):
-        name = workload
-        for long, short in WORKLOAD_NAMES.items():
-            name = name.replace(long, short)
         cells = []
         for system, _ in QUANT_SYSTEMS:
             r = by[workload, system]
@@ -145,12 +142,41 @@ def quantized(results: str) -> str:
             cell = f"{ms(r[t])} ({r[vs]})" if quant else ms(r[t])
             prefill_win = quant and "prefill" in workload and float(r[vs]) < 1
             cells.append(f"**{cell}**" if prefill_win else cell)
-        out.append(f"| {name} | " + " | ".join(cells) + " |")
+        out.append(f"| {workload_name(workload)} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n\n" + source(title, text) + "\n"
+
+
+def workload_name(workload: str) -> str:
+    for long, short in WORKLOAD_NAMES.items():
+        workload = workload.replace(long, short)
+    return workload
+
+
+def sparse(results: str) -> str:
+    """The pruned models compiled dense and with sparsity="auto": ms per call, and the
+    sparse program's ratio to dense ("kept dense" where the cost model chose no sparse
+    GEMM)."""
+    title = "Sparse weights: 2:4 and 16x16 blocks against the same model dense"
+    text = section(results, title)
+    head, rows = table(text)
+    t, vs, kinds = (head.index(c) for c in ("ms per call", "vs eqsat dense", "sparse GEMMs"))
+    by = {(r[0], r[1], r[2]): r for r in rows}
+    prunings = (("2:4", "2:4"), ("50% zero blocks", "50% blocks"))
+    out = ["| | " + " | ".join(f"{short}, {kind}" for _, short in prunings
+                               for kind in ("dense", "sparse")) + " |", "|---|" + "---|" * 4]
+    for workload in dict.fromkeys(r[0] for r in rows):
+        cells = []
+        for pruning, _ in prunings:
+            dense, auto = by[workload, pruning, "eqsat dense"], by[
+                workload, pruning, "eqsat sparsity=auto"]
+            kept = "" if auto[kinds] else ": kept dense"
+            cells += [ms(dense[t]), f"{ms(auto[t])} ({auto[vs]}{kept})"]
+        out.append(f"| {workload_name(workload)} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n\n" + source(title, text) + "\n"
 
 
 FIGURES: dict[str, Callable[[str], str]] = {"cpu": cpu, "llamacpp": llamacpp, "models": models,
-                                             "quantized": quantized}
+                                             "quantized": quantized, "sparse": sparse}
 
 
 def generated(readme: str, results: str) -> str:
