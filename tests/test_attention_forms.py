@@ -151,51 +151,47 @@ def test_kernel_groups_query_heads_over_kv_heads(heads, kv, sq, sk, monkeypatch)
         check(g, xs, use_blas=True)
 
 
-@pytest.mark.parametrize("sq,sk", [(1, 37), (70, 70)])
-def test_softcapped_scores_on_each_kernel_path(sq, sk, monkeypatch):
-    """Logit softcapping (tanh(s) * cap, then the mask) on the packed, BLAS and flash-style
-    kernels, against Gemma 2's eager spelling in torch (tests/eager_oracle.py); q is scaled
-    so that the cap bites."""
+def _on_each_kernel_path(sq: int, sk: int, monkeypatch, *, q_scale: float = 1.0,
+                         sinks: torch.Tensor | None = None, softcap: float = 0.0):
+    """4 query heads over 2 KV heads under a causal mask, with the sinks and softcap given:
+    the packed, BLAS and flash-style kernels against the eager spelling in torch
+    (tests/eager_oracle.py); returns (the eager result, and without sinks and softcap)."""
     g = Graph()
     q, k, v = inp(g, (1, 4, sq, 16)), inp(g, (1, 2, sk, 16)), inp(g, (1, 2, sk, 16))
     causal = torch.full((sq, sk), float("-inf")).triu(sk - sq + 1)
-    g.outputs = [g.add("attention", (q, k, v, const(g, causal), scalar(g, NO_SINK)), scale=0.25,
-                       softcap=1.5)]
+    sink = const(g, sinks) if sinks is not None else scalar(g, NO_SINK)
+    g.outputs = [g.add("attention", (q, k, v, const(g, causal), sink), scale=0.25,
+                       softcap=softcap)]
     xs = rand_inputs(g)
-    xs[0] = xs[0] * 8.0
-    want = EAGER["attention"](xs[:3] + [causal], {"scale": 0.25, "softcap": 1.5})
-    uncapped = EAGER["attention"](xs[:3] + [causal], {"scale": 0.25})
-    assert (want - uncapped).abs().max() > 0.1  # the cap changes the answer
+    xs[0] = xs[0] * q_scale
+    extra = [sinks] if sinks is not None else []
+    want = EAGER["attention"](xs[:3] + [causal] + extra, {"scale": 0.25, "softcap": softcap})
+    plain = EAGER["attention"](xs[:3] + [causal], {"scale": 0.25})
     paths = [(True, False)] + ([(True, True)] if openblas_dir() is not None else [])
     for packed, blas in paths + [(False, False)]:
         if not packed:
             monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)
         got = CRuntime(g, use_blas=blas).run(xs)[0]
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    return want, plain
+
+
+@pytest.mark.parametrize("sq,sk", [(1, 37), (70, 70)])
+def test_softcapped_scores_on_each_kernel_path(sq, sk, monkeypatch):
+    """Logit softcapping (tanh(s) * cap, then the mask) on every kernel path, against Gemma
+    2's eager spelling; q is scaled so that the cap bites."""
+    want, uncapped = _on_each_kernel_path(sq, sk, monkeypatch, q_scale=8.0, softcap=1.5)
+    assert (want - uncapped).abs().max() > 0.1  # the cap changes the answer
 
 
 @pytest.mark.parametrize("sq,sk", [(1, 37), (70, 70), (12, 8)])
 def test_sinks_on_each_kernel_path(sq, sk, monkeypatch):
     """Attention sinks (a logit per head and query row joins the softmax as a key of value
-    zero) on the packed, BLAS and flash-style kernels, against GPT-OSS's eager spelling in
-    torch (tests/eager_oracle.py); (12, 8): the first rows see no key but the sink, and are
-    zero."""
-    g = Graph()
-    q, k, v = inp(g, (1, 4, sq, 16)), inp(g, (1, 2, sk, 16)), inp(g, (1, 2, sk, 16))
-    causal = torch.full((sq, sk), float("-inf")).triu(sk - sq + 1)
+    zero) on every kernel path, against GPT-OSS's eager spelling; (12, 8): the first rows see
+    no key but the sink, and are zero."""
     sinks = (torch.randn(1, 4, 1, 1) + 2.0).expand(1, 4, sq, 1)
-    g.outputs = [g.add("attention", (q, k, v, const(g, causal), const(g, sinks)), scale=0.25,
-                       softcap=0.0)]
-    xs = rand_inputs(g)
-    want = EAGER["attention"](xs[:3] + [causal, sinks], {"scale": 0.25})
-    without = EAGER["attention"](xs[:3] + [causal], {"scale": 0.25})
+    want, without = _on_each_kernel_path(sq, sk, monkeypatch, sinks=sinks)
     assert (want - without).abs().max() > 0.05  # the sinks change the answer
-    paths = [(True, False)] + ([(True, True)] if openblas_dir() is not None else [])
-    for packed, blas in paths + [(False, False)]:
-        if not packed:
-            monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)
-        got = CRuntime(g, use_blas=blas).run(xs)[0]
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("sq", [3, 70])

@@ -51,8 +51,8 @@ def _attention(xs: list[Any], a: dict[str, Any]) -> Any:
     if isinstance(sinks, torch.Tensor) or sinks != float("-inf"):
         column = (sinks if isinstance(sinks, torch.Tensor) else torch.full(
             (), sinks, dtype=scores.dtype, device=scores.device)).expand(scores.shape[:-1] + (1,))
-        probs = torch.softmax(torch.cat([scores, column], -1), -1)[..., :-1]
         scores = torch.cat([scores, column], -1)
+        probs = torch.softmax(scores, -1)[..., :-1]
     else:
         probs = torch.softmax(scores, -1)
     out = torch.matmul(probs, v)
