@@ -283,6 +283,7 @@ class _Converter:
         n_user = sum(s.kind == InputKind.USER_INPUT for s in sig.input_specs)
         mutated = {s.target for s in sig.output_specs
                    if s.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION)}
+        zero_d: dict[tuple, int] = {}
         for node, spec in zip(placeholders, self.ep.graph_signature.input_specs):
             val = node.meta.get("val")
             if spec.kind == InputKind.USER_INPUT:
@@ -307,8 +308,14 @@ class _Converter:
                 continue
             tensor = self._lookup_state(spec.target, spec.kind)
             op = "param" if spec.kind == InputKind.PARAMETER else "const"
+            same = _zero_d_key(tensor) if op == "const" else None
+            if same in zero_d:  # one node per 0-d value: its uses become the same term
+                self.env[node] = zero_d[same]
+                continue
             self.g.constants[spec.target] = tensor
             self.env[node] = self.g.append(op, (), {"name": spec.target}, _type(tensor))
+            if same is not None:
+                zero_d[same] = self.env[node]
 
     def _lookup_state(self, target: str, kind: InputKind, live: bool = False) -> torch.Tensor:
         """The tensor behind a parameter, buffer or constant; `live`: the object itself (the
@@ -449,6 +456,14 @@ def _dim(d: int, rank: int) -> int:
 
 def _out_shape(node: FxNode) -> list[int]:
     return [int(d) for d in node.meta["val"].shape]
+
+
+def _zero_d_key(t: Any) -> tuple | None:
+    """A 0-d tensor's dtype and bytes (0.0 and -0.0 apart), for tensors export lifts from
+    `torch.tensor(False)` spelled twice; None for anything else."""
+    if isinstance(t, torch.Tensor) and t.dim() == 0 and t.device.type != "meta":
+        return (t.dtype, tuple(t.reshape(1).view(torch.uint8).tolist()))
+    return None
 
 
 def _out_dtype(node: FxNode) -> str:
@@ -608,7 +623,6 @@ for _op, _targets in {
     "add": (aten.add.Tensor, aten.add.Scalar), "sub": (aten.sub.Tensor, aten.sub.Scalar),
     "mul": (aten.mul.Tensor, aten.mul.Scalar), "div": (aten.div.Tensor, aten.div.Scalar),
     "pow": (aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar),
-    "maximum": (aten.maximum.default,), "minimum": (aten.minimum.default,),
     "eq": (aten.eq.Tensor, aten.eq.Scalar), "ne": (aten.ne.Tensor, aten.ne.Scalar),
     "lt": (aten.lt.Tensor, aten.lt.Scalar), "le": (aten.le.Tensor, aten.le.Scalar),
     "gt": (aten.gt.Tensor, aten.gt.Scalar), "ge": (aten.ge.Tensor, aten.ge.Scalar),
@@ -638,6 +652,21 @@ def _number(c: _Converter, a: Any) -> Any:
                 t.device.type != "meta":
             return float(t)
     return a
+
+
+def _filled(c: _Converter, a: Any) -> int:
+    """A 0-d float constant as a `full` of the value it holds (so that the rules see it, as
+    XGLM's `maximum(scores, finfo.min)`); anything else as it is."""
+    value = _number(c, a)
+    if isinstance(value, float) and isinstance(a, FxNode):
+        return c.g.add("full", shape=[], value=value, dtype=_out_dtype(a))
+    return c.t(a)
+
+
+@converts(aten.maximum.default, aten.minimum.default)
+def _maximum_minimum(c: _Converter, node: FxNode, a: Any, b: Any) -> int:
+    op = "maximum" if node.target is aten.maximum.default else "minimum"
+    return c.g.add(op, (_filled(c, a), _filled(c, b)))
 
 
 @converts(aten.where.self)

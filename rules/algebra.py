@@ -96,6 +96,14 @@ def algebra_normal_forms(x: Tensor, y: Tensor, a: Tensor, b: Tensor, c: f64, al:
                 guarded(E.softmax(E.sub(x, E.amax(x, s, i64(1))), d), E.softmax(x, d),
                         eq(s).to(Vec[i64](d))),
                 note="softmax subtracts the row max itself: x - max(x) is what it exponentiates")
+    lowest = E.full(Vec[i64].empty(), f64(-3.4028234663852886e+38), "float32")
+    yield exact("softmax-floor-lowest",  # maximum(scores + mask, finfo.min) (XGLM)
+                guarded(E.softmax(E.maximum(x, lowest), d), E.softmax(x, d),
+                        is_float_dtype(dtype(x))),
+                note="max(x, finfo.min) is x but where x is below it, and such an entry beside "
+                     "one above finfo.min + 104 is 0 after the softmax either way: rows differ "
+                     "only where none is (a row that sees no key); in a half dtype finfo.min "
+                     "(float32's) rounds to -inf")
 
 
 @family("algebra-finite")

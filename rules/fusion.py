@@ -73,6 +73,21 @@ def fusion(x: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: Tensor,
     yield exact("attention-softcap",
                 guarded(E.matmul(E.softmax(E.add(capped, bias), i64(3)), v, f64(1.0)),
                         attend(q, k, v, bias, al, cap), cap > 0.0), note=blind)
+    # masked_fill(probs, mask, 0) after a masked_fill(scores, mask, -inf) (CPM-Ant): zeroes
+    # the masked keys, 0 already, and a row that sees no key, as the attention op does
+    m, dt = var("m", Tensor), var("dt", String)
+    mask_bias = E.where(m, E.scalar(f64(float("-inf")), k1), E.full(Vec[i64].empty(), 0.0, dt))
+
+    def zeroed(biased: Tensor) -> Tensor:
+        return E.matmul(E.where(m, E.scalar(0.0, k2), E.softmax(biased, i64(3))), v, f64(1.0))
+    yield exact("attention-zeroed-probs",
+                rewrite(zeroed(E.add(scores, mask_bias))).to(attend(q, k, v, mask_bias, al)),
+                note="the mask zeroes probabilities the softmax made 0, and the rows the "
+                     "attention op makes 0")
+    yield reassociates("attention-zeroed-probs-two-biases",
+                       rewrite(zeroed(E.add(E.add(scores, b1), mask_bias)))
+                       .to(attend(q, k, v, E.add(b1, mask_bias), al)),
+                       note="(s + b1) + b2 = s + (b1 + b2); as attention-zeroed-probs")
 
 
 @family("fusion")

@@ -2,7 +2,8 @@
 and additive masks, explicit scale, enable_gqa), grouped-query attention through repeat_kv, and
 the decomposed forms with and without a mask, with logit softcapping (Gemma 2) and with ALiBi
 (BLOOM's baddbmm on merged heads, MPT's masked_fill with the lowest float), GPT-Neo's where
-with the lowest float as a 0-d tensor, and BART's eager
+with the lowest float as a 0-d tensor, XGLM's floor at the lowest float, CPM-Ant's
+probabilities masked to 0 after the softmax, and BART's eager
 attention on heads merged into the batch, and attention sinks (GPT-OSS): each becomes one
 `attention` kernel that reads each KV head once, and matches eager. Plus the kernel's own edge
 cases: KV-head groups and rows that see no key (zero, as sdpa gives)."""
@@ -90,6 +91,18 @@ class Attn(torch.nn.Module):
                 w = q @ k.transpose(-2, -1)
                 w = torch.where(keep, w, torch.tensor(torch.finfo(w.dtype).min))
                 o = torch.softmax(w, -1) @ v
+            elif self.form == "floor-lowest":  # XGLM: maximum(s + mask, finfo.min), 0-d tensor
+                mask = torch.zeros(s, s).masked_fill(torch.ones(s, s).triu(1).bool(),
+                                                     torch.finfo(torch.float32).min)
+                w = q @ k.transpose(-2, -1) * self.d ** -0.5 + mask
+                w = torch.maximum(w, torch.tensor(torch.finfo(torch.float32).min))
+                o = torch.softmax(w, -1) @ v
+            elif self.form == "zeroed-probs":  # CPM-Ant: + position bias, -inf fill, 0 fill
+                hidden = torch.ones(s, s, dtype=torch.bool).triu(1)
+                position_bias = torch.arange(s)[:, None] - torch.arange(s)[None, :] * 0.1
+                w = q @ k.transpose(-2, -1) / self.d ** 0.5 + position_bias
+                w = torch.softmax(w.masked_fill(hidden, torch.scalar_tensor(float("-inf"))), -1)
+                o = w.masked_fill(hidden, torch.scalar_tensor(0.0)) @ v
             elif self.form == "bmm-merged-heads":  # BART's eager attention, heads in the batch
                 bias = torch.full((s, s), float("-inf")).triu(1)
                 q3, k3, v3 = (t.reshape(b * self.h, s, self.d) for t in (q * self.d ** -0.5, k, v))
@@ -107,7 +120,8 @@ class Attn(torch.nn.Module):
 
 FORMS = ["sdpa", "sdpa-causal", "sdpa-bool", "sdpa-float", "sdpa-gqa-flag",
          "decomposed-no-mask", "decomposed-mask", "decomposed-softcap", "alibi-baddbmm",
-         "alibi-masked-fill", "bmm-merged-heads", "sinks", "where-lowest"]
+         "alibi-masked-fill", "bmm-merged-heads", "sinks", "where-lowest", "floor-lowest",
+         "zeroed-probs"]
 
 
 @pytest.mark.parametrize("form", FORMS)
