@@ -89,6 +89,7 @@ class Compiled:
         self._report_runtime()
         self._lock = threading.Lock()  # the arena is shared state: one call at a time
         self.cost_model: CostModel | None = None  # the model extraction used
+        self.cached_as: str | None = None  # its program cache key, where it has one
         # the user's inputs; the mutated buffers (captured.state) are bound after them
         n_state = len(captured.state)
         ids = captured.graph.input_ids
@@ -449,21 +450,8 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
                                                    tuple(example_inputs), example_kwargs)
     if cached_as is not None and compiled.meta_weights:  # the report complete: a hit's too
         program_cache.store(cached_as, (graph, captured, report, compiled.plan))
+        compiled.cached_as = cached_as
     return compiled
-
-
-def from_program_cache(model: Any, example_inputs: Iterable[Any] = (), *,
-                       example_kwargs: dict | None = None, backend: str = "auto",
-                       **options: Any) -> Compiled | None:
-    """What optimize(model, example_inputs, **options) returns when the program cache holds
-    it (a meta-device model optimized before with these options: program_cache.py), without
-    optimizing; None when it does not. `progress` and `measure_eager` are ignored."""
-    example_inputs = tuple(example_inputs)
-    backend = resolve_backend(backend, list(example_inputs) + list((example_kwargs or {})
-                                                                   .values()))
-    options = {k: v for k, v in options.items() if k not in ("progress", "measure_eager")}
-    return _program_cache_lookup(model, example_inputs, example_kwargs, backend=backend,
-                                 **options)[1]
 
 
 def _program_cache_lookup(model: Any, example_inputs: tuple, example_kwargs: dict | None, *,
@@ -476,37 +464,41 @@ def _program_cache_lookup(model: Any, example_inputs: tuple, example_kwargs: dic
     and the program stored under it (None: a miss)."""
     if not program_cache.enabled(model):  # only a meta-device model's program is on disk
         return None, None
-    t0 = time.perf_counter()
     options = {"rules": resolve(rules) if rules is None or list(rules) else [],
                "backend": backend, "extractor": extractor, "limits": limits,
                "force_rules": force_rules, "quantize": quantize,
                "keep_float": list(keep_float), "sparsity": sparsity}
     cached_as = program_cache.key(model, example_inputs, example_kwargs, options,
                                   CostModel().machine)
-    hit = _from_program_cache(cached_as, model, backend)
-    if hit is not None:
-        if hit.captured.fallback_ops:
-            warnings.warn("these ops are not in the registry and run in torch (fallback): "
-                          + ", ".join(hit.captured.fallback_ops), FallbackWarning,
-                          stacklevel=3)
-        hit.report.timings = {"program cache": time.perf_counter() - t0}
+    named = dict(model.named_buffers())
+    hit = cached_program(cached_as, backend, lambda name: named[name] if name in named
+                         else model.get_parameter(name))
     return cached_as, hit
 
 
-def _from_program_cache(name: str, model: torch.nn.Module, backend: str) -> Compiled | None:
-    """The program stored under `name` (program_cache.py), its state bound to the model's
-    own buffers; None when there is none."""
+def cached_program(name: str, backend: str,
+                   state: Callable[[str], torch.Tensor] | None = None) -> Compiled | None:
+    """The program stored under `name` (program_cache.py); None when there is none. `state`:
+    the model's tensor of each buffer the program writes, by name (else bound later, by
+    Compiled.load_weights)."""
+    t0 = time.perf_counter()
     entry = program_cache.load(name)
     if entry is None:
         return None
     graph, captured, report, plan = entry
-    try:
-        captured.state = {name: model.get_buffer(name) if name in dict(model.named_buffers())
-                          else model.get_parameter(name) for name in captured.state}
-    except AttributeError:
-        return None
+    if state is not None:
+        try:
+            captured.state = {name: state(name) for name in captured.state}
+        except AttributeError:
+            return None
     report.program_cache = "hit"
-    return Compiled(graph, captured, report, backend, plan)
+    compiled = Compiled(graph, captured, report, backend, plan)
+    compiled.cached_as = name
+    report.timings = {"program cache": time.perf_counter() - t0}
+    if captured.fallback_ops:
+        warnings.warn("these ops are not in the registry and run in torch (fallback): "
+                      + ", ".join(captured.fallback_ops), FallbackWarning, stacklevel=3)
+    return compiled
 
 
 def _quantization_report(compiled: Compiled, model: Any, fmt: str, keep_float: list[str],

@@ -36,11 +36,35 @@ class Checkpoint:
         if not (path / "config.json").is_file():
             raise EqsatError(f"{path}: no config.json (a directory as save_pretrained "
                              "writes it: config.json and model*.safetensors)")
-        self.config = _config(path)
+        self._config: Any = None
         self._where = _tensor_files(path)
         self.total_bytes = sum(f.stat().st_size for f in set(self._where.values()))
         self.bytes_read = 0  # of tensors read so far (tensor())
         self.on_read: Callable[[int], None] | None = None  # told bytes_read after each read
+
+    @property
+    def config(self) -> Any:
+        """config.json as transformers reads it (read on first use: a warm start of
+        warm_start.py never imports transformers)."""
+        if self._config is None:
+            self._config = _config(self.path)
+        return self._config
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        """Each shard's name and safetensors header (every tensor's name, dtype, shape and
+        offsets: what the checkpoint is, without its values), in name order."""
+        out = []
+        for file in sorted(set(self._where.values())):
+            try:
+                with file.open("rb") as f:
+                    size = int.from_bytes(f.read(8), "little")
+                    header = f.read(size)
+            except OSError as exc:
+                raise EqsatError(f"{file}: cannot read ({exc})") from exc
+            if len(header) != size:
+                raise EqsatError(f"{file}: truncated safetensors header")
+            out.append((file.name, header))
+        return out
 
     def keys(self) -> list[str]:
         return list(self._where)
@@ -109,7 +133,8 @@ class Checkpoint:
 
     def weight_source(self, model: nn.Module) -> CheckpointWeights:
         """Graph constant name -> tensor read from its shard (CheckpointWeights)."""
-        return CheckpointWeights(self, model)
+        return CheckpointWeights(self, tied_keys(self, model), lambda: self.empty_model(
+            next(model.parameters()).dtype, buffers=True).named_buffers())
 
     def rows(self, key: str, start: int, stop: int) -> torch.Tensor:
         """Rows [start, stop) of the tensor `key` (dim 0), read alone from its shard."""
@@ -127,41 +152,50 @@ class Checkpoint:
         return t
 
 
+def tied_keys(checkpoint: Checkpoint, model: nn.Module) -> dict[str, str]:
+    """Each parameter name of `model` -> the checkpoint's tensor it reads (tied names one)."""
+    key_of: dict[str, str] = {}
+    for names in _tied_names(model).values():
+        key = next(n for n in names if n in checkpoint._where)
+        key_of.update(dict.fromkeys(names, key))
+    return key_of
+
+
 class CheckpointWeights:
     """A checkpoint as a weight source (lazy_weights.WeightSource): graph constant name ->
-    tensor read from its shard, by the longest suffix of the name that is a parameter of
-    `model` (meta.suffixes), through the names tied to it; `rows` reads part of one, so that
-    a large weight is prepared a slice at a time (lazy_weights.LazyConstants)."""
+    tensor read from its shard, by the longest suffix of the name that is a parameter name in
+    `key_of` (meta.suffixes; each -> the checkpoint's tensor, tied names to one), else a buffer
+    of `buffers()` (name, tensor pairs the model computes from its config: rotary tables;
+    called once, when first needed). `rows` reads part of one, so that a large weight is
+    prepared a slice at a time (lazy_weights.LazyConstants). `buffers_read`: those read."""
 
-    def __init__(self, checkpoint: Checkpoint, model: nn.Module):
-        self.checkpoint, self.model = checkpoint, model
-        self._key_of: dict[str, str] = {}
-        for names in _tied_names(model).values():
-            key = next(n for n in names if n in checkpoint._where)
-            self._key_of.update(dict.fromkeys(names, key))
+    def __init__(self, checkpoint: Checkpoint, key_of: dict[str, str],
+                 buffers: Callable[[], Any]):
+        self.checkpoint, self.key_of, self._make_buffers = checkpoint, key_of, buffers
         self._buffers: dict[str, torch.Tensor] = {}
+        self.buffers_read: dict[str, torch.Tensor] = {}
 
     def __call__(self, name: str) -> torch.Tensor:
-        key = self._key(name)
+        key = self.key(name)
         if key is not None:
             return self.checkpoint.tensor(key)
         tails = suffixes(name)
         if not self._buffers:  # the buffers a meta model lacks, computed once
-            real = self.checkpoint.empty_model(next(self.model.parameters()).dtype,
-                                               buffers=True)
-            self._buffers.update(real.named_buffers())
+            self._buffers.update(self._make_buffers())
         for suffix in tails:
             if suffix in self._buffers:
+                self.buffers_read[suffix] = self._buffers[suffix]
                 return self._buffers[suffix]
         raise EqsatError(f"weight {name}: no parameter or buffer of the checkpoint's model")
 
     def rows(self, name: str, start: int, stop: int) -> torch.Tensor | None:
         """Rows [start, stop) of the weight `name`; None for a buffer (computed whole)."""
-        key = self._key(name)
+        key = self.key(name)
         return None if key is None else self.checkpoint.rows(key, start, stop)
 
-    def _key(self, name: str) -> str | None:
-        return next((self._key_of[s] for s in suffixes(name) if s in self._key_of), None)
+    def key(self, name: str) -> str | None:
+        """The checkpoint tensor the weight `name` reads; None for a buffer."""
+        return next((self.key_of[s] for s in suffixes(name) if s in self.key_of), None)
 
 
 def _config(path: Path) -> Any:

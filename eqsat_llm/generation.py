@@ -32,7 +32,7 @@ from .kv_cache import CachedStep
 from .lazy_weights import WeightSource, source_names
 from .memcheck import release_freed_memory
 from .meta import ParameterSource, meta_twin, plans_on_meta
-from .parallel_start import ProgramWorker, layers_of, start_workers, wait_budget
+from .parallel_start import layers_in, start_workers, wait_budget
 from .rulebook import resolve
 
 DEFAULT_CHUNK = 64
@@ -111,15 +111,6 @@ def optimize_step(step: nn.Module, example: tuple[torch.Tensor, ...],
         return optimize(step, example, **options)
 
 
-def program_from_cache(step: nn.Module, example: tuple[torch.Tensor, ...],
-                       options: dict[str, Any]) -> Any:
-    """What optimize_step returns when the program cache holds it, else None."""
-    from .api import from_program_cache
-
-    with _step_warnings():
-        return from_program_cache(step, example, **options)
-
-
 @contextlib.contextmanager
 def _step_warnings():
     from .api import FallbackWarning
@@ -152,14 +143,6 @@ def example_inputs(tokens: int, batch_size: int, max_seq_len: int, meta: bool
           torch.arange(tokens).expand(b, tokens).contiguous(), torch.ones(b, n, dtype=torch.long),
           torch.zeros(1, dtype=torch.long))
     return tuple(x.to("meta") for x in xs) if meta else xs
-
-
-def optimize_on_meta(model: nn.Module, batch_size: int, max_seq_len: int, dtype: torch.dtype,
-                     tokens: int, options: dict[str, Any]) -> Any:
-    """The program for `tokens` new tokens of the meta-device `model`, as a Generator
-    planned on the meta device optimizes it (stored in the program cache by optimize)."""
-    step = cached_step(model, batch_size, max_seq_len, dtype, meta=True)
-    return optimize_step(step, example_inputs(tokens, batch_size, max_seq_len, True), options)
 
 
 @dataclass
@@ -254,7 +237,7 @@ class Generator:
 
     def __init__(self, model: nn.Module, max_seq_len: int, *, batch_size: int = 1,
                  prefill_chunk: int | None = None, weights: WeightSource | None = None,
-                 _workers: dict[int, ProgramWorker] | None = None, **optimize_options: Any):
+                 **optimize_options: Any):
         if max_seq_len < 2 or batch_size < 1:
             raise EqsatError(f"max_seq_len must be >= 2 and batch_size >= 1, got "
                              f"{max_seq_len} and {batch_size}")
@@ -288,12 +271,15 @@ class Generator:
                 # lock among its attributes): planned as loaded, as before
             weights = own if twin else None
         if not twin:
-            self._optimize(model, dtype, weights, options, _workers)
-        try:
-            self.prefill_program = self._program(self.chunk, options)
-        finally:
-            for worker in self._workers.values():
-                worker.stop()
+            self._optimize(model, dtype, weights, options)
+        self.prefill_program = self._program(self.chunk, options)
+        self._finish(model, weights, t0, "model" if twin else
+                     "checkpoint" if weights is not None else "folded")
+
+    def _finish(self, model: nn.Module | None, weights: WeightSource | None, t0: float,
+                weights_from: str) -> None:
+        """With both programs made: their weights (where planned on the meta device), the
+        report and the run-time inputs."""
         if weights is not None:  # planned on the meta device: each prepared weight is made now
             t1 = time.perf_counter()
             caches = {name: torch.zeros(meta.shape, dtype=meta.dtype)  # the caches, real (the
@@ -315,57 +301,30 @@ class Generator:
             cache_shape=tuple(caches[0].shape), prefill_chunk=self.chunk,
             compile_seconds=time.perf_counter() - t0,
             **_holdings(model, (self.prefill_program, self.decode_program)),
-            weights_from="model" if twin else "checkpoint" if weights is not None else "folded",
-            decode_optimized=self._where[1], prefill_optimized=self._where[self.chunk])
+            weights_from=weights_from, decode_optimized=self._where[1],
+            prefill_optimized=self._where[self.chunk])
         # run-time inputs, filled in place between calls (no allocation per token); the
         # cache and these are one generation's state: one generate() at a time
         self._lock = threading.Lock()
-        self._mask = torch.zeros(batch_size, max_seq_len, dtype=torch.long)
+        self._mask = torch.zeros(self.batch_size, self.max_seq_len, dtype=torch.long)
         self._past = torch.zeros((), dtype=torch.long)
         self._last = torch.zeros(1, dtype=torch.long)
 
     def _optimize(self, model: nn.Module, dtype: torch.dtype, weights: WeightSource | None,
-                  options: dict[str, Any], workers: dict[int, ProgramWorker] | None = None
-                  ) -> None:
+                  options: dict[str, Any]) -> None:
         """The cached step around `model` (on the meta device when `weights` will load it)
         and its decode program (the prefill program after it: _program)."""
         self._meta = weights is not None
         self.step = cached_step(model, self.batch_size, self.max_seq_len, dtype, self._meta)
-        self._workers = dict(workers or {})
         self._where: dict[int, str] = {}
-        try:
-            self.decode_program = self._program(1, options)
-        except BaseException:
-            for worker in self._workers.values():
-                worker.stop()
-            raise
+        self.decode_program = self._program(1, options)
 
     def _program(self, tokens: int, options: dict[str, Any]) -> Any:
-        """The program for `tokens` new tokens, taken from the program cache where a parallel
-        start's child stored it (parallel_start.py) or an earlier start did, else optimized
-        here; where it was optimized in self._where."""
-        if self._workers and tokens == 1:  # the first program asked: is this a warm start?
-            example = example_inputs(tokens, self.batch_size, self.max_seq_len, self._meta)
-            program = program_from_cache(self.step, example, options)
-            if program is not None:  # an earlier start stored both: no child needed
-                for worker in self._workers.values():
-                    worker.stop()
-                self._workers.clear()
-                self._where[tokens] = "by an earlier start"
-                return program
-        worker = self._workers.pop(tokens, None)
-        if worker is None:
-            program = self._optimized(tokens, options)
-            self._where[tokens] = "by an earlier start" if \
-                program.report.program_cache == "hit" else "here"
-            return program
-        if callable(options.get("progress")):
-            options["progress"](f"the {'decode step' if tokens == 1 else 'prefill program'}, "
-                                "optimized in a parallel process")
-        why = worker.wait(wait_budget(layers_of(self.step.model.config)))
+        """The program for `tokens` new tokens, taken from the program cache where an earlier
+        start stored it, else optimized here; where it was optimized in self._where."""
         program = self._optimized(tokens, options)
-        self._where[tokens] = "in a parallel process" if program.report.program_cache == \
-            "hit" else f"here ({why or 'the parallel process stored another program'})"
+        self._where[tokens] = "by an earlier start" if \
+            program.report.program_cache == "hit" else "here"
         return program
 
     def _optimized(self, tokens: int, options: dict[str, Any]) -> Any:
@@ -383,21 +342,17 @@ class Generator:
         widened from half...), and its source bytes dropped: the full-precision model is never
         held (checkpoint.py, lazy_weights.py). `dtype`: the model's, default the
         checkpoint's. Other options as Generator's and optimize's."""
+        from . import warm_start
         from .checkpoint import Checkpoint
         from .progress import ProgressLine, bytes_text
 
         ckpt = Checkpoint(path)
         if quantize is not None:
             options["quantize"] = quantize
-        # both programs optimized in child processes, in parallel, where that pays
-        workers = start_workers(
-            path, ckpt.config, max_seq_len=max_seq_len, dtype=dtype,
-            batch_size=options.get("batch_size", 1),
-            chunk=prefill_tokens(options.get("prefill_chunk"), max_seq_len),
-            options={k: v for k, v in options.items() if k not in ("batch_size",
-                                                                   "prefill_chunk")})
+        record_name = warm_start.key(ckpt, {"max_seq_len": max_seq_len, "dtype": dtype,
+                                            **options})
+        record = warm_start.load(record_name) if record_name else None
         line = ProgressLine()  # on a terminal only
-        options.setdefault("progress", lambda text: line.show(f"optimizing: {text}"))
         started: list[float] = []
 
         def reading(done: int) -> None:
@@ -408,17 +363,85 @@ class Generator:
 
         ckpt.on_read = reading
         try:
-            model = ckpt.empty_model(dtype)
-            gen = cls(model, max_seq_len, weights=ckpt.weight_source(model),
-                      _workers=workers, **options)
+            gen = cls._from_record(record, ckpt, max_seq_len, options) if record else None
+            if gen is None:
+                gen = cls._cold_start(ckpt, max_seq_len, dtype, options, line, record_name)
         finally:
             ckpt.on_read = None
             line.done()
-            for worker in workers.values():
-                worker.stop()  # (done by now, unless something failed)
         gen.checkpoint = ckpt
         gen.report.weights_read_bytes, gen.report.load_seconds = ckpt.bytes_read, \
             gen.load_seconds
+        return gen
+
+    @classmethod
+    def _cold_start(cls, ckpt: Any, max_seq_len: int, dtype: torch.dtype | None,
+                    options: dict[str, Any], line: Any, record_name: str | None) -> Generator:
+        """from_pretrained without a start record: both programs optimized in child
+        processes, in parallel, where that pays, and started from the record they leave
+        (this process builds no model); else the model built here on the meta device. The
+        record of a later start stored under `record_name`."""
+        from . import warm_start
+
+        chunk = prefill_tokens(options.get("prefill_chunk"), max_seq_len)
+        layers = layers_in(ckpt.path / "config.json")
+        workers = start_workers(
+            ckpt.path, layers, max_seq_len=max_seq_len, dtype=dtype,
+            batch_size=options.get("batch_size", 1), chunk=chunk,
+            options={k: v for k, v in options.items() if k not in ("batch_size",
+                                                                   "prefill_chunk")},
+            record=record_name)
+        options.setdefault("progress", lambda text: line.show(f"optimizing: {text}"))
+        if workers:
+            options["progress"]("both programs, in parallel processes")
+            whys = {tokens: worker.wait(wait_budget(layers))
+                    for tokens, worker in workers.items()}
+            record = warm_start.join_parts(record_name, list(workers)) \
+                if record_name and not any(whys.values()) else None
+            gen = cls._from_record(record, ckpt, max_seq_len, options) if record else None
+            if gen is not None:
+                gen._where = dict.fromkeys(gen._where, "in a parallel process")
+                gen.report.decode_optimized = gen.report.prefill_optimized = \
+                    "in a parallel process"
+                return gen
+            why = next((w for w in whys.values() if w), "its start record was not made")
+            options["progress"](f"here ({why})")
+        model = ckpt.empty_model(dtype)
+        gen = cls(model, max_seq_len, weights=ckpt.weight_source(model), **options)
+        if workers:  # the children's programs, where they stored them, were cache hits
+            gen.report.decode_optimized = gen.report.prefill_optimized = f"here ({why})"
+        programs = {1: gen.decode_program.cached_as, gen.chunk: gen.prefill_program.cached_as}
+        if record_name is not None and None not in programs.values():
+            warm_start.store(record_name, warm_start.StartRecord(
+                programs, gen.decode_program._backend, **warm_start.facts(
+                    ckpt, model, gen.step, [gen.decode_program.graph,
+                                            gen.prefill_program.graph])))
+        return gen
+
+    @classmethod
+    def _from_record(cls, record: Any, ckpt: Any, max_seq_len: int, options: dict[str, Any]
+                     ) -> Generator | None:
+        """from_pretrained from a StartRecord (warm_start.py): no model built, both programs
+        from the program cache; None where one is gone from it (then a cold start)."""
+        from .api import cached_program
+        from .checkpoint import CheckpointWeights
+        from .kv_cache import CacheBuffers
+
+        t0 = time.perf_counter()
+        programs = {tokens: cached_program(name, record.backend)
+                    for tokens, name in record.programs.items()}
+        if None in programs.values():
+            return None
+        gen = cls.__new__(cls)
+        gen.model = None  # (never built: the record holds what the Generator reads of it)
+        gen.max_seq_len, gen.batch_size = max_seq_len, options.get("batch_size", 1)
+        gen.chunk = prefill_tokens(options.get("prefill_chunk"), max_seq_len)
+        gen.step = CacheBuffers(record.caches)
+        gen.decode_program, gen.prefill_program = programs[1], programs[gen.chunk]
+        gen._where = dict.fromkeys(programs, "by an earlier start")
+        gen._recorded_defaults = record.eos_token_id, record.pad_token_id
+        gen._finish(None, CheckpointWeights(ckpt, record.key_of, record.buffers.items), t0,
+                    "checkpoint")
         return gen
 
     @property
@@ -551,15 +574,23 @@ class Generator:
                              f"{[rows, prompt]} like input_ids")
         return input_ids.to(torch.long)
 
+    def _generation_defaults(self) -> tuple[Any, Any]:
+        """The model's eos and pad ids, read when asked (a user may set them after the
+        Generator is built); a Generator started without its model: the start record's."""
+        if self.model is None:
+            return self._recorded_defaults
+        config = getattr(self.model, "generation_config", None)
+        return getattr(config, "eos_token_id", None), getattr(config, "pad_token_id", None)
+
     def _eos_and_pad(self, eos_token_id: int | list[int] | None,
                      pad_token_id: int | None) -> tuple[list[int], int]:
         """As transformers: unset ids come from the model's generation_config; the pad id
         defaults to the first eos id. `eos_token_id=[]` never stops early."""
-        config = getattr(self.model, "generation_config", None)
+        eos_default, pad_default = self._generation_defaults()
         if eos_token_id is None:
-            eos_token_id = getattr(config, "eos_token_id", None)
+            eos_token_id = eos_default
         if pad_token_id is None:
-            pad_token_id = getattr(config, "pad_token_id", None)
+            pad_token_id = pad_default
         eos = ([] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int)
                else list(eos_token_id))
         return eos, pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
@@ -573,10 +604,11 @@ def _on_meta_twin(model: nn.Module, options: dict[str, Any]) -> bool:
             and not options.get("measure_eager") and plans_on_meta(model))
 
 
-def _storages(model: nn.Module, program: Any) -> tuple[dict[int, int], dict[int, int]]:
+def _storages(model: nn.Module | None, program: Any) -> tuple[dict[int, int], dict[int, int]]:
     """The distinct storages (address -> bytes) a program's constants and prepared weights
     hold beyond the model's own tensors, and those of the model's own it reads as stored."""
-    own = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    own = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())
+           } if model is not None else set()
     held: dict[int, int] = {}
     read: dict[int, int] = {}
     for t in [*program.graph.constants.values(), *getattr(program._runtime, "weights", [])]:
@@ -586,7 +618,7 @@ def _storages(model: nn.Module, program: Any) -> tuple[dict[int, int], dict[int,
     return held, read
 
 
-def _holdings(model: nn.Module, programs: tuple[Any, Any]) -> dict[str, Any]:
+def _holdings(model: nn.Module | None, programs: tuple[Any, Any]) -> dict[str, Any]:
     """GeneratorReport's fields on what the two programs hold: together, each alone, the
     tensors both hold (one copy), and the model's own tensors read as stored."""
     (held_p, read_p), (held_d, read_d) = (_storages(model, p) for p in programs)

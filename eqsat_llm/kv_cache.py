@@ -129,3 +129,20 @@ class CachedStep(nn.Module):
                          position_ids=position_ids, use_cache=True, logits_to_keep=last,
                          **{self._cache_arg: cache})
         return out.logits
+
+
+class CacheBuffers:
+    """A Generator's KV cache without its model (a start from warm_start.StartRecord): the
+    buffers CachedStep would hold, by name, on the meta device until the Generator makes
+    them."""
+
+    def __init__(self, specs: list[tuple[str, tuple[int, ...], torch.dtype]]):
+        self._names = [name for name, _, _ in specs]
+        for name, shape, dtype in specs:
+            setattr(self, name, torch.empty(shape, dtype=dtype, device="meta"))
+
+    def caches(self) -> list[torch.Tensor]:
+        return [getattr(self, name) for name in self._names]
+
+    def cache_names(self) -> list[str]:
+        return list(self._names)

@@ -62,19 +62,21 @@ class ProgramWorker:
         return f"the child exited with {code}" + (f": {lines[-1]}" if lines else "")
 
 
-def start_workers(path: str | Path, config: Any, *, max_seq_len: int, batch_size: int,
-                  chunk: int, dtype: torch.dtype | None, options: dict[str, Any]
-                  ) -> dict[int, ProgramWorker]:
+def start_workers(path: str | Path, layers: int, *, max_seq_len: int, batch_size: int,
+                  chunk: int, dtype: torch.dtype | None, options: dict[str, Any],
+                  record: str | None = None) -> dict[int, ProgramWorker]:
     """Children optimizing the checkpoint `path`'s programs (the decode step, 1 token, and
-    the prefill chunk, `chunk` tokens) into the program cache, by their tokens; none where
-    that does not apply (module docstring)."""
+    the prefill chunk, `chunk` tokens) of a model of `layers` layers into the program cache,
+    by their tokens, each storing its part of the start record `record` (warm_start.py);
+    none where that does not apply (module docstring)."""
     if os.environ.get("EQSAT_PARALLEL_START", "1") == "0" or \
             os.environ.get("EQSAT_PROGRAM_CACHE", "1") == "0" or \
-            _cores() < 2 or layers_of(config) < PARALLEL_MIN_LAYERS:
+            _cores() < 2 or layers < PARALLEL_MIN_LAYERS:
         return {}
     handed = {k: v for k, v in options.items() if k != "progress"}
     job = {"path": str(path), "max_seq_len": max_seq_len, "batch_size": batch_size,
-           "dtype": None if dtype is None else str(dtype).split(".")[-1], "options": handed}
+           "dtype": None if dtype is None else str(dtype).split(".")[-1], "options": handed,
+           "record": record}
     try:
         json.dumps(job)
     except TypeError:  # an option that is not plain data (rule objects, a callable)
@@ -96,9 +98,16 @@ def start_workers(path: str | Path, config: Any, *, max_seq_len: int, batch_size
     return workers
 
 
-def layers_of(config: Any) -> int:
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return getattr(text, "num_hidden_layers", 0) or 0
+def layers_in(config_json: Path) -> int:
+    """num_hidden_layers of a config.json, read as JSON (transformers not imported: a start
+    that finds its programs and start record never does)."""
+    try:
+        config = json.loads(config_json.read_text())
+    except (OSError, ValueError):
+        return 0
+    layers = config.get("num_hidden_layers") or (config.get("text_config") or {}).get(
+        "num_hidden_layers")
+    return layers if isinstance(layers, int) else 0
 
 
 def _cores() -> int:
@@ -119,20 +128,26 @@ def main(argv: list[str]) -> None:
     tokens optimized as Generator.from_pretrained would, stored by optimize() in the cache."""
     import warnings
 
+    from . import warm_start
     from .checkpoint import Checkpoint
-    from .generation import optimize_on_meta, program_options
+    from .generation import cached_step, example_inputs, optimize_step, program_options
 
     warnings.filterwarnings("ignore")
     job = json.loads(argv[0])
     dtype = getattr(torch, job["dtype"]) if job["dtype"] else None
-    model = Checkpoint(job["path"]).empty_model(dtype)
+    ckpt = Checkpoint(job["path"])
+    model = ckpt.empty_model(dtype)
     step_dtype, options = program_options(model, job["options"])
-    compiled = optimize_on_meta(model, job["batch_size"], job["max_seq_len"], step_dtype,
-                                job["tokens"], options)
+    step = cached_step(model, job["batch_size"], job["max_seq_len"], step_dtype, meta=True)
+    compiled = optimize_step(step, example_inputs(job["tokens"], job["batch_size"],
+                                                  job["max_seq_len"], True), options)
     if compiled.target_backend == "c":  # its C compiled too: the loader's compile is a hit
         from .codegen.c.runtime import compiled_program
 
         compiled_program(compiled.graph, compiled.plan)
+    if job["record"] and compiled.cached_as is not None:
+        warm_start.store_part(job["record"], job["tokens"], compiled,
+                              warm_start.facts(ckpt, model, step, [compiled.graph]))
 
 
 if __name__ == "__main__":

@@ -114,6 +114,7 @@ def test_each_weight_is_read_and_quantized_once_and_held_only_prepared(tmp_path,
     panels its kernel reads."""
     from eqsat_llm.checkpoint import Checkpoint
 
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a first start
     saved = _save(tmp_path, torch.bfloat16, tied=False)
     reads: dict[str, int] = {}
     read = Checkpoint.tensor
@@ -129,8 +130,12 @@ def test_each_weight_is_read_and_quantized_once_and_held_only_prepared(tmp_path,
     assert set(reads.values()) == {1}
     assert gen.report.weights_read_bytes == sum(t.numel() * t.element_size()
                                                 for t in saved.state_dict().values())
-    decode_views = [w for w in gen.decode_program._runtime.weights if w._base is not None]
-    assert decode_views
+    prefill_storages = {w.untyped_storage().data_ptr()
+                        for w in gen.prefill_program._runtime.weights}
+    decode_panels = [w for w in gen.decode_program._runtime.weights
+                     if w.dtype == torch.uint8 and w.numel()]
+    assert decode_panels and all(w.untyped_storage().data_ptr() in prefill_storages
+                                 for w in decode_panels)
     for program in (gen.decode_program, gen.prefill_program):
         quantized = [w for w in program._runtime.weights if w.dtype == torch.uint8 and w.numel()]
         assert quantized and all(w.dim() == 3 for w in quantized)  # panels, never [K / 2, N]

@@ -1,6 +1,6 @@
 """A cold Generator.from_pretrained optimizes its two programs in child processes
-(parallel_start.py), takes them from the program cache, and generates transformers' tokens; a
-child that fails costs only time."""
+(parallel_start.py), starts from the programs and the start record they leave (this process
+builds no model), and generates transformers' tokens; a child that fails costs only time."""
 
 import warnings
 
@@ -34,12 +34,13 @@ def test_both_programs_come_from_parallel_processes(tmp_path, monkeypatch):
     gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32, quantize="int8")
     assert gen.report.decode_optimized == gen.report.prefill_optimized == \
         "in a parallel process"
+    assert gen.model is None  # the children built it; this process started from their record
     for program in (gen.decode_program, gen.prefill_program):
         assert program.report.program_cache == "hit"
         assert program._runtime.cache_hit  # the child compiled its C too
     assert "decode step optimized in a parallel process" in gen.report.summary()
     warm = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32, quantize="int8")
-    # both cached: the children stopped at once
+    # both cached, with the record: no child started
     assert warm.report.decode_optimized == warm.report.prefill_optimized == \
         "by an earlier start"
     assert warm.prefill_program.report.program_cache == "hit"
@@ -67,9 +68,9 @@ def test_a_child_that_fails_costs_only_time(tmp_path, monkeypatch):
 
 
 def test_when_a_parallel_start_does_not_apply(tmp_path, monkeypatch):
-    config = transformers.LlamaConfig(num_hidden_layers=parallel_start.PARALLEL_MIN_LAYERS)
+    config = parallel_start.PARALLEL_MIN_LAYERS  # layers
     args = {"max_seq_len": 32, "batch_size": 1, "chunk": 16, "dtype": None}
-    shallow = transformers.LlamaConfig(num_hidden_layers=2)
+    shallow = 2
     start = parallel_start.start_workers
     assert start(tmp_path, shallow, **args, options={}) == {}
     # options the child cannot be handed (rule objects, callables): none

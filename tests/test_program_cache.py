@@ -88,3 +88,44 @@ def test_a_loaded_model_is_cached_as_its_meta_twin_but_folded_weights_never(tmp_
                        gen.generate(PROMPT, max_new_tokens=5))
     assert compiled.report.program_cache == "off"
     assert len(list(cache_home.glob("*.pkl"))) == 2  # the Generator's two programs only
+
+
+_WARM = """
+import sys, torch
+from eqsat_llm.generation import Generator
+gen = Generator.from_pretrained(sys.argv[1], max_seq_len=32, quantize="int8")
+prompt = torch.tensor({prompt})
+tokens = gen.generate(prompt, max_new_tokens=5)
+print(tokens.tolist(), "transformers" in sys.modules, gen.model is None,
+      gen.report.decode_optimized, gen.report.prefill_optimized, gen.report.weights_from)
+"""
+
+
+def test_a_second_start_in_a_new_process_builds_no_model(tmp_path, cache_home):
+    import os
+    import subprocess
+    import sys
+
+    _save(tmp_path / "ck")
+    _, tokens = _start(tmp_path / "ck", quantize="int8")
+    assert len(list((cache_home.parent / "starts").glob("*.pkl"))) == 1  # the start record
+    out = subprocess.run(
+        [sys.executable, "-c", _WARM.format(prompt=PROMPT.tolist()), str(tmp_path / "ck")],
+        capture_output=True, text=True, env=dict(os.environ), timeout=600, check=True)
+    assert out.stdout.startswith(str(tokens.tolist())), (out.stdout, tokens.tolist())
+    # transformers never imported, the model never built, both programs from the cache, the
+    # weights read from the shards, the generation defaults (eos) and rotary tables from
+    # the record: the same tokens as the first start
+    assert out.stdout.split("]] ")[1].split() == [
+        "False", "True", "by", "an", "earlier", "start", "by", "an", "earlier", "start",
+        "checkpoint"], out.stdout
+
+
+def test_a_start_record_whose_programs_are_gone_starts_cold(tmp_path, cache_home):
+    _save(tmp_path / "ck")
+    _, tokens = _start(tmp_path / "ck")
+    for entry in cache_home.glob("*.pkl"):
+        entry.unlink()
+    gen, again = _start(tmp_path / "ck")
+    assert gen.model is not None and gen.decode_program.report.program_cache == "miss"
+    assert torch.equal(again, tokens)
