@@ -79,3 +79,29 @@ def test_kv_group_is_how_kv_heads_repeats(q_heads, kv_heads, group):
     assert kv_group(q.shape, kv.shape, kv.shape) == group
     if group is not None:
         assert repeat(q, kv).shape[-3] == (q_heads if group > 1 else kv_heads)
+
+
+def test_an_ops_inputs_are_named_by_the_roles_it_declares():
+    """attention, sdpa and gemm name their inputs once (OpDef.operands): the reference, the
+    emitters, the cost model and the rule checker's draws read them by role."""
+    import torch
+
+    from eqsat_llm.ops import evaluate, operands_of, register
+    from eqsat_llm.errors import GraphError
+
+    assert REGISTRY["attention"].operands == ("q", "k", "v", "bias", "sinks")
+    assert REGISTRY["gemm"].operands == ("x", "w", "w_scale", "norm", "addend")
+    assert operands_of("attention", [1, 2, 3, 4, 5]).bias == 4
+    # the reference reads each input by its role: a large sink takes each row's weight onto
+    # its zero value; a bias of -inf but on the diagonal makes each row its own v
+    q, k, v = torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4)
+    attrs = {"scale": 0.5, "softcap": 0.0}
+    sunk = evaluate("attention", [q, k, v, 0.0, torch.full((1, 1, 3, 1), 80.0)], attrs)
+    assert sunk.abs().max() < 1e-20
+    diagonal = torch.full((3, 3), float("-inf")).fill_diagonal_(0.0)
+    assert torch.equal(evaluate("attention", [q, k, v, diagonal, float("-inf")], attrs), v)
+    with pytest.raises(ValueError, match="2 operand roles for 3 inputs"):
+        register("three_inputs", 3, category="elementwise", shape="same", cost="vector",
+                 flops=1.0, operands="a b")
+    with pytest.raises(GraphError, match="no operand roles"):
+        operands_of("add", [1, 2])

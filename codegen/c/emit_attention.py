@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ...ir import Node
+from ...ops import operands_of
 from ...ops.attention import kv_group
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
 from .values import Ref
@@ -81,7 +82,8 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
                    bias_values: torch.Tensor | None = None) -> str | None:
     """bias_values: the bias's values when it is a constant (the packed kernel then skips
     the keys a causal mask hides from a whole block of query rows)."""
-    q, k, v, bias, sinks = ins
+    x = operands_of("attention", ins)
+    q, k, v, bias, sinks = x.q, x.k, x.v, x.bias, x.sinks
     if any(r.dtype != "float32" for r in (out, q, k, v)) or len(q.shape) < 2:
         return None
     if any(r.space != "scalar" and r.dtype != "float32" for r in (bias, sinks)):

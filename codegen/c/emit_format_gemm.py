@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...half_formats import WEIGHT_FORMATS as HALF_FORMATS
-from ...ops import ACTIVATIONS
+from ...ops import ACTIVATIONS, operands_of
 from ...quant_formats import DYNAMIC, format_group
 from ...sparse_formats import FORMATS as SPARSE_FORMATS
 from .emit_norm import inv_rms
@@ -45,7 +45,8 @@ def emit_format_gemm(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry,
     d["weight"] and aux its scales or positions (geo: x and out, no B); None where the
     operands' layout or dtypes are not the kernel's (a quantized weight must be a constant:
     its panels are prepared in `layout`)."""
-    x, w, aux, norm, addend = ins
+    g = operands_of("gemm", ins)
+    x, w, aux, norm, addend = g.x, g.w, g.w_scale, g.norm, g.addend
     fmt, epilogue = d["weight"], d["epilogue"]
     if out.dtype != "float32" or x.dtype != "float32":
         return None

@@ -17,6 +17,7 @@ correct, only slower."""
 from __future__ import annotations
 
 from ...ir import Node
+from ...ops import operands_of
 from .emit_format_gemm import emit_format_gemm
 from .emit_matmul import emit_product
 from .emit_matmul_swiglu import emit_matmul_swiglu
@@ -29,7 +30,8 @@ from .values import Layout, Ref
 def emit_gemm(node: Node, out: Ref, ins: list[Ref], blas: bool, layout: Layout,
               ropes: tuple[RopeEpilogue, ...] = ()) -> str | None:
     d = node.attrs
-    x, w, _, _, addend = ins
+    g = operands_of("gemm", ins)
+    x, w, addend = g.x, g.w, g.addend
     # a weight in a format is no strided matrix (and its kernel checks the addend's rows once
     # the weight's panels are prepared); a float weight's residual is walked with C's rows
     stored = d["weight"] != "float"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+from ...ops import operands_of
 from .emit_norm import inv_rms
 from .fuse_rope import RopeEpilogue, packed_gemm_call
 from .gemm_geometry import GemmGeometry
@@ -35,7 +36,8 @@ def emit_rms_norm_matmul(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry,
     the fused path that can do so does not apply."""
     if d["epilogue"] != "none" or d["act"] != "none":
         return None
-    x, w, _, g, _ = ins
+    operands = operands_of("gemm", ins)
+    x, w, g = operands.x, operands.w, operands.norm
     if any(r.dtype != "float32" for r in (out, x, w, g)):
         return None
     if not x.shape or len(w.shape) != 2 or len(g.shape) > 1 or not out.shape:

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from ...ir import Node
+from ...ops import operands_of
 from .common import tanh
 from .launch import FLOATS, Launch, Operand, device, interpreting
 
@@ -259,7 +260,8 @@ def _mask_mode(bias: Operand, s: int, t: int) -> int | None:
 def plan_attention(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:
     """The launches of attention(q, k, v, bias, sinks; scale, softcap) into out, or None
     (declined)."""
-    q, k, v, bias, sinks = ins
+    x = operands_of("attention", ins)
+    q, k, v, bias, sinks = x.q, x.k, x.v, x.bias, x.sinks
     if sinks.is_scalar and float(sinks.scalar) != float("-inf") or \
             not sinks.is_scalar and sinks.dtype not in FLOATS:
         return None  # a sink the same for every row: no rule makes one

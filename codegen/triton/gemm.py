@@ -31,7 +31,7 @@ import triton.language as tl
 
 from ...half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from ...ir import Node
-from ...ops import GEMM_DEFAULTS, MATMUL_OPS
+from ...ops import GEMM_DEFAULTS, MATMUL_OPS, operands_of
 from ...quant_formats import DYNAMIC, FORMATS, format_group
 from .common import ACT_CODES, apply_act
 from .launch import FLOATS, Launch, Operand, interpreting, merge_levels
@@ -323,7 +323,8 @@ def plan_gemm(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | No
     """The launches of a `gemm` node (ops/gemm.py): x [..., K], w by its format, the output
     [..., n]; None where the kernel does not cover it (the module docstring says which)."""
     a = {**GEMM_DEFAULTS, **node.attrs}
-    x, w, w_scale, norm, addend = ins
+    g = operands_of("gemm", ins)
+    x, w, w_scale, norm, addend = g.x, g.w, g.w_scale, g.norm, g.addend
     if x.is_scalar or w.is_scalar or not x.shape or x.dtype not in FLOATS \
             or out.dtype not in FLOATS or a["act"] not in ACT_CODES:
         return None

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import CostError, EqsatError
 from ..ir import TensorType, dtype_of
-from ..ops import ACTIVATIONS, EXP_FLOPS, REGISTRY, WEAK_DTYPES, ops_where
+from ..ops import ACTIVATIONS, EXP_FLOPS, REGISTRY, WEAK_DTYPES, operands_of, ops_where
 from ..quant_formats import DYNAMIC
 from ..sparse_formats import FORMATS as SPARSE_FORMATS
 from .machine import Machine, machine_of_this_host
@@ -300,7 +300,8 @@ def _gemm_shape(a: dict[str, Any], ins: list[TensorType],
     4 bytes per multiply-add), so its flops count in proportion to the weight's bytes; at
     more rows the kernel dequantizes a panel once and runs the float tiles: the float GEMM's
     time, less QUANT_TIE_BREAK, so that a tie goes to the weight with fewer bytes."""
-    x = ins[0]
+    g = operands_of("gemm", ins)
+    x = g.x
     if not x.shape:
         raise CostError(f"gemm: a 0-d operand {x} is not a matrix")
     k, n = x.shape[-1], out.shape[-1]
@@ -314,7 +315,7 @@ def _gemm_shape(a: dict[str, Any], ins: list[TensorType],
         # is folded into the weight and the row scale multiplies each tile in L1 as stored
         epilogue += 2.0 * x.numel
     flops = (4.0 if a["epilogue"] == "swiglu" else 2.0) * out.numel * k
-    flops *= _weight_format_factor(a["weight"], ins[1], ins[2], rows, k * n * (
+    flops *= _weight_format_factor(a["weight"], g.w, g.w_scale, rows, k * n * (
         2 if a["epilogue"] == "swiglu" else 1))
     if a["epilogue"] == "swiglu":  # two products per output, joined on the tile as it is
         # stored: priced as its two multiplies only (docs/cost-model.md: in the whole block it
@@ -328,7 +329,8 @@ def _gemm_shape(a: dict[str, Any], ins: list[TensorType],
 def _attention_shape(op: str, ins: list[TensorType], out: TensorType) -> tuple[float, int, float]:
     """softmax(q k^T * scale + bias) v over q (..., M, D), k (..., N, D), v (..., N, Dv):
     matmul flops 2*B*M*N*(D + Dv) and vector flops (scale, bias, softmax) per score."""
-    q, k, v = ins[0], ins[1], ins[2]
+    x = operands_of(op, ins)  # (sdpa, sdpa_masked, attention: q, k, v first)
+    q, k, v = x.q, x.k, x.v
     if min(len(q.shape), len(k.shape), len(v.shape)) < 2:
         raise CostError(f"{op}: q, k, v must have rank >= 2, got {q}, {k}, {v}")
     m, d = q.shape[-2], q.shape[-1]

@@ -37,6 +37,7 @@ from .registry import (
     evaluate,
     get_op,
     leaf_type,
+    operands_of,
     ops_where,
     register,
     typed_number,
@@ -54,4 +55,4 @@ __all__ = ["ACTIVATIONS", "ATTR_KINDS", "COMPARISONS", "COPY_IN", "COST_KINDS", 
            "GEMM_ACTS", "GEMM_DEFAULTS", "GEMM_EPILOGUES", "GEMM_PROLOGUES", "GEMM_WEIGHTS",
            "LEAF_OPS", "MATMUL_OPS", "REGISTRY", "WEAK_DTYPES", "Activation", "OpDef", "Part",
            "Writer", "add_gemm", "evaluate", "gemm_label", "gemm_writes_in_place", "get_op",
-           "kv_group", "ops_where", "register", "typed_number", "weak_scalar_dtype"]
+           "kv_group", "operands_of", "ops_where", "register", "typed_number", "weak_scalar_dtype"]

@@ -11,7 +11,7 @@ import torch
 from ..tensor_type import TensorType
 from .attention import kv_heads
 from .matmul import scaled
-from .registry import COPY_IN, TRANSCENDENTAL, Part, register
+from .registry import COPY_IN, TRANSCENDENTAL, Part, operands_of, register
 
 PY = TensorType((), "py_float")  # a Python number operand: moves nothing
 
@@ -44,8 +44,9 @@ def _attention(xs: list[Any], a: dict[str, Any]) -> Any:
     # none) joins each row's softmax as a key whose value is zero, as the models spell it. As
     # in sdpa, k and v may have fewer heads than q (grouped-query attention), and a query row
     # that sees no key (every score and the sink -inf) is zero, where the formula gives NaN.
-    q, bias, sinks = xs[0], xs[3], xs[4]
-    k, v = kv_heads(q, xs[1]), kv_heads(q, xs[2])
+    x = operands_of("attention", xs)
+    q, bias, sinks = x.q, x.bias, x.sinks
+    k, v = kv_heads(q, x.k), kv_heads(q, x.v)
     scores = scaled(torch.matmul(q, k.transpose(-2, -1)), a["scale"])
     scores = softcapped(scores, a.get("softcap", 0.0)) + bias
     if isinstance(sinks, torch.Tensor) or sinks != float("-inf"):
@@ -61,7 +62,8 @@ def _attention(xs: list[Any], a: dict[str, Any]) -> Any:
 
 
 def _attention_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
-    q, k, v, bias = ins[:4]
+    x = operands_of("attention", ins)
+    q, k, v, bias = x.q, x.k, x.v, x.bias
     kt = TensorType(k.shape[:-2] + (k.shape[-1], k.shape[-2]), k.dtype)  # a view
     s = TensorType(out.shape[:-1] + (k.shape[-2],), out.dtype)
     parts: list[Part] = [("matmul", {"alpha": 1.0}, [q, kt], s)]
@@ -98,6 +100,7 @@ register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
          category="elementwise", shape="broadcast", dtype="same", cost="vector",
          flops=TRANSCENDENTAL + 2, parts=_swiglu_parts, writer=COPY_IN)
 register("attention", 5, "scale:float softcap:float", ref=_attention, category="attention",
-         shape="sdpa", cost="attention", parts=_attention_parts, writer=COPY_IN, stride_free=True)
+         shape="sdpa", cost="attention", parts=_attention_parts, writer=COPY_IN, stride_free=True,
+         operands="q k v bias sinks")
 register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype="same",
          cost="vector", flops=4.0, parts=_rope_parts, writer=COPY_IN)

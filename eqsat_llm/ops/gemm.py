@@ -15,7 +15,7 @@ from ..tensor_type import TensorType
 from .activations import ACTIVATIONS
 from .fused import rms_norm, rms_norm_parts
 from .matmul import scaled
-from .registry import Part, register
+from .registry import Part, operands_of, register
 
 # gemm(x, w, w_scale, norm, addend) = act(epilogue(alpha * prologue(x) @ W)), one kernel:
 #   prologue  "none" | "rms_norm": x is rms_norm(x, norm, eps) first
@@ -53,7 +53,8 @@ def gemm_label(attrs: dict[str, Any]) -> str:
 
 
 def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:
-    x, w, w_scale, norm, addend = xs
+    g = operands_of("gemm", xs)
+    x, w, w_scale, norm, addend = g.x, g.w, g.w_scale, g.norm, g.addend
     if a["prologue"] == "rms_norm":
         x = rms_norm([x, norm], a)
     fmt, epilogue, alpha = a["weight"], a["epilogue"], a["alpha"]
@@ -99,7 +100,8 @@ def gemm_writes_in_place(a: dict[str, Any]) -> bool:
 def _write(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
     # the reference's own steps in the buffer: the product (addmm with its bias), its scale
     # (prepared: xs[5]), + the addend, then the activation in place
-    x, w, addend = xs[0], xs[1], xs[4]
+    g = operands_of("gemm", xs[:5])
+    x, w, addend = g.x, g.w, g.addend
     if a["epilogue"] == "bias":
         torch.addmm(addend, x, w, beta=a["beta"], alpha=a["alpha"], out=out)
     else:
@@ -115,7 +117,8 @@ def _write(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
 def _parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
     """What gemm's reference runs: the prologue's norm, the weight's dequantization, the
     product(s), the epilogue's add and activation."""
-    x, w, w_scale, norm, addend = ins
+    g = operands_of("gemm", ins)
+    x, w, w_scale, norm, addend = g.x, g.w, g.w_scale, g.norm, g.addend
     k = x.shape[-1]
     weight = TensorType((k, out.shape[-1] * (2 if a["epilogue"] == "swiglu" else 1)), x.dtype)
     parts: list[Part] = []
@@ -146,7 +149,7 @@ def _parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Pa
 
 register("gemm", 5, "n:int alpha:float beta:float eps:float prologue:str weight:str "
          "epilogue:str act:str", ref=_gemm, category="matmul", shape="gemm", cost="matmul",
-         parts=_parts, writer=_write, infer=_gemm_type)
+         parts=_parts, writer=_write, infer=_gemm_type, operands="x w w_scale norm addend")
 
 
 def add_gemm(graph: Any, x: int, w: int, *, w_scale: int | None = None, norm: int | None = None,

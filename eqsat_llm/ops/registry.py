@@ -24,7 +24,8 @@ tensor, a mean's element count).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import namedtuple
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,9 @@ class OpDef:
     # Python type inference; by default the reference semantics run on meta tensors,
     # which gives torch's own shape and dtype rules exactly.
     infer: Callable[[list[TensorType], dict[str, Any]], TensorType] | None = None
+    # the inputs' roles, in order (attention: q k v bias sinks): consumers name an input by
+    # its role (operands_of), so that an op that gains an input changes here alone
+    operands: tuple[str, ...] = ()
 
     def infer_type(self, input_types: list, attrs: dict[str, Any]):
         self.check_attrs(attrs)
@@ -162,9 +166,13 @@ def register(name: str, arity: int | None, attrs: str = "", *, ref=None, categor
              shape: str, dtype: str = "same", cost: str, flops: float = 0.0,
              parts: Parts | None = None, writer: Writer | str | None = None,
              may_view: bool = False, stride_free: bool = False, frontend_form: bool = False,
-             infer=None) -> None:
-    """Declare an op. `attrs` is "name:kind name:kind ..."."""
+             infer=None, operands: str = "") -> None:
+    """Declare an op. `attrs` is "name:kind name:kind ..."; `operands` "role role ...", one
+    per input."""
     parsed = tuple(tuple(a.split(":")) for a in attrs.split())
+    roles = tuple(operands.split())
+    if roles and len(roles) != arity:
+        raise ValueError(f"{name}: {len(roles)} operand roles for {arity} inputs")
     for attr_name, kind in parsed:
         if kind not in ATTR_KINDS:
             raise ValueError(f"{name}: attribute {attr_name} has unknown kind {kind}")
@@ -176,7 +184,20 @@ def register(name: str, arity: int | None, attrs: str = "", *, ref=None, categor
         raise ValueError(f"{name}: a vector op gives its flops per element, no other op does")
     REGISTRY[name] = OpDef(name, arity, parsed, ref, category, shape, dtype,  # type: ignore
                            cost, flops, parts, writer, may_view, stride_free, frontend_form,
-                           infer)
+                           infer, roles)
+    if roles:
+        _OPERANDS[name] = namedtuple(f"{name}_operands", roles)  # type: ignore[misc]
+
+
+_OPERANDS: dict[str, type] = {}
+
+
+def operands_of(op: str, inputs: Sequence[Any]) -> Any:
+    """An op's inputs by their roles (OpDef.operands): `operands_of("attention", ins).bias`."""
+    try:
+        return _OPERANDS[op](*inputs)
+    except KeyError:
+        raise GraphError(f"op {op!r} declares no operand roles") from None
 
 
 def ops_where(fact: str) -> frozenset[str]:

@@ -77,7 +77,7 @@ def input_demand(rng: random.Random, op: str, pos: int,
             return TensorType(draw_shape(rng, rng.choice((1, 2))), "int64"), bound
         if op == "index_select" and pos == 1:
             return TensorType(draw_shape(rng, 1), "int64"), min(b[0]) if 0 in b else 1
-        if op in ("sdpa", "sdpa_masked", "attention"):
+        if REGISTRY[op].category == "attention":
             return _attention_input(rng, op, pos, b)
         if op == "gemm":  # x [M, K], w [K, N] (N even half the time: a SwiGLU pair), the
             # norm weight [K], the addend [N] (a bias or a residual row); w_scale unused
@@ -115,7 +115,9 @@ def _attention_input(rng: random.Random, op: str, pos: int,
     (grouped-query attention), H (the first input built) 4 or 6 half the time so that heads
     can be grouped; a mask or bias of rank 2 to 4 that broadcasts to [B, H, Lq, Lk] (often
     [Lq, Lk]), sdpa_masked's a bool mask (True = attend) half the time; sinks [B, H, Lq, 1]."""
-    q, k, v = b.get(0), b.get(1), b.get(2)
+    roles = REGISTRY[op].operands
+    built = {roles[i]: s for i, s in b.items()}
+    q, k, v, role = built.get("q"), built.get("k"), built.get("v"), roles[pos]
     kv = k if k is not None else v
 
     def first(*dims: int | None) -> int:
@@ -128,15 +130,16 @@ def _attention_input(rng: random.Random, op: str, pos: int,
     heads, e = first(at(q, 1), at(kv, 1)), first(at(q, 3), at(k, 3))
     if q is None and kv is None and rng.random() < 0.5:
         heads = rng.choice((4, 6))  # heads that grouped-query attention can group
-    if pos == 0:
+    if role == "q":
         return TensorType((batch, heads, lq, e), "float64"), None
-    if pos in (1, 2):
+    if role in ("k", "v"):
         if kv is not None:
             heads = kv[1]
         elif rng.random() < 0.2:
             heads = rng.choice([n for n in DRAW["dims"] if heads % n == 0])
-        return TensorType((batch, heads, lk, e if pos == 1 else first(at(v, 3))), "float64"), None
-    if pos == 4:  # attention's sinks: a logit per (batch, head, query row)
+        return TensorType((batch, heads, lk, e if role == "k" else first(at(v, 3))),
+                          "float64"), None
+    if role == "sinks":  # attention's sinks: a logit per (batch, head, query row)
         return TensorType((batch, heads, lq, 1), "float64"), None
     full = (batch, heads, lq, lk)
     mask = full[-rng.choice((2, 2, 2, 3, 4)):]  # (torch's sdpa rejects a 1-D mask)
