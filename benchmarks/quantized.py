@@ -9,7 +9,7 @@ benchmarks/generate.py --systems all.)
 
 Systems: eager fp32, ONNX Runtime fp32 and int8 (the same export through
 onnxruntime.quantization.quantize_dynamic with its defaults: int8 weights, activations
-quantized per call), eqsat-llm fp32, int8, int4 (int4_g32) and int8_dynamic (int8 weights,
+quantized per call), eqsat-llm fp32, int8, fp8, int4 (int4_g32) and int8_dynamic (int8 weights,
 activations coded per row where the integer product pays: prefill). One process, 2 threads; outputs
 checked against eager first (the quantized systems' error is reported, not a pass/fail);
 interleaved rounds, median ms per call (compare_cpu.interleaved_medians). The rows name the
@@ -86,7 +86,7 @@ def measure(name: str, model: torch.nn.Module, inputs: tuple, rounds: int, tmp: 
     except Exception as exc:  # noqa: BLE001 - a row says why
         notes["ort"] = f"ONNX Runtime failed: {str(exc)[:200]}"
     weights = {}
-    for q in (None, "int8", "int4", "int8_dynamic"):
+    for q in (None, "int8", "fp8", "int4", "int8_dynamic"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             c = optimize(model, inputs, quantize=q, measure_eager=False)

@@ -117,6 +117,12 @@ def dequantized(fmt: str, w: torch.Tensor, w_scale: Any, k: int, n: int) -> torc
         return w.float()
     if fmt in ("int8", "int8_dynamic"):  # q [K, N] int8, one scale per output channel
         return w.float() * w_scale.float()[None, :]
+    if fmt == "fp8":  # e4m3 bytes [K, N] (sign, 4 exponent bits of bias 7, 3 mantissa bits)
+        sign = 1.0 - 2.0 * (w >> 7).float()
+        exponent, mantissa = ((w >> 3) & 15).float(), (w & 7).float()
+        value = torch.where(exponent > 0, (1 + mantissa / 8) * 2 ** (exponent - 7),
+                            mantissa / 8 * 2.0 ** -6)
+        return sign * value * w_scale.float()[None, :]
     if fmt.startswith("int4_g"):  # nibbles: row 2i low, 2i + 1 high, stored q + 8
         group = int(fmt[len("int4_g"):])
         out = torch.empty(k, n)

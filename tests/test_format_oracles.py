@@ -8,7 +8,7 @@ Against the float model a quantized program is only within the format's error (i
 the largest output), so a scale or grouping bug could hide there; against its own dequantized
 weight it must agree to float32 rounding. The mutation tests show the comparison fails on a
 dequantization that is slightly wrong: a column's scales off by 1%, the wrong group size, nibbles
-swapped, activations not coded, 2:4 positions swapped, a block in the wrong row."""
+swapped, fp8 weights a step off, activations not coded, 2:4 positions swapped, a block in the wrong row."""
 
 from __future__ import annotations
 
@@ -59,13 +59,13 @@ def _shape_weights(model: Mlp, fmt: str, gen: torch.Generator) -> None:
             w.mul_(blocks.repeat_interleave(16, 0).repeat_interleave(16, 1))
 
 
-OPTIONS = {"int8": {"quantize": "int8"}, "int4_g32": {"quantize": "int4"},
+OPTIONS = {"int8": {"quantize": "int8"}, "fp8": {"quantize": "fp8"}, "int4_g32": {"quantize": "int4"},
            "int4_g64": {"quantize": "int4_g64"}, "int4_g128": {"quantize": "int4_g128"},
            "int8_dynamic": {"quantize": "int8_dynamic"}, "bf16": {}, "fp16": {},
            "sparse24": {"sparsity": "auto"}, "bsr16": {"sparsity": "auto"}}
 # (format, rows): decode's GEMV and prefill's panels; int8_dynamic multiplies integers at
 # prefill only, 2:4 is taken at decode only (the cost model keeps the dense GEMM at prefill)
-CASES = [("int8", 1), ("int8", 33), ("int4_g32", 1), ("int4_g64", 33), ("int4_g128", 1),
+CASES = [("int8", 1), ("int8", 33), ("fp8", 1), ("fp8", 33), ("int4_g32", 1), ("int4_g64", 33), ("int4_g128", 1),
          ("int8_dynamic", 33), ("bf16", 1), ("fp16", 33), ("sparse24", 1), ("bsr16", 33)]
 _COMPILED: dict[tuple[str, int], tuple] = {}
 
@@ -115,11 +115,16 @@ def test_kernel_matches_torch_on_the_stored_weight(fmt, rows):
         if fmt in ("bf16", "fp16", "sparse24", "bsr16"):  # stored exactly
             assert torch.equal(deq, want)
         else:  # the scales from their definition, each weight within half a step
-            group = 0 if fmt in ("int8", "int8_dynamic") else int(fmt.rsplit("g", 1)[1])
+            group = 0 if fmt in ("int8", "int8_dynamic", "fp8") else int(fmt.rsplit("g", 1)[1])
             top = want.abs().amax(0) if not group else \
                 want.reshape(k // group, group, n).abs().amax(1)
-            scale = top / 127 if not group else (top / 7).half().float()  # int4's: float16
+            scale = top / 448 if fmt == "fp8" else top / 127 if not group else \
+                (top / 7).half().float()  # int4's: float16
             torch.testing.assert_close(s, scale, rtol=1e-6, atol=0)
+            if fmt == "fp8":  # e4m3's step: 2^-3 of the power of two below |w| (2^-9 least)
+                ulp = torch.exp2(torch.floor(torch.log2((want / s).abs().clamp(min=2 ** -6))) - 3)
+                assert ((deq - want).abs() <= ulp * s / 2 * (1 + 1e-5)).all()
+                continue
             step = s if not group else s.repeat_interleave(group, 0)
             assert ((deq - want).abs() <= step / 2 * (1 + 1e-5)).all()
     with torch.no_grad():
@@ -131,7 +136,7 @@ def _mutants(fmt: str, w: torch.Tensor, s: torch.Tensor | None, k: int,
              column: int) -> dict[str, tuple]:
     """Slightly wrong (w, w_scale) of the format, each the kind of bug a kernel could have."""
     out: dict[str, tuple] = {}
-    if fmt.startswith("int"):  # the scale(s) of the output column that weighs most
+    if fmt.startswith("int") or fmt == "fp8":  # the scale(s) of the column that weighs most
         s1 = s.clone()
         s1[..., column] *= 1.01
         out["a column's scale 1% off"] = (w, s1)
@@ -145,13 +150,15 @@ def _mutants(fmt: str, w: torch.Tensor, s: torch.Tensor | None, k: int,
         index = s.clone()
         index[-w.shape[0]:] = (index[-w.shape[0]:] + 1) % (k // 16)
         out["a block in the wrong row"] = (w, index)
+    if fmt == "fp8":  # each weight one e4m3 step off (its last mantissa bit flipped)
+        out["the last mantissa bit flipped"] = (w ^ 1, s)
     if fmt in ("bf16", "fp16"):  # the bits read as the other half dtype
         other = torch.float16 if fmt == "bf16" else torch.bfloat16
         out["read as the other half dtype"] = (w.view(other), s)
     return out
 
 
-@pytest.mark.parametrize("fmt,rows", [("int8", 33), ("int4_g32", 1), ("int4_g128", 1),
+@pytest.mark.parametrize("fmt,rows", [("int8", 33), ("fp8", 1), ("int4_g32", 1), ("int4_g128", 1),
                                       ("sparse24", 1), ("bsr16", 33), ("bf16", 1)])
 def test_the_oracle_fails_on_a_wrong_dequantization(fmt, rows):
     _, x, compiled, gemms = compiled_case(fmt, rows)

@@ -83,6 +83,8 @@ CASES = [
     ("rms_norm", "int8", "add", "none", 5, 96, 48),
     ("none", "int8", "swiglu", "silu", 5, 64, 17),
     ("rms_norm", "int8", "bias", "gelu", 1, 64, 17),
+    ("none", "fp8", "none", "relu", 33, 64, 17),
+    ("rms_norm", "fp8", "swiglu", "none", 5, 64, 48),
     ("none", "int4_g32", "add", "silu", 5, 96, 17),
     ("rms_norm", "int4_g32", "swiglu", "none", 33, 64, 48),
     ("rms_norm", "int4_g64", "none", "gelu_tanh", 5, 128, 17),

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ...half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from ...ops import ACTIVATIONS, operands_of
-from ...quant_formats import DYNAMIC, format_group
+from ...quant_formats import DYNAMIC, FLOAT8, format_group
 from ...sparse_formats import FORMATS as SPARSE_FORMATS
 from .emit_norm import inv_rms
 from .gemm_geometry import GemmGeometry, gemm_geometry
@@ -136,7 +136,7 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     ps = QuantPanels.of_scales(sname, scales.offset, srows, n, srs, halves, group)
     wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), w.dtype)
     ws = layout.prepared(ps, (ps.panels(), ps.rows, QUANT_PANEL), ps.c_dtype)
-    code = 8 if group == 0 else 4
+    code = 9 if fmt == FLOAT8 else 8 if group == 0 else 4
     return "eq_gemm_q", f"{code}, {group}, {wq.ptr()}, {ws.ptr()}"
 
 

@@ -33,7 +33,7 @@ from egglog import (
 )
 
 from ..ops import REGISTRY, OpDef
-from ..quant_formats import FORMATS, format_group
+from ..quant_formats import FORMATS, format_group, stored_dtype
 from ..sparse_formats import BLOCK
 from ..sparse_formats import FORMATS as SPARSE_FORMATS
 from .language import ATTR_SORTS, E, Tensor, dtype, input_names, shape
@@ -296,9 +296,8 @@ def _dtype_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
         yield rule(eq(var("y", Tensor)).to(y)).then(set_(dtype(y)).to(String("float32")))
     elif kind == "quant_weight":
         for fmt in FORMATS:
-            integers = "int8" if format_group(fmt) == 0 else "uint8"
             yield rule(eq(var("y", Tensor)).to(y), eq(p["fmt"]).to(String(fmt))).then(
-                set_(dtype(y)).to(String(integers)))
+                set_(dtype(y)).to(String(stored_dtype(fmt))))
     elif kind == "sparse_index":
         for fmt, positions in (("sparse24", "uint8"), ("bsr16", "int32")):
             yield rule(eq(var("y", Tensor)).to(y), eq(p["fmt"]).to(String(fmt))).then(
