@@ -72,7 +72,8 @@ CACHED_NOTE = " (when it was trained; loaded from the cache here)"
 
 # (label, quantize, keep_float)
 SYSTEMS = [("eager fp32", None, ()), ("eqsat fp32", None, ()), ("eqsat int8", "int8", ()),
-           ("eqsat fp8", "fp8", ()), ("eqsat int4 (g32)", "int4", ()), ("eqsat int4_g64", "int4_g64", ()),
+           ("eqsat fp8", "fp8", ()), ("eqsat int4 (g32)", "int4", ()),
+           ("eqsat int4_g64", "int4_g64", ()),
            ("eqsat int4_g128", "int4_g128", ()),
            ("eqsat int8, lm_head float", "int8", ("model.lm_head",)),
            ("eqsat int8_dynamic", "int8_dynamic", ())]

@@ -7,8 +7,9 @@ is checked against the model's own weight too (the scales recomputed from their 
 Against the float model a quantized program is only within the format's error (int4: half of
 the largest output), so a scale or grouping bug could hide there; against its own dequantized
 weight it must agree to float32 rounding. The mutation tests show the comparison fails on a
-dequantization that is slightly wrong: a column's scales off by 1%, the wrong group size, nibbles
-swapped, fp8 weights a step off, activations not coded, 2:4 positions swapped, a block in the wrong row."""
+dequantization that is slightly wrong: a column's scales off by 1%, the wrong group size,
+nibbles swapped, fp8 weights a step off, activations not coded, 2:4 positions swapped, a block in
+the wrong row."""
 
 from __future__ import annotations
 
@@ -59,14 +60,14 @@ def _shape_weights(model: Mlp, fmt: str, gen: torch.Generator) -> None:
             w.mul_(blocks.repeat_interleave(16, 0).repeat_interleave(16, 1))
 
 
-OPTIONS = {"int8": {"quantize": "int8"}, "fp8": {"quantize": "fp8"}, "int4_g32": {"quantize": "int4"},
-           "int4_g64": {"quantize": "int4_g64"}, "int4_g128": {"quantize": "int4_g128"},
+OPTIONS = {"int8": {"quantize": "int8"}, "fp8": {"quantize": "fp8"},
+           "int4_g32": {"quantize": "int4"}, "int4_g64": {"quantize": "int4_g64"}, "int4_g128": {"quantize": "int4_g128"},
            "int8_dynamic": {"quantize": "int8_dynamic"}, "bf16": {}, "fp16": {},
            "sparse24": {"sparsity": "auto"}, "bsr16": {"sparsity": "auto"}}
 # (format, rows): decode's GEMV and prefill's panels; int8_dynamic multiplies integers at
 # prefill only, 2:4 is taken at decode only (the cost model keeps the dense GEMM at prefill)
-CASES = [("int8", 1), ("int8", 33), ("fp8", 1), ("fp8", 33), ("int4_g32", 1), ("int4_g64", 33), ("int4_g128", 1),
-         ("int8_dynamic", 33), ("bf16", 1), ("fp16", 33), ("sparse24", 1), ("bsr16", 33)]
+CASES = [("int8", 1), ("int8", 33), ("fp8", 1), ("fp8", 33), ("int4_g32", 1), ("int4_g64", 33),
+         ("int4_g128", 1), ("int8_dynamic", 33), ("bf16", 1), ("fp16", 33), ("sparse24", 1), ("bsr16", 33)]
 _COMPILED: dict[tuple[str, int], tuple] = {}
 
 

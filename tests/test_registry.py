@@ -86,8 +86,8 @@ def test_an_ops_inputs_are_named_by_the_roles_it_declares():
     emitters, the cost model and the rule checker's draws read them by role."""
     import torch
 
-    from eqsat_llm.ops import evaluate, operands_of, register
     from eqsat_llm.errors import GraphError
+    from eqsat_llm.ops import evaluate, operands_of, register
 
     assert REGISTRY["attention"].operands == ("q", "k", "v", "bias", "sinks")
     assert REGISTRY["gemm"].operands == ("x", "w", "w_scale", "norm", "addend")
