@@ -61,13 +61,15 @@ def _shape_weights(model: Mlp, fmt: str, gen: torch.Generator) -> None:
 
 
 OPTIONS = {"int8": {"quantize": "int8"}, "fp8": {"quantize": "fp8"},
-           "int4_g32": {"quantize": "int4"}, "int4_g64": {"quantize": "int4_g64"}, "int4_g128": {"quantize": "int4_g128"},
+           "int4_g32": {"quantize": "int4"}, "int4_g64": {"quantize": "int4_g64"},
+           "int4_g128": {"quantize": "int4_g128"},
            "int8_dynamic": {"quantize": "int8_dynamic"}, "bf16": {}, "fp16": {},
            "sparse24": {"sparsity": "auto"}, "bsr16": {"sparsity": "auto"}}
 # (format, rows): decode's GEMV and prefill's panels; int8_dynamic multiplies integers at
 # prefill only, 2:4 is taken at decode only (the cost model keeps the dense GEMM at prefill)
 CASES = [("int8", 1), ("int8", 33), ("fp8", 1), ("fp8", 33), ("int4_g32", 1), ("int4_g64", 33),
-         ("int4_g128", 1), ("int8_dynamic", 33), ("bf16", 1), ("fp16", 33), ("sparse24", 1), ("bsr16", 33)]
+         ("int4_g128", 1), ("int8_dynamic", 33), ("bf16", 1), ("fp16", 33), ("sparse24", 1),
+         ("bsr16", 33)]
 _COMPILED: dict[tuple[str, int], tuple] = {}
 
 
