@@ -54,7 +54,16 @@ class PackedWeight:
                 width % PACKED_PANEL == 0 and width < self.n]
 
     def prepare(self, constants: dict[str, torch.Tensor]) -> torch.Tensor:
-        w = constants[self.name].detach().reshape(-1)
+        from .packer import pack_in_c  # (one pass in C: packer.py)
+
+        w = constants[self.name]
+        packed = pack_in_c(w, self.offset, self.k, self.n, self.rs, self.cs)
+        return packed if packed is not None else self.prepare_in_torch(w)
+
+    def prepare_in_torch(self, w: torch.Tensor) -> torch.Tensor:
+        """prepare's definition: the view of w's row-major flat values, widened, its columns
+        padded to whole panels, as panels [ceil(n / PACKED_PANEL), k, PACKED_PANEL]."""
+        w = w.detach().reshape(-1)
         b = w.as_strided((self.k, self.n), (self.rs, self.cs), self.offset).to(torch.float32)
         pad = -self.n % PACKED_PANEL
         b = torch.nn.functional.pad(b, (0, pad))

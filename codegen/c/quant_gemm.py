@@ -321,16 +321,13 @@ static inline __attribute__((always_inline)) eq_qf eq_qwidenh(const uint16_t* p,
    2^8 goes with the column's scale. (The NaN byte reads as 480: fp8 weights are finite.) */
 static inline __attribute__((always_inline)) eq_qf eq_qwiden8f(const uint8_t* p) {
 #if EQ_QV == 16 && defined(__AVX512F__)
-    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)p));
-    const __m256i h = _mm256_or_si256(
-        _mm256_and_si256(_mm256_slli_epi16(b, 8), _mm256_set1_epi16((short)0x8000)),
-        _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16(0x3f80)));
+    /* sign-extended and shifted by 7: the sign lands in bits 14 and 15; 0xbf80 keeps 15 */
+    const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)p));
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xbf80));
     return (eq_qf)_mm512_cvtph_ps(h);
 #elif EQ_QV == 8 && defined(__AVX2__) && defined(__F16C__)
-    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i*)p));
-    const __m128i h = _mm_or_si128(
-        _mm_and_si128(_mm_slli_epi16(b, 8), _mm_set1_epi16((short)0x8000)),
-        _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16(0x3f80)));
+    const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)p));
+    const __m128i h = _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xbf80));
     return (eq_qf)_mm256_cvtph_ps(h);
 #else
     eq_qf f;
