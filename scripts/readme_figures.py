@@ -118,7 +118,8 @@ def ms(value: str) -> str:
 
 
 QUANT_SYSTEMS = [("eqsat fp32", "eqsat-llm fp32"), ("ort int8", "ONNX Runtime int8"),
-                 ("eqsat int8", "eqsat-llm int8"), ("eqsat int4", "eqsat-llm int4"),
+                 ("eqsat int8", "eqsat-llm int8"), ("eqsat fp8", "eqsat-llm fp8"),
+                 ("eqsat int4", "eqsat-llm int4"),
                  ("eqsat int8_dynamic", "eqsat-llm int8_dynamic")]
 WORKLOAD_NAMES = {"LLaMA-style block": "LLaMA block", "TinyLlama 4 layers":
                   "TinyLlama shape (4 layers)"}
