@@ -371,7 +371,7 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     rulesets; [] runs no rules. `measure_eager` runs the model once under the profiler to
     report eager PyTorch's peak memory beside the arena. Rules from outside the library are
     checked first (rulecheck.check_rule); one that fails is refused unless `force_rules`.
-    `quantize` ("int8", "fp8", "int4", "int4_g64", ...: quant_formats.FORMATS) stores constant
+    `quantize` ("int8", "fp8" (= fp8_e4m3), "int4", ...: quant_formats.FORMATS) stores constant
     weights as integers (weight-only, approximate: the report measures the error against the
     float model; "int8_dynamic" also codes the activations per row where an integer product
     pays, at prefill), except those `keep_float` names (modules or parameter-name globs).

@@ -4,11 +4,14 @@ A float weight W [K, N] (x @ W, N output channels) is stored as integers and sca
 
     int8       per output channel: scale[n] = max_k |W[k, n]| / 127, q = round(W / scale) in
                [-127, 127], int8 [K, N]; W ~ q * scale[n]
-    fp8        per output channel: scale[n] = max_k |W[k, n]| / 448, q = W / scale rounded to
+    fp8_e4m3   per output channel: scale[n] = max_k |W[k, n]| / 448, q = W / scale rounded to
                the nearest float8 e4m3 (OCP's E4M3FN: 4 exponent bits of bias 7, 3 mantissa
                bits, max 448; torch.float8_e4m3fn), its bits stored as uint8 [K, N];
-               W ~ e4m3(q) * scale[n]. A relative step of 2^-4 at every magnitude, where
-               int8's step is absolute (max|W| / 127): small weights keep their digits
+               W ~ e4m3(q) * scale[n]. A relative step of 2^-3 at every magnitude (half of it
+               the error), where int8's step is absolute (max|W| / 127): small weights keep
+               their digits. ("fp8" is this format.)
+    fp8_e5m2   the same with float8 e5m2 (5 exponent bits of bias 15, 2 mantissa bits, max
+               57344: the top byte of a float16; torch.float8_e5m2): scale[n] = max / 57344
     int4_gG    group-wise along K (groups of G = 32, 64 or 128 rows): scale[g, n] = max |W| over
                the group / 7 rounded to the nearest float16 (the kernels store it so: a
                quarter of the bytes of the integers, not half), q = round(W / scale) in
@@ -34,9 +37,9 @@ from .errors import GraphError
 from .last_call import last_call
 from .tensor_type import TensorType
 
-FORMATS = ("int8", "fp8", "int4_g32", "int4_g64", "int4_g128")
-FLOAT8 = "fp8"
-E4M3_MAX = 448.0  # float8 e4m3fn's largest finite value
+FORMATS = ("int8", "fp8_e4m3", "fp8_e5m2", "int4_g32", "int4_g64", "int4_g128")
+# the float8 formats: their torch dtype and largest finite value
+FLOAT8 = {"fp8_e4m3": (torch.float8_e4m3fn, 448.0), "fp8_e5m2": (torch.float8_e5m2, 57344.0)}
 DYNAMIC = "int8_dynamic"  # int8 weights (stored as "int8"), activations coded per row
 ACTIVATION_CODES = 127  # codes 0..127: 7 bits (w8a8_gemm.py: why not 8)
 
@@ -44,7 +47,7 @@ ACTIVATION_CODES = 127  # codes 0..127: 7 bits (w8a8_gemm.py: why not 8)
 def format_group(fmt: str) -> int:
     """The group size along K of a format (0: one scale per output channel)."""
     _check(fmt)
-    return 0 if fmt in ("int8", FLOAT8) else int(fmt.rsplit("_g", 1)[1])
+    return 0 if fmt == "int8" or fmt in FLOAT8 else int(fmt.rsplit("_g", 1)[1])
 
 
 def stored_dtype(fmt: str) -> str:
@@ -74,8 +77,8 @@ def quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
         raise GraphError(f"cannot quantize a weight of shape {tuple(w.shape)} to {fmt}")
     from .codegen.c.quantizer import quantize_in_c
 
-    # (fp8's rounding to e4m3 is torch's own conversion)
-    fast = quantize_in_c(w, format_group(fmt)) if fmt != FLOAT8 else None  # in one pass
+    # (float8's rounding is torch's own conversion)
+    fast = quantize_in_c(w, format_group(fmt)) if fmt not in FLOAT8 else None  # in one pass
     q, scale = fast if fast is not None else quantize_in_torch(w, fmt)
     _check_scales(scale, fmt)
     return q, scale
@@ -98,11 +101,12 @@ _CHUNK_ELEMENTS = 1 << 22  # elements of w quantized at a time (16 MB of float32
 def _quantize_columns(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     group = format_group(fmt)
     w = w.to(torch.float32, copy=True)  # a private copy: rounded in place below
-    if fmt == FLOAT8:  # (torch's conversion rounds to nearest even, saturating at 448)
-        if not bool(torch.isfinite(w).all()):  # e4m3's NaN byte would not read back as NaN
-            raise GraphError("cannot quantize a weight holding NaN or inf to fp8")
-        scale = _scale(w.abs().amax(0) / E4M3_MAX)
-        return w.div_(scale).to(torch.float8_e4m3fn).view(torch.uint8), scale
+    if fmt in FLOAT8:  # (torch's conversion rounds to nearest even; w / scale <= top)
+        if not bool(torch.isfinite(w).all()):  # the kernels' widening reads no NaN byte
+            raise GraphError(f"cannot quantize a weight holding NaN or inf to {fmt}")
+        dt, top = FLOAT8[fmt]
+        scale = _scale(w.abs().amax(0) / top)
+        return w.div_(scale).to(dt).view(torch.uint8), scale
     if group == 0:
         scale = _scale(w.abs().amax(0) / 127.0)
         return w.div_(scale).round_().clamp_(-127, 127).to(torch.int8), scale
@@ -129,8 +133,8 @@ def _check_scales(scale: torch.Tensor, fmt: str) -> None:
 def dequantize(q: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:
     """The float32 weight [K, N] that (q, scale) of format `fmt` stand for."""
     group = format_group(fmt)
-    if fmt == FLOAT8:
-        return q.view(torch.float8_e4m3fn).to(torch.float32) * scale
+    if fmt in FLOAT8:
+        return q.view(FLOAT8[fmt][0]).to(torch.float32) * scale
     if group == 0:
         return q.to(torch.float32) * scale
     low, high = (q & 15).to(torch.float32) - 8, (q >> 4).to(torch.float32) - 8

@@ -18,7 +18,8 @@ import torch
 from .errors import EqsatError
 from .quant_formats import DYNAMIC, FORMATS
 
-ALIASES = {"int4": "int4_g32"}  # group 32, as the common int4 formats
+ALIASES = {"int4": "int4_g32", "fp8": "fp8_e4m3"}  # group 32, as the common int4 formats;
+# e4m3, as FP8 weights are usually stored
 
 
 def resolve_format(quantize: str) -> str:

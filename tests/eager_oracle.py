@@ -117,11 +117,14 @@ def dequantized(fmt: str, w: torch.Tensor, w_scale: Any, k: int, n: int) -> torc
         return w.float()
     if fmt in ("int8", "int8_dynamic"):  # q [K, N] int8, one scale per output channel
         return w.float() * w_scale.float()[None, :]
-    if fmt == "fp8":  # e4m3 bytes [K, N] (sign, 4 exponent bits of bias 7, 3 mantissa bits)
+    if fmt in ("fp8_e4m3", "fp8_e5m2"):  # float8 bytes [K, N]: a sign, e exponent bits of
+        # bias b, m mantissa bits (e4m3: 4, 7, 3; e5m2: 5, 15, 2), one scale per channel
+        e, m = (4, 3) if fmt == "fp8_e4m3" else (5, 2)
+        bias = 2 ** (e - 1) - 1
         sign = 1.0 - 2.0 * (w >> 7).float()
-        exponent, mantissa = ((w >> 3) & 15).float(), (w & 7).float()
-        value = torch.where(exponent > 0, (1 + mantissa / 8) * 2 ** (exponent - 7),
-                            mantissa / 8 * 2.0 ** -6)
+        exponent, mantissa = ((w >> m) & (2 ** e - 1)).float(), (w & (2 ** m - 1)).float()
+        value = torch.where(exponent > 0, (1 + mantissa / 2 ** m) * 2 ** (exponent - bias),
+                            mantissa / 2 ** m * 2.0 ** (1 - bias))
         return sign * value * w_scale.float()[None, :]
     if fmt.startswith("int4_g"):  # nibbles: row 2i low, 2i + 1 high, stored q + 8
         group = int(fmt[len("int4_g"):])

@@ -60,14 +60,16 @@ def _shape_weights(model: Mlp, fmt: str, gen: torch.Generator) -> None:
             w.mul_(blocks.repeat_interleave(16, 0).repeat_interleave(16, 1))
 
 
-OPTIONS = {"int8": {"quantize": "int8"}, "fp8": {"quantize": "fp8"},
+OPTIONS = {"int8": {"quantize": "int8"}, "fp8_e4m3": {"quantize": "fp8"},
+           "fp8_e5m2": {"quantize": "fp8_e5m2"},
            "int4_g32": {"quantize": "int4"}, "int4_g64": {"quantize": "int4_g64"},
            "int4_g128": {"quantize": "int4_g128"},
            "int8_dynamic": {"quantize": "int8_dynamic"}, "bf16": {}, "fp16": {},
            "sparse24": {"sparsity": "auto"}, "bsr16": {"sparsity": "auto"}}
 # (format, rows): decode's GEMV and prefill's panels; int8_dynamic multiplies integers at
 # prefill only, 2:4 is taken at decode only (the cost model keeps the dense GEMM at prefill)
-CASES = [("int8", 1), ("int8", 33), ("fp8", 1), ("fp8", 33), ("int4_g32", 1), ("int4_g64", 33),
+CASES = [("int8", 1), ("int8", 33), ("fp8_e4m3", 1), ("fp8_e4m3", 33), ("fp8_e5m2", 1),
+         ("fp8_e5m2", 33), ("int4_g32", 1), ("int4_g64", 33),
          ("int4_g128", 1), ("int8_dynamic", 33), ("bf16", 1), ("fp16", 33), ("sparse24", 1),
          ("bsr16", 33)]
 _COMPILED: dict[tuple[str, int], tuple] = {}
@@ -118,14 +120,17 @@ def test_kernel_matches_torch_on_the_stored_weight(fmt, rows):
         if fmt in ("bf16", "fp16", "sparse24", "bsr16"):  # stored exactly
             assert torch.equal(deq, want)
         else:  # the scales from their definition, each weight within half a step
-            group = 0 if fmt in ("int8", "int8_dynamic", "fp8") else int(fmt.rsplit("g", 1)[1])
+            group = 0 if fmt in ("int8", "int8_dynamic") or fmt.startswith("fp8") else \
+                int(fmt.rsplit("g", 1)[1])
             top = want.abs().amax(0) if not group else \
                 want.reshape(k // group, group, n).abs().amax(1)
-            scale = top / 448 if fmt == "fp8" else top / 127 if not group else \
-                (top / 7).half().float()  # int4's: float16
+            top_value, bits, least = {"fp8_e4m3": (448, 3, -6), "fp8_e5m2": (57344, 2, -14)}.get(
+                fmt, (127, 0, 0))
+            scale = top / top_value if not group else (top / 7).half().float()  # int4's: fp16
             torch.testing.assert_close(s, scale, rtol=1e-6, atol=0)
-            if fmt == "fp8":  # e4m3's step: 2^-3 of the power of two below |w| (2^-9 least)
-                ulp = torch.exp2(torch.floor(torch.log2((want / s).abs().clamp(min=2 ** -6))) - 3)
+            if fmt.startswith("fp8"):  # a step of 2^-bits of the power of two below |w / s|
+                ulp = torch.exp2(torch.floor(torch.log2((want / s).abs().clamp(min=2.0 ** least)))
+                                 - bits)
                 assert ((deq - want).abs() <= ulp * s / 2 * (1 + 1e-5)).all()
                 continue
             step = s if not group else s.repeat_interleave(group, 0)
@@ -139,7 +144,7 @@ def _mutants(fmt: str, w: torch.Tensor, s: torch.Tensor | None, k: int,
              column: int) -> dict[str, tuple]:
     """Slightly wrong (w, w_scale) of the format, each the kind of bug a kernel could have."""
     out: dict[str, tuple] = {}
-    if fmt.startswith("int") or fmt == "fp8":  # the scale(s) of the column that weighs most
+    if fmt.startswith(("int", "fp8")):  # the scale(s) of the column that weighs most
         s1 = s.clone()
         s1[..., column] *= 1.01
         out["a column's scale 1% off"] = (w, s1)
@@ -153,7 +158,7 @@ def _mutants(fmt: str, w: torch.Tensor, s: torch.Tensor | None, k: int,
         index = s.clone()
         index[-w.shape[0]:] = (index[-w.shape[0]:] + 1) % (k // 16)
         out["a block in the wrong row"] = (w, index)
-    if fmt == "fp8":  # each weight one e4m3 step off (its last mantissa bit flipped)
+    if fmt.startswith("fp8"):  # each weight one step off (its last mantissa bit flipped)
         out["the last mantissa bit flipped"] = (w ^ 1, s)
     if fmt in ("bf16", "fp16"):  # the bits read as the other half dtype
         other = torch.float16 if fmt == "bf16" else torch.bfloat16
@@ -161,7 +166,8 @@ def _mutants(fmt: str, w: torch.Tensor, s: torch.Tensor | None, k: int,
     return out
 
 
-@pytest.mark.parametrize("fmt,rows", [("int8", 33), ("fp8", 1), ("int4_g32", 1), ("int4_g128", 1),
+@pytest.mark.parametrize("fmt,rows", [("int8", 33), ("fp8_e4m3", 1), ("fp8_e5m2", 33),
+                                      ("int4_g32", 1), ("int4_g128", 1),
                                       ("sparse24", 1), ("bsr16", 33), ("bf16", 1)])
 def test_the_oracle_fails_on_a_wrong_dequantization(fmt, rows):
     _, x, compiled, gemms = compiled_case(fmt, rows)

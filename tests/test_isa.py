@@ -1,6 +1,6 @@
 """The kernels' narrower paths on a wide machine (codegen/c/isa.py): one program of GEMMs on
-every weight format (packed float, int8, fp8, int4, int8 activations, fp16, bf16, 2:4 and
-block sparse), each at one row and at 130, built with AVX-512 switched off and with
+every weight format (packed float, int8, fp8 e4m3 and e5m2, int4, int8 activations, fp16,
+bf16, 2:4 and block sparse), each at one row and at 130, built with AVX-512 switched off and with
 x86-64's baseline only, against torch's reference. `bash scripts/test-isa ISA` runs the
 whole C test set under one setting; this keeps the default run checking them in seconds."""
 
@@ -67,7 +67,8 @@ def _program() -> Graph:
     g = Graph()
     xs = [inp(g, (m, K)) for m in (1, 130)]  # 130: row tails on every ISA's tile
     bias, zero = const(g, torch.randn(N, generator=gen)), scalar(g, 0.0)
-    fmts = ["float", "int8", "fp8", "int4_g32", DYNAMIC, "fp16", "bf16", "sparse24", "bsr16"]
+    fmts = ["float", "int8", "fp8_e4m3", "fp8_e5m2", "int4_g32", DYNAMIC, "fp16", "bf16",
+            "sparse24", "bsr16"]
     for k, fmt in enumerate(fmts):
         w = _weight(g, fmt, gen)
         for x in xs:

@@ -77,8 +77,9 @@ def _random_weight(k: int, n: int, fmt: str, gen: torch.Generator):
         w[::7] *= 1e-4
         return w.to(HALF[fmt][0]), None
     group = format_group(fmt)
-    if fmt == "fp8":  # every finite e4m3 byte (0x7f and 0xff are its NaNs)
-        wq = torch.randint(0, 127, (k, n), generator=gen, dtype=torch.uint8)
+    if fmt.startswith("fp8"):  # every finite float8 byte (e4m3: 0x7f is NaN; e5m2 from 0x7c)
+        wq = torch.randint(0, 127 if fmt == "fp8_e4m3" else 124, (k, n), generator=gen,
+                           dtype=torch.uint8)
         wq |= (torch.rand(k, n, generator=gen) < 0.5).to(torch.uint8) << 7
         s = torch.rand(n, generator=gen) * 0.02 + 0.001
     elif group == 0:
@@ -109,7 +110,8 @@ def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
     pq = QuantPanels("q", 0, wq.shape[0], n, ldw, halves).prepare({"q": wq})
     ps = None if s is None else QuantPanels.of_scales(
         "s", 0, 1 if group == 0 else k // group, n, ldw, halves, group).prepare({"s": s})
-    code = HALF[fmt][1] if fmt in HALF else 9 if fmt == "fp8" else 8 if group == 0 else 4
+    code = HALF[fmt][1] if fmt in HALF else {"fp8_e4m3": 9, "fp8_e5m2": 10}.get(fmt) or \
+        (8 if group == 0 else 4)
     lib.qgemm(m, n, k, ops.a_full.data_ptr(), ops.lda, code, group, pq.data_ptr(),
               None if ps is None else ps.data_ptr(), ops.c.data_ptr(), ops.ldc, alpha,
               ops.rowscale.data_ptr() if rowscale else None, ops.addends, ops.count, act,
@@ -203,7 +205,7 @@ def test_zero_column_and_group():
 
 
 def test_formats():
-    assert [format_group(f) for f in FORMATS] == [0, 0, 32, 64, 128]
+    assert [format_group(f) for f in FORMATS] == [0, 0, 0, 32, 64, 128]
     with pytest.raises(GraphError, match="unknown weight format"):
         format_group("int4_g48")
     with pytest.raises(GraphError, match="cannot quantize"):

@@ -31,8 +31,10 @@ def test_format_round_trip_is_within_half_a_step(fmt):
     back = dequantize(q, s, fmt)
     assert back.shape == w.shape and back.dtype == torch.float32
     assert torch.equal(back[:, 3], torch.zeros(256))
-    if fmt == "fp8":  # e4m3: 3 mantissa bits, within 2^-4 of each weight (2^-10 s at least)
-        assert ((back - w).abs() <= torch.maximum(w.abs() / 16, s * 2 ** -10) + 1e-6).all()
+    if fmt.startswith("fp8"):  # e4m3 (e5m2): 3 (2) mantissa bits, within 2^-4 (2^-3) of each
+        # weight, and of the least step (2^-10 s; 2^-17 s) near zero
+        rel, least = (2 ** -4, 2 ** -10) if fmt == "fp8_e4m3" else (2 ** -3, 2 ** -17)
+        assert ((back - w).abs() <= torch.maximum(w.abs() * rel, s * least) + 1e-6).all()
     else:
         step = s if fmt == "int8" else s.repeat_interleave(int(fmt.rsplit("g", 1)[1]), 0)
         assert ((back - w).abs() <= step / 2 + 1e-6).all()
@@ -42,8 +44,8 @@ def test_format_round_trip_is_within_half_a_step(fmt):
 def test_fp8_refuses_a_weight_with_nan_or_inf():
     w = torch.randn(64, 8)
     w[5, 2] = float("nan")
-    with pytest.raises(GraphError, match="NaN or inf to fp8"):
-        quantize(w, "fp8")
+    with pytest.raises(GraphError, match="NaN or inf to fp8_e4m3"):
+        quantize(w, "fp8_e4m3")
 
 
 def test_int4_nibbles_hold_two_rows():
@@ -74,7 +76,8 @@ def _gemms(compiled, quantized: bool) -> int:
 
 @needs_cc
 @pytest.mark.parametrize("case", ["decode", "prefill"])
-@pytest.mark.parametrize("fmt,tol", [("int8", 0.02), ("fp8", 0.05), ("int4", 0.15)])
+@pytest.mark.parametrize("fmt,tol", [("int8", 0.02), ("fp8", 0.05), ("fp8_e5m2", 0.1),
+                                     ("int4", 0.15)])
 def test_llama_block_runs_every_gemm_quantized_in_c(case, fmt, tol):
     model, inputs = llama_block_case(case)
     compiled = optimize(model, inputs, quantize=fmt, measure_eager=False)

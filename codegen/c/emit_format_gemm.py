@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ...half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from ...ops import ACTIVATIONS, operands_of
-from ...quant_formats import DYNAMIC, FLOAT8, format_group
+from ...quant_formats import DYNAMIC, format_group
 from ...sparse_formats import FORMATS as SPARSE_FORMATS
 from .emit_norm import inv_rms
 from .gemm_geometry import GemmGeometry, gemm_geometry
@@ -29,6 +29,7 @@ from .values import Layout, Ref
 from .w8a8_gemm import W8A8Panels
 
 HALF_CODES = {"fp16": 16, "bf16": 17}  # eq_gemm_q's fmt
+FLOAT8_CODES = {"fp8_e4m3": 9, "fp8_e5m2": 10}
 
 
 def prepared_operands(node) -> frozenset[int]:
@@ -136,7 +137,7 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     ps = QuantPanels.of_scales(sname, scales.offset, srows, n, srs, halves, group)
     wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), w.dtype)
     ws = layout.prepared(ps, (ps.panels(), ps.rows, QUANT_PANEL), ps.c_dtype)
-    code = 9 if fmt == FLOAT8 else 8 if group == 0 else 4
+    code = FLOAT8_CODES.get(fmt) or (8 if group == 0 else 4)
     return "eq_gemm_q", f"{code}, {group}, {wq.ptr()}, {ws.ptr()}"
 
 

@@ -11,9 +11,10 @@ q the stored integers):
   q + 8 in a nibble: byte [k2, n] of the uint8 [K / 2, N] array holds row 2 k2 in its low nibble
   and row 2 k2 + 1 in its high one (group is even: a byte never straddles two groups);
   W = q[k, n] * scale[k / group, n].
-- "fp8": per output column, scale[n] = max_k |W[k, n]| / 448, q = W / scale as float8 e4m3,
-  its bits stored uint8 [K, N]: the int8 path and layout, each byte widened through float16
-  (eq_qwiden8f: F16C's conversion; the 2^8 it leaves goes with the scale).
+- "fp8_e4m3", "fp8_e5m2": per output column, scale[n] = max_k |W[k, n]| / 448 (57344), q = W /
+  scale as float8 e4m3 (e5m2), its bits stored uint8 [K, N]: the int8 path and layout, each
+  byte widened through float16 (eq_qwiden8f: F16C's conversion; e5m2 is a float16's top byte,
+  e4m3 leaves a 2^8 that goes with the scale).
 An all-zero column (group) gets scale 1, so that it dequantizes to exactly 0.
 - "fp16", "bf16" (half_formats.WEIGHT_FORMATS): W's values held as float16 / bfloat16 [K, N], no
   scales (what a half-precision model's weights are). They take the int8 path below with two
@@ -315,31 +316,37 @@ static inline __attribute__((always_inline)) eq_qf eq_qwidenh(const uint16_t* p,
 #endif
 }
 
-/* EQ_QV float8 e4m3 bytes widened to float, each 2^-8 of its value: the byte's sign, exponent
-   and mantissa moved into a float16's (e4m3's bias 7 is float16's 15 less 8; its subnormals
-   are float16 subnormals, which the conversion reads exactly), then F16C's conversion. The
-   2^8 goes with the column's scale. (The NaN byte reads as 480: fp8 weights are finite.) */
-static inline __attribute__((always_inline)) eq_qf eq_qwiden8f(const uint8_t* p) {
+/* EQ_QV float8 bytes widened to float through float16's bits, F16C's conversion. e5m2 (fmt
+   10) is a float16's top byte: shifted by 8. e4m3 (fmt 9): the byte's sign, exponent and
+   mantissa moved into a float16's (e4m3's bias 7 is float16's 15 less 8; its subnormals are
+   float16 subnormals, read exactly): 2^-8 of its value, the 2^8 going with the column's
+   scale. (A NaN byte would not read as NaN: float8 weights are finite, quant_formats.py.) */
+static inline __attribute__((always_inline)) eq_qf eq_qwiden8f(const uint8_t* p, const int fmt) {
 #if EQ_QV == 16 && defined(__AVX512F__)
     /* sign-extended and shifted by 7: the sign lands in bits 14 and 15; 0xbf80 keeps 15 */
     const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)p));
-    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xbf80));
+    const __m256i h = fmt == 10 ? _mm256_slli_epi16(b, 8)
+        : _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xbf80));
     return (eq_qf)_mm512_cvtph_ps(h);
 #elif EQ_QV == 8 && defined(__AVX2__) && defined(__F16C__)
     const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)p));
-    const __m128i h = _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xbf80));
+    const __m128i h = fmt == 10 ? _mm_slli_epi16(b, 8)
+        : _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xbf80));
     return (eq_qf)_mm256_cvtph_ps(h);
 #else
     eq_qf f;
     for (int i = 0; i < EQ_QV; i++)
-        f[i] = eq_h2f((uint16_t)(((p[i] & 0x80) << 8) | ((p[i] & 0x7f) << 7)), 16);
+        f[i] = eq_h2f((uint16_t)(fmt == 10 ? p[i] << 8
+                                 : ((p[i] & 0x80) << 8) | ((p[i] & 0x7f) << 7)), 16);
     return f;
 #endif
 }
+/* the bytes of a panel row: int8 (8) and float8 (9, 10) weights */
+#define EQ_QBYTES(fmt) ((fmt) >= 8 && (fmt) <= 10)
 
 /* t[rows, nv * EQ_QV] (row stride ldt) += (A[rows, kc] @ W[kc, nv * EQ_QV] + o[rows]) * sg[..],
    the partial sums in registers for the chunk.
-   fmt 8: w int8 rows, a the rows of A, o none. fmt 9: w float8 e4m3 rows, else as 8.
+   fmt 8: w int8 rows, a the rows of A, o none. fmt 9, 10: w float8 e4m3 / e5m2 rows, else as 8.
    fmt 4: w nibble rows, a byte x = 16 hi + lo for rows k, k + 1 of A. a holds, per pair,
    b = A[k] - A[k + 1] / 16 and c = A[k + 1] / 16, so that b lo + c x = A[k] lo + A[k + 1] hi:
    two conversions and FMAs, no shift; o = -8 * (the chunk's sum of A), the nibbles' offset.
@@ -353,12 +360,12 @@ static inline __attribute__((always_inline)) void eq_qtile(
 #pragma GCC unroll 8
     for (int r = 0; r < rows; r++)
         for (int v = 0; v < nv; v++) x[r][v] = (eq_qf){0};
-    if (fmt == 8 || fmt == 9) {
+    if (EQ_QBYTES(fmt)) {
         for (int64_t k = 0; k < kc; k++) {
             if (pf) __builtin_prefetch(w + k * ldw + pf, 0, EQ_QPFL);
 #pragma GCC unroll 8
             for (int v = 0; v < nv; v++) {
-                const eq_qf f = fmt == 9 ? eq_qwiden8f(w + k * ldw + v * EQ_QV)
+                const eq_qf f = fmt != 8 ? eq_qwiden8f(w + k * ldw + v * EQ_QV, fmt)
                     : __builtin_convertvector(eq_qwiden(w + k * ldw + v * EQ_QV, 1), eq_qf);
 #pragma GCC unroll 4
                 for (int r = 0; r < rows; r++) x[r][v] += a[r * lda + k] * f;
@@ -401,7 +408,7 @@ static inline __attribute__((always_inline)) void eq_qtile(
             memcpy(&y, t + r * ldt + v * EQ_QV, sizeof y);
             if (fmt >= 16) {
                 y += x[r][v];
-            } else if (fmt == 8 || fmt == 9) {
+            } else if (EQ_QBYTES(fmt)) {
                 memcpy(&sv, (const float*)sg + v * EQ_QV, sizeof sv);
                 y += x[r][v] * (fmt == 9 ? sv * 256.0f : sv);
             } else {
@@ -483,13 +490,13 @@ static __attribute__((noinline)) void eq_qgemv(
     const int onepass = M == 1 && EQ_QNV1 * EQ_QV == 64;
     const int64_t kc = fmt == 4 ? group : onepass ? EQ_QKB : EQ_QKBM, nch = (K + kc - 1) / kc;
     /* bytes per weight row of a panel; scale rows per panel */
-    const int64_t rb = fmt == 8 || fmt == 9 ? 64 : fmt == 4 ? 32 : 128;
-    const int64_t ng = fmt == 8 || fmt == 9 ? 1 : fmt == 4 ? K / group : 0;
+    const int64_t rb = EQ_QBYTES(fmt) ? 64 : fmt == 4 ? 32 : 128;
+    const int64_t ng = EQ_QBYTES(fmt) ? 1 : fmt == 4 ? K / group : 0;
     const int64_t pf = onepass ? EQ_QGPF : 0;
     for (int64_t m = 0; m < M; m++) memset(t + m * ldt, 0, (size_t)(p1 - p0) * 64 * sizeof(float));
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t* wp = wq + p * K * rb;
-        const float* sp = fmt == 8 || fmt == 9 ? (const float*)s + p * 64 : 0;
+        const float* sp = EQ_QBYTES(fmt) ? (const float*)s + p * 64 : 0;
         const uint16_t* sh = fmt == 4 ? (const uint16_t*)s + p * ng * 64 : 0;
         float* tp = t + (p - p0) * 64;
         for (int64_t j = 0; j < nch; j++) {
@@ -507,6 +514,8 @@ static __attribute__((noinline)) void eq_qgemv(
                     eq_qblock(rows, 8, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
                 else if (fmt == 9)
                     eq_qblock(rows, 9, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
+                else if (fmt == 10)
+                    eq_qblock(rows, 10, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
                 else if (fmt == 16)
                     eq_qblock(rows, 16, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
                 else if (fmt == 17)
@@ -543,16 +552,16 @@ static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, co
             }
         return;
     }
-    if (fmt == 9) {
+    if (fmt == 9 || fmt == 10) {
         const uint8_t* w = wq + p * K * 64;
-        eq_qf sv[64 / EQ_QV];  /* the columns' scales, times float8's 2^8 */
+        eq_qf sv[64 / EQ_QV];  /* the columns' scales (e4m3's times 2^8) */
         for (int j = 0; j < 64; j += EQ_QV) {
             memcpy(&sv[j / EQ_QV], (const float*)s + p * 64 + j, sizeof sv[0]);
-            sv[j / EQ_QV] *= 256.0f;
+            if (fmt == 9) sv[j / EQ_QV] *= 256.0f;
         }
         for (int64_t k = 0; k < K; k++)
             for (int j = 0; j < 64; j += EQ_QV) {
-                const eq_qf f = eq_qwiden8f(w + k * 64 + j) * sv[j / EQ_QV];
+                const eq_qf f = eq_qwiden8f(w + k * 64 + j, fmt) * sv[j / EQ_QV];
                 memcpy((j < 32 ? b0 + k * 32 + j : b1 + k * 32 + j - 32), &f, sizeof f);
             }
         return;
@@ -614,8 +623,8 @@ static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t 
    (ne = 0).
    W as QuantPanels (codegen/c/quant_gemm.py) prepares it: P = ceil(N / 64) panels of 64
    columns (with swiglu 2 P: the gate's, then the up half's), the last of each half zero-padded.
-   fmt 8: wq int8 [P][K][64], s float [P][64] (per column); fmt 9: wq float8 e4m3 bytes, else
-   as 8.
+   fmt 8: wq int8 [P][K][64], s float [P][64] (per column); fmt 9, 10: wq float8 e4m3 / e5m2
+   bytes, else as 8.
    fmt 4: wq uint8 [P][K / 2][64] (two rows per byte), s float16 bits [P][K / group][64].
    fmt 16, 17: wq float16 / bfloat16 [P][K][64], s unused (NULL). */
 static __attribute__((noinline)) void eq_gemm_q(

@@ -4,8 +4,8 @@ One kernel, `gemm_kernel`, computes act(epilogue(alpha * prologue(x) @ W)) tile 
 float32 (tl.dot with input_precision="ieee"), the result stored in the output's dtype:
 
     prologue  none | rms_norm (a first pass over the row's K for its sum of squares)
-    weight    float (any float dtype) | fp16 | bf16 | int8 (q * scale[n]) | fp8 (e4m3(q) *
-              scale[n], the byte widened through float16's bits) | int4_g32/g64/g128
+    weight    float (any float dtype) | fp16 | bf16 | int8 (q * scale[n]) | fp8_e4m3/e5m2
+              (float8(q) * scale[n], the byte widened through float16's bits) | int4_g32/g64/g128
               (nibble - 8 times scale[k // G, n]) | int8_dynamic (int8, and the activations
               coded per row as quant_formats.coded_activations: a pass for each row's range)
               -- the integer formats dequantized tile by tile in registers
@@ -38,7 +38,8 @@ from .common import ACT_CODES, apply_act
 from .launch import FLOATS, Launch, Operand, interpreting, merge_levels
 
 # the kernel's switches (constexprs)
-W_FLOAT, W_INT8, W_INT4, W_FP8 = 0, 1, 2, 3
+W_FLOAT, W_INT8, W_INT4 = 0, 1, 2
+W_FLOAT8 = {"fp8_e4m3": 3, "fp8_e5m2": 4}
 EPI_NONE, EPI_ADD, EPI_SWIGLU = 0, 1, 2  # EPI_ADD: beta * addend (gemm's add: beta = 1)
 MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1, the batch
 GROUP_M = 8
@@ -96,11 +97,13 @@ def _w_tile(w_ptr, scale_ptr, k, n, mask, sw_k, sw_n, ss_k, ss_n,
         w = ((w.to(tl.int32) >> ((k % 2) * 4)[:, None]) & 15) - 8
     else:
         w = tl.load(w_ptr + k[:, None] * sw_k + n[None, :] * sw_n, mask=mask, other=0)
-    if WEIGHT == 3:  # fp8 e4m3 bytes: sign, exponent and mantissa moved into a float16's,
+    if WEIGHT == 3:  # e4m3 bytes: sign, exponent and mantissa moved into a float16's,
         # which then holds 2^-8 of the value (e4m3's subnormals are float16 subnormals)
         b = w.to(tl.int32)
         h = ((b & 0x80) << 8) | ((b & 0x7F) << 7)
         w = h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
+    if WEIGHT == 4:  # e5m2 bytes: a float16's top byte
+        w = (w.to(tl.int32) << 8).to(tl.uint16).to(tl.float16, bitcast=True)
     w = w.to(tl.float32)
     if WEIGHT != 0:  # the scale of (k // GROUP, n); int8's has ss_k = 0 (one per column)
         w = w * tl.load(scale_ptr + (k // GROUP)[:, None] * ss_k + n[None, :] * ss_n,
@@ -316,10 +319,10 @@ def _weight_format(fmt: str, w: Operand, scale: Operand, k: int, cols: int
                 and scale.dtype == "float32":
             return W_INT8, 1, (scale, 0, scale.strides[0])
         return None
-    if fmt == FLOAT8:
+    if fmt in FLOAT8:
         if w.dtype == "uint8" and w.shape == (k, cols) and scale.shape == (cols,) \
                 and scale.dtype == "float32":
-            return W_FP8, 1, (scale, 0, scale.strides[0])
+            return W_FLOAT8[fmt], 1, (scale, 0, scale.strides[0])
         return None
     if fmt not in FORMATS:
         return None  # the sparse formats
