@@ -87,7 +87,8 @@ def test_llama_block_runs_every_gemm_quantized_in_c(case, fmt, tol):
     assert _gemms(compiled, quantized=True) == 4 and _gemms(compiled, quantized=False) == 0
     assert "eq_gemm_q(" in compiled._runtime.source
     q = report.quantization
-    assert q.format == ("int4_g32" if fmt == "int4" else fmt) and q.quantized_weights == 4
+    assert q.format == {"int4": "int4_g32", "fp8": "fp8_e4m3"}.get(fmt, fmt)
+    assert q.quantized_weights == 4
     (err,) = q.outputs
     assert 0 < err.max_rel <= tol, err
     with torch.no_grad():  # the C kernels compute the quantized program: torch eager on the
