@@ -75,10 +75,10 @@ def quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     stay small (an LM head's would be several times the head's size)."""
     if w.dim() != 2 or not quantizable(w.shape[0], fmt):
         raise GraphError(f"cannot quantize a weight of shape {tuple(w.shape)} to {fmt}")
-    from .codegen.c.quantizer import quantize_in_c
+    from .codegen.c.quantizer import quantize_fp8_in_c, quantize_in_c
 
-    # (float8's rounding is torch's own conversion)
-    fast = quantize_in_c(w, format_group(fmt)) if fmt not in FLOAT8 else None  # in one pass
+    fast = quantize_fp8_in_c(w, fmt) if fmt in FLOAT8 else \
+        quantize_in_c(w, format_group(fmt))  # the same values, in one pass
     q, scale = fast if fast is not None else quantize_in_torch(w, fmt)
     _check_scales(scale, fmt)
     return q, scale

@@ -129,3 +129,16 @@ def test_a_start_record_whose_programs_are_gone_starts_cold(tmp_path, cache_home
     gen, again = _start(tmp_path / "ck")
     assert gen.model is not None and gen.decode_program.report.program_cache == "miss"
     assert torch.equal(again, tokens)
+
+
+def test_a_damaged_start_record_is_rebuilt_not_loaded(tmp_path, cache_home):
+    _save(tmp_path / "ck")
+    _, tokens = _start(tmp_path / "ck")
+    (record,) = (cache_home.parent / "starts").glob("*.pkl")
+    record.write_bytes(record.read_bytes()[:-50])
+    with pytest.warns(CacheWarning, match="start record .* does not match its digest"):
+        gen, again = _start(tmp_path / "ck")
+    assert gen.model is not None  # built again, and the record with it
+    assert torch.equal(again, tokens)
+    warm, _ = _start(tmp_path / "ck")
+    assert warm.model is None and warm.report.decode_optimized == "by an earlier start"

@@ -1,5 +1,6 @@
 """The C quantizer (codegen/c/quantizer.py) gives quant_formats' integers and scales bit for
-bit: float32 and bf16 weights, transposed and row-major, all-zero groups, exact ties."""
+bit: float32 and bf16 weights, transposed and row-major, all-zero groups, exact ties; float8
+bytes as torch's conversion rounds them, subnormals and ties included."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from eqsat_llm.codegen.c.build import compiler
-from eqsat_llm.codegen.c.quantizer import quantize_in_c
+from eqsat_llm.codegen.c.quantizer import quantize_fp8_in_c, quantize_in_c
 from eqsat_llm.errors import GraphError
 from eqsat_llm.quant_formats import format_group, quantize, quantize_in_torch
 
@@ -75,3 +76,31 @@ def test_an_int4_scale_past_float16_is_refused():
     with pytest.raises(GraphError, match="float16"):
         quantize(w, "int4_g32")
     quantize(w, "int8")  # int8's float32 scales hold it
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("transposed", [True, False])
+def test_the_c_float8_quantizer_equals_torch_bit_for_bit(fmt, dtype, transposed):
+    w = weight(640, 130, dtype, transposed).float()
+    w[:, 5] *= 1e-6  # a column whose small values are float8 subnormals after scaling
+    top = 448.0 if fmt == "fp8_e4m3" else 57344.0
+    # every float8 value and every midpoint between two (ties: to even) in one column
+    dt = torch.float8_e4m3fn if fmt == "fp8_e4m3" else torch.float8_e5m2
+    values = torch.arange(256, dtype=torch.uint8).view(dt).float()
+    values = values[values.isfinite()].sort().values
+    grid = torch.cat([values, (values[1:] + values[:-1]) / 2])[:640]
+    w[:, 7] = 0.0
+    w[:len(grid), 7] = grid  # its max is `top`: scale 1, so w / scale is each value exactly
+    assert float(grid.abs().max()) == top
+    w = w.to(dtype)
+    got = quantize_fp8_in_c(w, fmt)
+    want = quantize_in_torch(w, fmt)
+    assert got is not None
+    for g, x in zip(got, want):
+        assert g.dtype == x.dtype and g.shape == x.shape and g.is_contiguous()
+        assert torch.equal(g, x), (g != x).nonzero()[:5]
+    bad = w.float().clone()
+    bad[3, 2] = float("inf")
+    with pytest.raises(GraphError, match="NaN or inf"):
+        quantize_fp8_in_c(bad, fmt)

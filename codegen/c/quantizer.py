@@ -1,6 +1,7 @@
 """`quant_formats.quantize` in C: the same integers and scales bit for bit, in one pass.
 
-Loading a quantized model quantizes every GEMM weight; torch's form of it (quant_formats.py)
+Loading a quantized model quantizes every GEMM weight (int8, int4; float8 in
+`eq_quantize_fp8`, rounding as torch's conversion does); torch's form of it (quant_formats.py)
 makes seven passes over each weight in float32 (widen, abs, amax, divide, round, clamp,
 narrow), 0.1 GB/s of bf16 weights on the machines here: most of a warm start. Here the
 weight is read as it lies (float32 or bf16 bits, any strides) in blocks of 64 columns, a tile
@@ -162,6 +163,72 @@ void eq_quantize(const void* w, int bf16, int64_t K, int64_t N, int64_t sk, int6
         }
     }
 }
+
+/* x (finite, |x| below the format's largest value plus half a step) as a float8 byte,
+   rounded to nearest even: e5m2 (5 exponent bits, 2 mantissa bits) or e4m3fn (4, 3), as
+   torch converts (c10's fp8 conversions, in-range branch): below the smallest normal the
+   magic addition rounds in the float unit, above it the mantissa is rounded on the bits */
+static inline uint8_t eq_fp8(float x, int e5m2) {
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    const uint32_t sign = f & 0x80000000u;
+    f ^= sign;
+    const int mbits = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+    uint32_t r;
+    if (f < ((uint32_t)(127 - bias + 1) << 23)) {  /* subnormal or zero */
+        /* the float whose ulp is the format's least subnormal step, 2^(1 - bias - mbits) */
+        const uint32_t denorm = (uint32_t)(151 - bias - mbits) << 23;
+        float a, m;
+        memcpy(&a, &f, 4);
+        memcpy(&m, &denorm, 4);
+        a += m;
+        uint32_t b;
+        memcpy(&b, &a, 4);
+        r = b - denorm;
+    } else {
+        const uint32_t odd = (f >> (23 - mbits)) & 1u;
+        f += ((uint32_t)(bias - 127) << 23) + ((1u << (22 - mbits)) - 1u);
+        f += odd;
+        r = f >> (23 - mbits);
+    }
+    return (uint8_t)(r | (sign >> 24));
+}
+
+/* w [K, N] (element strides sk, sn) as float8 e4m3 (e5m2): scale [N] = max_k |w| / top (an
+   all-zero column's 1), q [K, N] = w / scale as float8 bytes, as quant_formats'
+   quantize_in_torch. Returns how many values are not finite (then q and scale are not set:
+   the caller refuses the weight). Blocks of EQ_QB columns, rows a tile at a time, each block
+   read twice (its max, then its bytes). */
+int64_t eq_quantize_fp8(const void* w, int bf16, int64_t K, int64_t N, int64_t sk, int64_t sn,
+                        int e5m2, uint8_t* q, float* scale) {
+    const float top = e5m2 ? 57344.0f : 448.0f;
+    int64_t bad = 0;
+    #pragma omp parallel for schedule(static) reduction(+:bad)
+    for (int64_t n0 = 0; n0 < N; n0 += EQ_QB) {
+        const int64_t cols = N - n0 < EQ_QB ? N - n0 : EQ_QB;
+        float t[EQ_QROWS][EQ_QB] __attribute__((aligned(64)));
+        float amax[EQ_QB], s[EQ_QB];
+        int32_t nan[EQ_QB];
+        memset(amax, 0, sizeof amax);
+        memset(nan, 0, sizeof nan);
+        for (int64_t k0 = 0; k0 < K; k0 += EQ_QROWS) {
+            const int64_t rows = K - k0 < EQ_QROWS ? K - k0 : EQ_QROWS;
+            eq_tile(w, bf16, k0, rows, n0, cols, sk, sn, t);
+            eq_amax(rows, t, amax, nan);
+        }
+        for (int j = 0; j < cols; j++) bad += nan[j] || !(amax[j] <= 3.4028234663852886e38f);
+        eq_scales(s, amax, nan, top, 0);
+        memcpy(scale + n0, s, cols * 4);
+        for (int64_t k0 = 0; k0 < K; k0 += EQ_QROWS) {
+            const int64_t rows = K - k0 < EQ_QROWS ? K - k0 : EQ_QROWS;
+            eq_tile(w, bf16, k0, rows, n0, cols, sk, sn, t);
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < cols; j++)
+                    q[(k0 + i) * N + n0 + j] = eq_fp8(t[i][j] / s[j], e5m2);
+        }
+    }
+    return bad;
+}
 """
 
 
@@ -172,7 +239,34 @@ def _library() -> ctypes.CDLL | None:
         lib.eq_quantize.restype = None
         lib.eq_quantize.argtypes = [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_int64] * 5,
                                     ctypes.c_void_p, ctypes.c_void_p]
+        lib.eq_quantize_fp8.restype = ctypes.c_int64
+        lib.eq_quantize_fp8.argtypes = [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_int64] * 4,
+                                        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
     return lib
+
+
+def quantize_fp8_in_c(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(float8 bytes, scales) of the [K, N] weight `w` (float32 or bfloat16, on the CPU) in
+    the float8 format `fmt` as quant_formats.quantize gives them; None where no C compiler
+    is found or `w` is of another kind. A weight holding NaN or inf: GraphError."""
+    from ...errors import GraphError
+
+    if w.dtype not in (torch.float32, torch.bfloat16) or w.device.type != "cpu" or \
+            w.dim() != 2 or w.is_meta:
+        return None
+    lib = _library()
+    if lib is None:
+        return None
+    k, n = w.shape
+    q = torch.empty(k, n, dtype=torch.uint8)
+    scale = torch.empty(n, dtype=torch.float32)
+    w = w.detach()
+    bad = lib.eq_quantize_fp8(w.data_ptr(), int(w.dtype == torch.bfloat16), k, n, w.stride(0),
+                              w.stride(1), int(fmt == "fp8_e5m2"), q.data_ptr(),
+                              scale.data_ptr())
+    if bad:
+        raise GraphError(f"cannot quantize a weight holding NaN or inf to {fmt}")
+    return q, scale
 
 
 def quantize_in_c(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor] | None:
