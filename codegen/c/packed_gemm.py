@@ -12,7 +12,7 @@ Threads split the column panels. With AVX2 (no AVX-512) a tile is 6 rows of one 
 of the panel (12 ymm accumulators), the two halves one after the other; otherwise the same
 loops run in portable C.
 
-Measured on this machine (2 cores, AVX-512, benchmarks in docs/c-backend.md): 320-360
+Measured on a 2-core AVX-512 machine (benchmarks in docs/c-backend.md): 320-360
 GFLOP/s at M = 128 against 240-270 for OpenBLAS 0.3.34 with the same column split, and
 250-270 against 100 at M = 16."""
 

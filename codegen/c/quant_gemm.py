@@ -58,8 +58,8 @@ The kernel `eq_gemm_q` (QUANT_GEMM_C) has two paths.
   panels at once outgrew L2: 1.4-1.6x slower at M = 128), and `eq_panel` (packed_gemm.py) runs
   its tiles and the epilogue on each: the dequantization, a float per weight, is amortized
   over the M rows.
-The threshold: with AVX-512, 8 rows (not measured: this machine has no AVX-512, where
-eq_panel runs 14-row tiles at 250-360 GFLOP/s); with AVX2, 24: measured (K = 2048, N = 5632,
+The threshold: with AVX-512, 8 rows (chosen, not measured when it was set on an AVX2-only
+machine: eq_panel runs 14-row tiles at 250-360 GFLOP/s there); with AVX2, 24: measured (K = 2048, N = 5632,
 a one-gemm program) the GEMV at 0.5x the panels' time at 4 rows, 0.7-0.9x at 16, 1.07-1.12x at
 32, 1.35x at 64, once eq_panel had its AVX2 tiles; without either, 128 (the portable eq_panel:
 the GEMV took 0.4-0.9 of the panels' time from 8 to 128 rows, 0.75-1 at 256 and 512).
@@ -67,9 +67,10 @@ The epilogue is the packed GEMM's: times alpha, a per-row scale, addends, an act
 swiglu, silu(G) * U with G and U the gate and up products (weight columns [0, N) and [N, 2N)),
 each times alpha and the row scale.
 
-Measured on this machine (2 cores of an AMD EPYC (Zen 3), AVX2 without AVX-512, 32 MiB L3;
+Measured on 2 cores of an AMD EPYC (Zen 3), AVX2 without AVX-512, 32 MiB L3 (
 the native build, so 8-float vectors; 2 OpenMP threads; benchmarks/quant_kernels.py
---baseline 59d60fe: this kernel, the row-major one before it and eq_gemm_packed (fp32) in one
+--baseline <the commit before the panels>: this kernel, the row-major one before it and
+eq_gemm_packed (fp32) in one
 process, rounds interleaved, median of 21 calls per round, median of 7 rounds (warm: 5), whose
 spread was 1.1-1.5x; 1-minute load 1.2-1.6 with the benchmark's own 2 threads), M = 1; GB/s =
 the weight's bytes (scales included) per second; cold: after reading 64 MiB (the weight comes

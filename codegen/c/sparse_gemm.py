@@ -55,10 +55,10 @@ the permute (vpermilps) where the ISA has them, and portable fallbacks (__builti
 GCC, OR-ed masks elsewhere): one source, every target (tests: native, no AVX2, SSE only,
 16-float tiling through generic vectors, every row count through sparse24's panels).
 
-Measured on this machine (2 cores of an AMD EPYC (Zen 3), AVX2 without AVX-512, 32 MiB L3;
+Measured on 2 cores of an AMD EPYC (Zen 3), AVX2 without AVX-512, 32 MiB L3 (
 the native build; 2 OpenMP threads; benchmarks/sparse_kernels.py: ctypes calls, per kernel 5
 interleaved rounds of 21 calls, the median per round, the median of rounds; the table is the
-median of 3 such runs, the range of the 3 in brackets. Another engineer's tests ran on the
+median of 3 such runs, the range of the 3 in brackets. Other processes ran on the
 machine at times (1-minute load 0.8-1.6): single runs differed by up to 30%, and dense fp32's
 prefill here, 108-115 GFLOP/s, is benchmarks/RESULTS.md's 97-111). Dense fp32 is
 eq_gemm_packed (what a constant weight runs at every M, PACKED_MIN_M = 1); sparse24 is 2:4 at

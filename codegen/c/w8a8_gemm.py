@@ -44,7 +44,7 @@ addends, activation, or swiglu's silu(G) * U. Tiles of 4 and 6 rows ran as fast 
 8 spill. The tiles are compiled apart (noipa): inlined, or specialised by GCC 12's
 interprocedural constant propagation, the same loop kept accumulators on the stack.
 
-Measured on this machine (2 cores of an AMD EPYC (Zen 3), AVX2 without AVX-512 or VNNI, GCC
+Measured on 2 cores of an AMD EPYC (Zen 3), AVX2 without AVX-512 or VNNI (GCC
 12, the backend's CFLAGS; benchmarks/w8a8_kernels.py --passive: rounds interleaved, 5 x 5
 calls, medians; idle OpenMP threads sleeping and ORT not spinning, since other processes
 shared the cores (load 1.1-1.8): a spinning worker that lost its core held each parallel
