@@ -61,8 +61,9 @@ The kernel `eq_gemm_q` (QUANT_GEMM_C) has two paths.
 The threshold: with AVX-512, 8 rows (not measured: it was set on an AVX2-only machine; with
 AVX-512 eq_panel runs 14-row tiles at 250-360 GFLOP/s); with AVX2, 24: measured (K = 2048,
 N = 5632, a one-gemm program) the GEMV at 0.5x the panels' time at 4 rows, 0.7-0.9x at 16,
-1.07-1.12x at 32, 1.35x at 64, once eq_panel had its AVX2 tiles; without either, 128 (the portable eq_panel:
-the GEMV took 0.4-0.9 of the panels' time from 8 to 128 rows, 0.75-1 at 256 and 512).
+1.07-1.12x at 32, 1.35x at 64, once eq_panel had its AVX2 tiles; without either, 128 (the
+portable eq_panel: the GEMV took 0.4-0.9 of the panels' time from 8 to 128 rows, 0.75-1 at
+256 and 512).
 The epilogue is the packed GEMM's: times alpha, a per-row scale, addends, an activation; or
 swiglu, silu(G) * U with G and U the gate and up products (weight columns [0, N) and [N, 2N)),
 each times alpha and the row scale.
