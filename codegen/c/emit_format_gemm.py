@@ -17,9 +17,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...half_formats import WEIGHT_FORMATS as HALF_FORMATS
-from ...ops import ACTIVATIONS, operands_of
-from ...quant_formats import DYNAMIC, format_group
-from ...sparse_formats import FORMATS as SPARSE_FORMATS
+from ...ops import ACTIVATIONS, GemmDescriptor, operands_of
+from ...quant_formats import format_group
 from .emit_norm import inv_rms
 from .gemm_geometry import GemmGeometry, gemm_geometry
 from .loops import PARALLEL_MIN
@@ -35,28 +34,28 @@ FLOAT8_CODES = {"fp8_e4m3": 9, "fp8_e5m2": 10}
 def prepared_operands(node) -> frozenset[int]:
     """The inputs of `node` its kernel reads only through a prepared copy (so they need no C
     type): a half-precision gemm weight, whose bits the panels carry."""
-    if node.op == "gemm" and node.attrs["weight"] in HALF_FORMATS:
+    if node.op == "gemm" and GemmDescriptor.of(node.attrs).half:
         return frozenset({1})
     return frozenset()
 
 
-def emit_format_gemm(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry,
+def emit_format_gemm(d: GemmDescriptor, out: Ref, ins: list[Ref], geo: GemmGeometry,
                      layout: Layout | None = None) -> str | None:
     """The call for the gemm descriptor d on [x, w, aux, norm, addend], w in format
-    d["weight"] and aux its scales or positions (geo: x and out, no B); None where the
+    d.weight and aux its scales or positions (geo: x and out, no B); None where the
     operands' layout or dtypes are not the kernel's (a quantized weight must be a constant:
     its panels are prepared in `layout`)."""
     g = operands_of("gemm", ins)
     x, w, aux, norm, addend = g.x, g.w, g.w_scale, g.norm, g.addend
-    fmt, epilogue = d["weight"], d["epilogue"]
+    fmt, epilogue = d.weight, d.epilogue
     if out.dtype != "float32" or x.dtype != "float32":
         return None
     if not geo.rows_evenly_spaced or not geo.unit_columns:  # (before the panels take W slots)
         return None
     swiglu = epilogue == "swiglu"
     m, k, n = geo.m, geo.k, geo.n
-    stored = _sparse_operands(fmt, w, aux) if fmt in SPARSE_FORMATS else \
-        _dynamic_operands(w, aux, n, swiglu, layout) if fmt == DYNAMIC else \
+    stored = _sparse_operands(fmt, w, aux) if d.sparse else \
+        _dynamic_operands(w, aux, n, swiglu, layout) if d.dynamic else \
         _quantized_operands(fmt, w, aux, n, swiglu, layout)
     if stored is None:
         return None
@@ -68,13 +67,13 @@ def emit_format_gemm(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry,
         if r is None or addend.dtype != "float32" or addend.space == "scalar" or \
                 r.cols not in (0, 1):
             return None
-        beta = float(d["beta"]) if epilogue == "bias" else 1.0
+        beta = float(d.beta) if epilogue == "bias" else 1.0
         addends.append(f"{{{addend.ptr()}, {r.rows if m > 1 else 0}, {r.cols}, {beta.hex()}f}}")
-    act = 0 if d["act"] == "none" else ACTIVATIONS[d["act"]].code
+    act = 0 if d.act == "none" else ACTIVATIONS[d.act].code
     e = f"const eq_addend e[] = {{{', '.join(addends)}}};" if addends else \
         "const eq_addend* e = NULL;"
     par = geo.macs >= PARALLEL_MIN * 8 and n >= 64
-    alpha = float(d["alpha"]).hex()
+    alpha = float(d.alpha).hex()
 
     def call(rows: str, a: str, lda_: int, row0: str) -> str:
         es = "e" if not addends else "eb"
@@ -86,7 +85,7 @@ def emit_format_gemm(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry,
                 f"{int(swiglu)}, {int(par)});")
 
     head = f"{e}\nfloat* o = {out.ptr(const=False)};\nconst float* x = {x.ptr()};"
-    if d["prologue"] == "none":
+    if not d.normed:
         return f"{head}\n{{\n    {call(str(m), 'x', geo.lda, '0')}\n}}"
     if k > FORMAT_MAX_K or norm.dtype not in ("float32", "float64") or len(norm.shape) > 1:
         return None
@@ -101,7 +100,7 @@ for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
     for (int64_t i = 0; i < mb; i++) {{
         const float* xr = x + (m0 + i) * {geo.lda};
         float* nr = xn + i * {k};
-{inv_rms("xr", "1", k, float(d["eps"]))}
+{inv_rms("xr", "1", k, float(d.eps))}
 #pragma omp simd
         for (int64_t c = 0; c < {k}; c++) nr[c] = xr[c] * r * {g};
     }}

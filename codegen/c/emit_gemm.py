@@ -17,7 +17,7 @@ correct, only slower."""
 from __future__ import annotations
 
 from ...ir import Node
-from ...ops import operands_of
+from ...ops import GemmDescriptor, operands_of
 from .emit_format_gemm import emit_format_gemm
 from .emit_matmul import emit_product
 from .emit_matmul_swiglu import emit_matmul_swiglu
@@ -29,20 +29,19 @@ from .values import Layout, Ref
 
 def emit_gemm(node: Node, out: Ref, ins: list[Ref], blas: bool, layout: Layout,
               ropes: tuple[RopeEpilogue, ...] = ()) -> str | None:
-    d = node.attrs
+    d = GemmDescriptor.of(node.attrs)
     g = operands_of("gemm", ins)
     x, w, addend = g.x, g.w, g.addend
     # a weight in a format is no strided matrix (and its kernel checks the addend's rows once
     # the weight's panels are prepared); a float weight's residual is walked with C's rows
-    stored = d["weight"] != "float"
-    geo = gemm_geometry(out, x, None if stored else w,
-                        addend if d["epilogue"] == "add" and not stored else None)
+    geo = gemm_geometry(out, x, None if d.stored else w,
+                        addend if d.epilogue == "add" and not d.stored else None)
     if geo is None:
         return None
-    if stored:
+    if d.stored:
         return None if ropes else emit_format_gemm(d, out, ins, geo, layout)
-    if d["prologue"] == "rms_norm":
+    if d.normed:
         return emit_rms_norm_matmul(d, out, ins, geo, layout, ropes)
-    if d["epilogue"] == "swiglu":
+    if d.swiglu:
         return None if ropes else emit_matmul_swiglu(d, out, ins, geo, layout)
     return emit_product(d, out, ins, geo, layout, blas, ropes)

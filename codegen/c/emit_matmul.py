@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ...ir import Node
 from ...ops import ACTIVATIONS as OP_ACTIVATIONS
+from ...ops import GemmDescriptor
 from .fuse_rope import RopeEpilogue, packed_gemm_call
 from .gemm_geometry import GemmGeometry, gemm_geometry
 from .loops import PARALLEL_MIN, broadcast_strides
@@ -49,25 +50,26 @@ def emit_matmul(node: Node, out: Ref, ins: list[Ref], blas: bool,
         a, b = ins[0], _t(ins[1])
     else:
         a, b, bias = ins[0], _t(ins[1]), ins[2]
-    d = {"alpha": at.get("alpha", 1.0), "beta": at.get("beta", 1.0), "act": "none",
-         "epilogue": "none" if bias is UNUSED else "bias"}
     geo = gemm_geometry(out, a, b)
     if geo is None:
         return None
+    d = GemmDescriptor(geo.n, alpha=at.get("alpha", 1.0), beta=at.get("beta", 1.0),
+                       epilogue="none" if bias is UNUSED else "bias")
     return emit_product(d, out, [a, b, UNUSED, UNUSED, bias], geo, layout, blas, ropes)
 
 
-def emit_product(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry, layout: Layout | None,
-                 blas: bool, ropes: tuple[RopeEpilogue, ...] = ()) -> str | None:
+def emit_product(d: GemmDescriptor, out: Ref, ins: list[Ref], geo: GemmGeometry,
+                 layout: Layout | None, blas: bool, ropes: tuple[RopeEpilogue, ...] = ()
+                 ) -> str | None:
     """out = act(alpha * x @ w + beta * bias + res) for the gemm descriptor d and inputs
     [x, w, _, _, addend], batched over the leading dims (bias: epilogue "bias", added after
     the product is rounded; res: epilogue "add", a residual fused into the store of each
     output tile, geo's R); None when this combination is not generated."""
     a, b, addend = ins[0], ins[1], ins[4]
-    res = addend if d["epilogue"] == "add" else None
-    bias = addend if d["epilogue"] == "bias" else None
-    alpha, beta = float(d["alpha"]), float(d["beta"])
-    act = None if d["act"] == "none" else d["act"]
+    res = addend if d.epilogue == "add" else None
+    bias = addend if d.epilogue == "bias" else None
+    alpha, beta = float(d.alpha), float(d.beta)
+    act = None if d.act == "none" else d.act
     if res is not None and (res.dtype != "float32" or res.space == "scalar"
                             or len(res.shape) > len(out.shape)):
         return None

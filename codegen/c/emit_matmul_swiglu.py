@@ -6,18 +6,19 @@ locally, in chunks of SWIGLU_CHUNK columns (tiles.py), and joined as they are st
 
 from __future__ import annotations
 
+from ...ops import GemmDescriptor
 from .gemm_geometry import GemmGeometry
 from .loops import PARALLEL_MIN, loop_nest
 from .tiles import SWIGLU_CHUNK
 from .values import Layout, Ref
 
 
-def emit_matmul_swiglu(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry,
+def emit_matmul_swiglu(d: GemmDescriptor, out: Ref, ins: list[Ref], geo: GemmGeometry,
                        layout: Layout) -> str | None:
     """The kernel of the gemm descriptor d (epilogue swiglu, no activation, alpha 1) on
     [x, w, ...], w = [wg | wu] [k, 2n]; None where it is not generated."""
     x, w = ins[0], ins[1]
-    if d["act"] != "none" or float(d["alpha"]) != 1.0 or len(w.shape) != 2:
+    if d.act != "none" or float(d.alpha) != 1.0 or len(w.shape) != 2:
         return None
     k, n = geo.k, geo.n
     wg = w.with_view((k, n), w.strides, w.offset)

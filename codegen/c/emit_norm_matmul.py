@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from ...ops import operands_of
+from ...ops import GemmDescriptor, operands_of
 from .emit_norm import inv_rms
 from .fuse_rope import RopeEpilogue, packed_gemm_call
 from .gemm_geometry import GemmGeometry
@@ -28,13 +28,13 @@ from .tiles import NORM_MAX_LOCAL, NORM_ROW_BLOCK
 from .values import Layout, Ref
 
 
-def emit_rms_norm_matmul(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry,
+def emit_rms_norm_matmul(d: GemmDescriptor, out: Ref, ins: list[Ref], geo: GemmGeometry,
                          layout: Layout | None = None, ropes: tuple[RopeEpilogue, ...] = ()
                          ) -> str | None:
     """The kernel of the gemm descriptor d (prologue rms_norm, no epilogue nor activation) on
     [x, w, _, g, _]; with `ropes` (fuse_rope.py) computed in the GEMM's epilogue, or None when
     the fused path that can do so does not apply."""
-    if d["epilogue"] != "none" or d["act"] != "none":
+    if d.epilogue != "none" or d.act != "none":
         return None
     operands = operands_of("gemm", ins)
     x, w, g = operands.x, operands.w, operands.norm
@@ -45,7 +45,7 @@ def emit_rms_norm_matmul(d: dict, out: Ref, ins: list[Ref], geo: GemmGeometry,
     K, N = w.shape
     if geo.k != K or geo.n != N or (g.shape and g.shape[0] not in (1, K)):
         return None
-    eps, alpha = float(d["eps"]), float(d["alpha"])
+    eps, alpha = float(d.eps), float(d.alpha)
     packed = _packed(geo, w, g, layout)
     if packed is not None and geo.rows_evenly_spaced and geo.unit_columns:
         return _fused(x, g, out, packed, geo, eps, alpha, ropes)

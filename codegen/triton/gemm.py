@@ -32,7 +32,7 @@ import triton.language as tl
 
 from ...half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from ...ir import Node
-from ...ops import GEMM_DEFAULTS, MATMUL_OPS, operands_of
+from ...ops import MATMUL_OPS, GemmDescriptor, operands_of
 from ...quant_formats import DYNAMIC, FLOAT8, FORMATS, format_group
 from .common import ACT_CODES, apply_act
 from .launch import FLOATS, Launch, Operand, interpreting, merge_levels
@@ -336,30 +336,30 @@ def _weight_format(fmt: str, w: Operand, scale: Operand, k: int, cols: int
 def plan_gemm(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:
     """The launches of a `gemm` node (ops/gemm.py): x [..., K], w by its format, the output
     [..., n]; None where the kernel does not cover it (the module docstring says which)."""
-    a = {**GEMM_DEFAULTS, **node.attrs}
+    d = GemmDescriptor.of(node.attrs)
     g = operands_of("gemm", ins)
     x, w, w_scale, norm, addend = g.x, g.w, g.w_scale, g.norm, g.addend
     if x.is_scalar or w.is_scalar or not x.shape or x.dtype not in FLOATS \
-            or out.dtype not in FLOATS or a["act"] not in ACT_CODES:
+            or out.dtype not in FLOATS or d.act not in ACT_CODES:
         return None
-    n, k, epilogue = a["n"], x.shape[-1], a["epilogue"]
+    n, k, epilogue = d.n, x.shape[-1], d.epilogue
     if out.shape != x.shape[:-1] + (n,):
         return None
-    fmt = _weight_format(a["weight"], w, w_scale, k, 2 * n if epilogue == "swiglu" else n)
+    fmt = _weight_format(d.weight, w, w_scale, k, d.columns)
     if fmt is None:
         return None
     weight, group, scale = fmt
     rms = None
-    if a["prologue"] == "rms_norm":
+    if d.normed:
         norm_strides = None if norm.is_scalar else broadcast_strides(norm, (k,))
         if norm_strides is None:
             return None
         rms = (norm, norm_strides[0])
-    elif a["prologue"] != "none":
+    elif d.prologue != "none":
         return None
     lead = out.shape[:-1]
     add = None
-    if epilogue in ("add", "bias") and not (epilogue == "bias" and a["beta"] == 0.0):
+    if epilogue in ("add", "bias") and not (epilogue == "bias" and d.beta == 0.0):
         add_strides = None if addend.is_scalar else broadcast_strides(addend, out.shape)
         if add_strides is None:
             return None
@@ -371,9 +371,8 @@ def plan_gemm(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | No
         "gemm", lead, n, k, _View(x, x.strides[:-1], x.strides[-1:]),
         _View(w, (0,) * len(lead), (w.strides[0], w.strides[1])),
         _View(out, out.strides[:-1], out.strides[-1:]), add, scale, rms,
-        weight=weight, group=group, dynamic=a["weight"] == DYNAMIC, epilogue=code,
-        alpha=a["alpha"], beta=a["beta"] if epilogue == "bias" else 1.0, eps=a["eps"],
-        act=a["act"])
+        weight=weight, group=group, dynamic=d.dynamic, epilogue=code,
+        alpha=d.alpha, beta=d.beta if epilogue == "bias" else 1.0, eps=d.eps, act=d.act)
 
 
 def plan_matmul(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:

@@ -21,7 +21,15 @@ from typing import Any
 
 from ..errors import CostError, EqsatError
 from ..ir import TensorType, dtype_of
-from ..ops import ACTIVATIONS, EXP_FLOPS, REGISTRY, WEAK_DTYPES, operands_of, ops_where
+from ..ops import (
+    ACTIVATIONS,
+    EXP_FLOPS,
+    REGISTRY,
+    WEAK_DTYPES,
+    GemmDescriptor,
+    operands_of,
+    ops_where,
+)
 from ..quant_formats import DYNAMIC
 from ..sparse_formats import FORMATS as SPARSE_FORMATS
 from .machine import Machine, machine_of_this_host
@@ -305,19 +313,19 @@ def _gemm_shape(a: dict[str, Any], ins: list[TensorType],
     if not x.shape:
         raise CostError(f"gemm: a 0-d operand {x} is not a matrix")
     k, n = x.shape[-1], out.shape[-1]
+    d = GemmDescriptor.of({"n": n, **a})
     rows = out.numel // max(n, 1)
-    scaled = 0.0 if a.get("alpha", 1.0) == 1.0 else 1.0
-    epilogue = {"none": scaled, "add": 1.0 + scaled, "bias": 2.0, "swiglu": 0.0}[a["epilogue"]]
+    scaled = 0.0 if d.alpha == 1.0 else 1.0
+    epilogue = {"none": scaled, "add": 1.0 + scaled, "bias": 2.0, "swiglu": 0.0}[d.epilogue]
     epilogue *= out.numel
-    if a["act"] != "none":  # on the tile: the product never moved
-        epilogue += REGISTRY[ACTIVATIONS[a["act"]].op].flops * out.numel
-    if a["prologue"] == "rms_norm":  # the row statistics (square, sum) on x; the norm weight
-        # is folded into the weight and the row scale multiplies each tile in L1 as stored
+    if d.act != "none":  # on the tile: the product never moved
+        epilogue += REGISTRY[ACTIVATIONS[d.act].op].flops * out.numel
+    if d.normed:  # the row statistics (square, sum) on x; the norm weight is folded into
+        # the weight and the row scale multiplies each tile in L1 as stored
         epilogue += 2.0 * x.numel
-    flops = (4.0 if a["epilogue"] == "swiglu" else 2.0) * out.numel * k
-    flops *= _weight_format_factor(a["weight"], g.w, g.w_scale, rows, k * n * (
-        2 if a["epilogue"] == "swiglu" else 1))
-    if a["epilogue"] == "swiglu":  # two products per output, joined on the tile as it is
+    flops = (4.0 if d.swiglu else 2.0) * out.numel * k
+    flops *= _weight_format_factor(d.weight, g.w, g.w_scale, rows, k * d.columns)
+    if d.swiglu:  # two products per output, joined on the tile as it is
         # stored: priced as its two multiplies only (docs/cost-model.md: in the whole block it
         # is as fast as merged GEMM + SwiGLU, 0.95-1.01x in benchmarks/fusions.py, and never
         # stores the [M, 2N] product; priced with the SwiGLU's vector work the two tied and the

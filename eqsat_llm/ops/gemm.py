@@ -3,6 +3,8 @@ quantization, sparsity and half-precision rules build it)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -33,116 +35,175 @@ from .registry import Part, operands_of, register
 # n is the output's last dim. An operand the descriptor does not use is the scalar 0.0.
 # The fusion rules build it from the decompositions it replaces, and its reference spells
 # them out the same way (bit-identical for the float format).
-GEMM_DEFAULTS = {"alpha": 1.0, "beta": 1.0, "eps": 0.0, "prologue": "none", "weight": "float",
-                 "epilogue": "none", "act": "none"}  # every attribute but n
-# the descriptor's parts a label names when not the default, in this order
-GEMM_LABEL_PARTS = ("prologue", "weight", "epilogue", "act")
 GEMM_PROLOGUES = ("none", "rms_norm")
 GEMM_EPILOGUES = ("none", "add", "bias", "swiglu")
 GEMM_ACTS = ("none", *ACTIVATIONS)
 GEMM_WEIGHTS = ("float", *FORMATS, DYNAMIC, *sparse_formats.FORMATS, *HALF_FORMATS)
 
 
-def gemm_label(attrs: dict[str, Any]) -> str:
-    """What reports call a gemm: its descriptor's parts that are not the default, gemm[rms_norm],
-    gemm[add], gemm[bias+gelu_tanh], gemm[swiglu], gemm[int8+add]; a plain float gemm is
-    "gemm"."""
-    parts = [attrs[k] for k in GEMM_LABEL_PARTS if attrs.get(k, GEMM_DEFAULTS[k]) !=
-             GEMM_DEFAULTS[k]]
-    return f"gemm[{'+'.join(parts)}]" if parts else "gemm"
+@dataclass(frozen=True)
+class GemmDescriptor:
+    """A gemm node's attributes as one value: each as the comment above says, with its
+    default, and what the consumers ask of them (the label, which operands the kernel reads,
+    whether the planned runtime writes it in place)."""
+
+    n: int
+    alpha: float = 1.0
+    beta: float = 1.0
+    eps: float = 0.0
+    prologue: str = "none"
+    weight: str = "float"
+    epilogue: str = "none"
+    act: str = "none"
+
+    @classmethod
+    def of(cls, attrs: Mapping[str, Any]) -> GemmDescriptor:
+        """The descriptor of a gemm's attributes (those not given: their defaults)."""
+        return cls(**{f.name: attrs[f.name] for f in fields(cls) if f.name in attrs})
+
+    def check(self) -> None:
+        for name, allowed in (("prologue", GEMM_PROLOGUES), ("epilogue", GEMM_EPILOGUES),
+                              ("act", GEMM_ACTS), ("weight", GEMM_WEIGHTS)):
+            if getattr(self, name) not in allowed:
+                raise GraphError(f"gemm: {name} {getattr(self, name)!r} is not one of {allowed}")
+
+    @property
+    def label(self) -> str:
+        """What reports call it: its parts that are not the default, gemm[rms_norm], gemm[add],
+        gemm[bias+gelu_tanh], gemm[swiglu], gemm[int8+add]; a plain float gemm is "gemm"."""
+        parts = [getattr(self, k) for k in ("prologue", "weight", "epilogue", "act")
+                 if getattr(self, k) != GEMM_DEFAULTS[k]]
+        return f"gemm[{'+'.join(parts)}]" if parts else "gemm"
+
+    @property
+    def normed(self) -> bool:  # the rms_norm prologue
+        return self.prologue == "rms_norm"
+
+    @property
+    def swiglu(self) -> bool:
+        return self.epilogue == "swiglu"
+
+    @property
+    def stored(self) -> bool:  # a weight held in a format (not a float matrix)
+        return self.weight != "float"
+
+    @property
+    def half(self) -> bool:
+        return self.weight in HALF_FORMATS
+
+    @property
+    def sparse(self) -> bool:
+        return self.weight in sparse_formats.FORMATS
+
+    @property
+    def dynamic(self) -> bool:  # int8 weights, activations coded per row
+        return self.weight == DYNAMIC
+
+    @property
+    def columns(self) -> int:
+        """The weight's columns: n, or 2 n for SwiGLU's gate and up halves."""
+        return self.n * (2 if self.swiglu else 1)
+
+    @property
+    def writes_in_place(self) -> bool:
+        """Whether `_write` computes it in its buffer (the planned runtime computes the others
+        with the reference, which makes temporaries, then copies)."""
+        return not self.normed and not self.stored and not self.swiglu
+
+
+# every attribute but n, at its default
+GEMM_DEFAULTS = {f.name: f.default for f in fields(GemmDescriptor) if f.name != "n"}
+
+
+def gemm_label(attrs: Mapping[str, Any]) -> str:
+    """GemmDescriptor.label of attributes that may be only the strings (the decisions
+    report's: a label needs no n)."""
+    return GemmDescriptor.of({"n": 0, **attrs}).label
 
 
 def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:
-    g = operands_of("gemm", xs)
+    g, d = operands_of("gemm", xs), GemmDescriptor.of(a)
     x, w, w_scale, norm, addend = g.x, g.w, g.w_scale, g.norm, g.addend
-    if a["prologue"] == "rms_norm":
-        x = rms_norm([x, norm], a)
-    fmt, epilogue, alpha = a["weight"], a["epilogue"], a["alpha"]
-    if fmt in sparse_formats.FORMATS:
-        n = a["n"] * (2 if epilogue == "swiglu" else 1)
-        weight = sparse_formats.unpack(w, w_scale, fmt, x.shape[-1], n).to(x.dtype)
-    elif fmt in HALF_FORMATS:
+    if d.normed:
+        x = rms_norm([x, norm], {"eps": d.eps})
+    if d.sparse:
+        weight = sparse_formats.unpack(w, w_scale, d.weight, x.shape[-1], d.columns).to(x.dtype)
+    elif d.half:
         weight = w.to(x.dtype)
-    elif fmt == DYNAMIC:
+    elif d.dynamic:
         x, weight = coded_activations(x), dequantize(w, w_scale, "int8").to(x.dtype)
     else:
-        weight = w if fmt == "float" else dequantize(w, w_scale, fmt).to(x.dtype)
-    if epilogue == "bias":
-        y = torch.addmm(addend, x, weight, beta=a["beta"], alpha=alpha)
-    elif epilogue == "swiglu":
-        n = a["n"]
-        g = scaled(torch.matmul(x, weight[:, :n]), alpha)
-        y = g * torch.sigmoid(g) * scaled(torch.matmul(x, weight[:, n:]), alpha)
+        weight = dequantize(w, w_scale, d.weight).to(x.dtype) if d.stored else w
+    if d.epilogue == "bias":
+        y = torch.addmm(addend, x, weight, beta=d.beta, alpha=d.alpha)
+    elif d.swiglu:
+        gate = scaled(torch.matmul(x, weight[:, :d.n]), d.alpha)
+        y = gate * torch.sigmoid(gate) * scaled(torch.matmul(x, weight[:, d.n:]), d.alpha)
     else:
-        y = scaled(torch.matmul(x, weight), alpha)
-        if epilogue == "add":
+        y = scaled(torch.matmul(x, weight), d.alpha)
+        if d.epilogue == "add":
             y = y + addend
-    return y if a["act"] == "none" else ACTIVATIONS[a["act"]].ref(y)
+    return y if d.act == "none" else ACTIVATIONS[d.act].ref(y)
 
 
 def _gemm_type(ins: list[TensorType], a: dict[str, Any]) -> TensorType:
     x = ins[0]
-    for name, allowed in (("prologue", GEMM_PROLOGUES), ("epilogue", GEMM_EPILOGUES),
-                          ("act", GEMM_ACTS), ("weight", GEMM_WEIGHTS)):
-        if a[name] not in allowed:
-            raise GraphError(f"gemm: {name} {a[name]!r} is not one of {allowed}")
+    GemmDescriptor.of(a).check()
     if not x.shape:
         raise GraphError(f"gemm: x {x} is not a matrix")
     return TensorType(x.shape[:-1] + (a["n"],), x.dtype)
 
 
-def gemm_writes_in_place(a: dict[str, Any]) -> bool:
-    """Whether `_write` computes this descriptor in its buffer (the planned runtime computes
-    the others with the reference, which makes temporaries, then copies)."""
-    return a["prologue"] == "none" and a["weight"] == "float" and a["epilogue"] != "swiglu"
+def gemm_writes_in_place(a: Mapping[str, Any]) -> bool:
+    return GemmDescriptor.of(a).writes_in_place
 
 
 def _write(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
     # the reference's own steps in the buffer: the product (addmm with its bias), its scale
     # (prepared: xs[5]), + the addend, then the activation in place
-    g = operands_of("gemm", xs[:5])
+    g, d = operands_of("gemm", xs[:5]), GemmDescriptor.of(a)
     x, w, addend = g.x, g.w, g.addend
-    if a["epilogue"] == "bias":
-        torch.addmm(addend, x, w, beta=a["beta"], alpha=a["alpha"], out=out)
+    if d.epilogue == "bias":
+        torch.addmm(addend, x, w, beta=d.beta, alpha=d.alpha, out=out)
     else:
         torch.matmul(x, w, out=out)
-        if a["alpha"] != 1.0:
+        if d.alpha != 1.0:
             out.mul_(xs[5])
-        if a["epilogue"] == "add":
+        if d.epilogue == "add":
             out.add_(addend)
-    if a["act"] != "none":
-        ACTIVATIONS[a["act"]].inplace(out)
+    if d.act != "none":
+        ACTIVATIONS[d.act].inplace(out)
 
 
 def _parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Part]:
     """What gemm's reference runs: the prologue's norm, the weight's dequantization, the
     product(s), the epilogue's add and activation."""
-    g = operands_of("gemm", ins)
+    g, d = operands_of("gemm", ins), GemmDescriptor.of(a)
     x, w, w_scale, norm, addend = g.x, g.w, g.w_scale, g.norm, g.addend
     k = x.shape[-1]
-    weight = TensorType((k, out.shape[-1] * (2 if a["epilogue"] == "swiglu" else 1)), x.dtype)
+    weight = TensorType((k, out.shape[-1] * (2 if d.swiglu else 1)), x.dtype)
     parts: list[Part] = []
-    if a["prologue"] == "rms_norm":
-        parts += rms_norm_parts({"eps": a["eps"]}, [x, norm], x)
-    if a["weight"] == DYNAMIC:  # x's rows coded and decoded: a pass over x (and the range's)
+    if d.normed:
+        parts += rms_norm_parts({"eps": d.eps}, [x, norm], x)
+    if d.dynamic:  # x's rows coded and decoded: a pass over x (and the range's)
         parts += [("mul", {}, [x, x], x)] * 2
-    if a["weight"] in HALF_FORMATS:
+    if d.half:
         parts.append(("to_dtype", {"dtype": x.dtype}, [w], weight))
-    elif a["weight"] != "float":
+    elif d.stored:
         parts.append(("mul", {}, [w, w_scale], weight))
-    mm = {"alpha": a.get("alpha", 1.0)}
-    if a["epilogue"] == "bias":
-        parts.append(("addmm", {"beta": a["beta"], **mm}, [addend, x, weight], out))
-    elif a["epilogue"] == "swiglu":
+    mm = {"alpha": d.alpha}
+    if d.epilogue == "bias":
+        parts.append(("addmm", {"beta": d.beta, **mm}, [addend, x, weight], out))
+    elif d.swiglu:
         half = TensorType((k, out.shape[-1]), x.dtype)
         parts += [("matmul", mm, [x, half], out), ("matmul", mm, [x, half], out),
                   ("swiglu", {}, [out, out], out)]
     else:
         parts.append(("matmul", mm, [x, weight], out))
-        if a["epilogue"] == "add":
+        if d.epilogue == "add":
             parts.append(("add", {}, [out, addend], out))
-    if a["act"] != "none":
-        act, act_attrs = ACTIVATIONS[a["act"]].op, dict(ACTIVATIONS[a["act"]].attrs)
+    if d.act != "none":
+        act, act_attrs = ACTIVATIONS[d.act].op, dict(ACTIVATIONS[d.act].attrs)
         parts.append((act, act_attrs, [out], out))
     return parts
 
