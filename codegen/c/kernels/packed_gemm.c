@@ -1,0 +1,389 @@
+
+/* ---- GEMM against a packed constant weight (codegen/c/packed_gemm.py) ---- */
+typedef struct { const float* p; int64_t rs, cs; float scale; } eq_addend;
+static inline float eq_act(int act, float v) {
+    switch (act) {
+/*EQ_ACT_CASES*/
+    default: return v;
+    }
+}
+/* the epilogue on a stored tile (rows x ncols at c, still in L1) */
+static __attribute__((noinline)) void eq_tile_epilogue(
+        int rows, float* c, int64_t ldc, int64_t m0, int64_t n0, int ncols,
+        const float* rowscale, const eq_addend* e, int ne, int act) {
+    for (int r = 0; r < rows; r++) {
+        float* cr = c + r * ldc;
+        const float s = rowscale ? rowscale[m0 + r] : 1.0f;
+        if (rowscale) {
+#pragma omp simd
+            for (int j = 0; j < ncols; j++) cr[j] *= s;
+        }
+        for (int i = 0; i < ne; i++) {
+            const float* q = e[i].p + (m0 + r) * e[i].rs + n0 * e[i].cs;
+            const int64_t cs = e[i].cs;
+            const float sc = e[i].scale;
+#pragma omp simd
+            for (int j = 0; j < ncols; j++) cr[j] += sc * q[j * cs];
+        }
+        /* one loop per activation, its code a constant: each loop vectorises */
+#define EQ_ACT_LOOP(A) { _Pragma("omp simd") \
+            for (int j = 0; j < ncols; j++) cr[j] = eq_act(A, cr[j]); }
+        switch (act) {
+/*EQ_ACT_LOOPS*/
+        default: break;
+        }
+#undef EQ_ACT_LOOP
+    }
+}
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* one tile: C[rows, 32] = alpha * A[rows, K] @ Bpanel[K, 32], ncols of the 32 stored */
+static inline __attribute__((always_inline)) void eq_tile(
+        const int rows, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
+        int64_t ldc, int ncols, float alpha) {
+    __m512 x0[14], x1[14];
+#pragma GCC unroll 14
+    for (int r = 0; r < rows; r++) { x0[r] = _mm512_setzero_ps(); x1[r] = _mm512_setzero_ps(); }
+    for (int64_t k = 0; k < K; k++) {
+        const __m512 b0 = _mm512_load_ps(bp + k * 32), b1 = _mm512_load_ps(bp + k * 32 + 16);
+#pragma GCC unroll 14
+        for (int r = 0; r < rows; r++) {
+            const __m512 av = _mm512_set1_ps(a[r * lda + k]);
+            x0[r] = _mm512_fmadd_ps(av, b0, x0[r]);
+            x1[r] = _mm512_fmadd_ps(av, b1, x1[r]);
+        }
+    }
+    const __mmask16 k0 = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
+    const __mmask16 k1 = ncols >= 32 ? 0xFFFF
+                         : ncols > 16 ? (__mmask16)((1u << (ncols - 16)) - 1) : 0;
+    const __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 14
+    for (int r = 0; r < rows; r++) {
+        _mm512_mask_storeu_ps(c + r * ldc, k0, _mm512_mul_ps(x0[r], va));
+        _mm512_mask_storeu_ps(c + r * ldc + 16, k1, _mm512_mul_ps(x1[r], va));
+    }
+}
+#define EQ_MR 14  /* the tallest tile (28 zmm accumulators) */
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+/* AVX2 (16 ymm registers): a tile is rows <= 6 of one 16-column half of the panel, 12
+   accumulators + 2 B vectors + 1 broadcast; the panel's two halves run one after the other
+   (the A rows are re-read from L1). C[rows, 16] = alpha * A[rows, K] @ Bpanel[K, 16 of 32],
+   ncols (<= 16) of the 16 stored. */
+static inline __attribute__((always_inline)) void eq_tile_half(
+        const int rows, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
+        int64_t ldc, int ncols, float alpha) {
+    __m256 x0[6], x1[6];
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; r++) { x0[r] = _mm256_setzero_ps(); x1[r] = _mm256_setzero_ps(); }
+    /* k unrolled by 4 (benchmarks/gemm_kernels.py shows no gain over the rolled loop's
+       figures in RESULTS.md; a one-off comparison did: see docs/c-backend.md) */
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < K; k++) {
+        const __m256 b0 = _mm256_loadu_ps(bp + k * 32), b1 = _mm256_loadu_ps(bp + k * 32 + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < rows; r++) {
+            const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+            x0[r] = _mm256_fmadd_ps(av, b0, x0[r]);
+            x1[r] = _mm256_fmadd_ps(av, b1, x1[r]);
+        }
+    }
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i k0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(ncols), lane);
+    const __m256i k1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(ncols - 8), lane);
+    const __m256 va = _mm256_set1_ps(alpha);
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; r++) {
+        _mm256_maskstore_ps(c + r * ldc, k0, _mm256_mul_ps(x0[r], va));
+        _mm256_maskstore_ps(c + r * ldc + 8, k1, _mm256_mul_ps(x1[r], va));
+    }
+}
+/* one row (decode): all 32 columns at once and k unrolled by 2, 8 independent chains to hide
+   the FMA latency (a 1 x 16 half has 2, and ran at half the generated GEMV's speed) */
+static inline __attribute__((always_inline)) void eq_row32(
+        int64_t K, const float* a, const float* bp, float* c, int ncols, float alpha) {
+    __m256 x[8];
+    for (int j = 0; j < 8; j++) x[j] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 1 < K; k += 2) {
+        const __m256 a0 = _mm256_broadcast_ss(a + k), a1 = _mm256_broadcast_ss(a + k + 1);
+        for (int j = 0; j < 4; j++) {
+            x[j] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(bp + k * 32 + 8 * j), x[j]);
+            x[4 + j] = _mm256_fmadd_ps(a1, _mm256_loadu_ps(bp + (k + 1) * 32 + 8 * j), x[4 + j]);
+        }
+    }
+    for (; k < K; k++) {
+        const __m256 a0 = _mm256_broadcast_ss(a + k);
+        for (int j = 0; j < 4; j++)
+            x[j] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(bp + k * 32 + 8 * j), x[j]);
+    }
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 va = _mm256_set1_ps(alpha);
+    for (int j = 0; j < 4; j++) {
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(ncols - 8 * j), lane);
+        _mm256_maskstore_ps(c + 8 * j, mask, _mm256_mul_ps(_mm256_add_ps(x[j], x[4 + j]), va));
+    }
+}
+static inline __attribute__((always_inline)) void eq_tile(
+        const int rows, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
+        int64_t ldc, int ncols, float alpha) {
+    if (rows == 1) {
+        eq_row32(K, a, bp, c, ncols, alpha);
+        return;
+    }
+    eq_tile_half(rows, K, a, lda, bp, c, ldc, ncols < 16 ? ncols : 16, alpha);
+    if (ncols > 16) eq_tile_half(rows, K, a, lda, bp + 16, c + 16, ldc, ncols - 16, alpha);
+}
+#define EQ_MR 6  /* the tallest tile (12 ymm accumulators) */
+#endif
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+/* rows of A in tiles of EQ_MR, the rest in tiles of 8 (when smaller than EQ_MR), 4, 2, 1 */
+static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda,
+                     const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
+                     const float* rowscale, const eq_addend* e, int ne, int act) {
+    const int epi = rowscale || ne || act;
+    for (int64_t m = 0; m < M;) {
+        const int64_t left = M - m;
+        const int rows = left >= EQ_MR ? EQ_MR : (EQ_MR > 8 && left >= 8) ? 8 : left >= 4 ? 4
+                         : left >= 2 ? 2 : 1;
+        const float* ar = a + m * lda;
+        float* cr = c + m * ldc + n0;
+        switch (rows) {
+        case EQ_MR: eq_tile(EQ_MR, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
+#if EQ_MR > 8
+        case 8: eq_tile(8, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
+#endif
+        case 4: eq_tile(4, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
+        case 2: eq_tile(2, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
+        default: eq_tile(1, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
+        }
+        if (epi) eq_tile_epilogue(rows, cr, ldc, m, n0, ncols, rowscale, e, ne, act);
+        m += rows;
+    }
+}
+#else
+/* portable: the same panels and epilogue, one row of 32 accumulators at a time */
+static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda,
+                     const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
+                     const float* rowscale, const eq_addend* e, int ne, int act) {
+    for (int64_t m = 0; m < M; m++) {
+        float acc[32] = {0};
+        for (int64_t k = 0; k < K; k++) {
+            const float av = a[m * lda + k];
+#pragma omp simd
+            for (int j = 0; j < 32; j++) acc[j] += av * bpan[k * 32 + j];
+        }
+        float* cr = c + m * ldc + n0;
+        for (int j = 0; j < ncols; j++) cr[j] = acc[j] * alpha;
+        if (rowscale || ne || act) eq_tile_epilogue(1, cr, ldc, m, n0, ncols, rowscale, e, ne, act);
+    }
+}
+#endif
+/* Rows of A that lie a multiple of 4 KiB apart (hidden size 2048, 4096...) all map to one L1
+   set: a 14-row tile's rows evict each other at every k (measured: such GEMMs ran at ~60% of
+   the speed of the others, benchmarks/gemm_kernels.py). Such an A is copied once per GEMM with
+   its rows 64 bytes further apart, into a buffer of the calling thread, grown when needed and
+   kept (so a call allocates nothing once the first has run; runtimes on other threads have
+   their own). */
+static float* eq_grow(float** buf, int64_t* have, int64_t n);
+static __thread float* eq_apad = 0;
+static __thread int64_t eq_apad_n = 0;
+static const float* eq_unaliased(const float* a, int64_t* lda, int64_t M, int64_t K) {
+#ifdef EQ_NO_UNALIAS  /* (tests: the same program without the copy) */
+    return a;
+#endif
+    if (M < 8 || (*lda * 4) % 4096) return a;
+    const int64_t ld = *lda + 16;
+    float* pad = eq_grow(&eq_apad, &eq_apad_n, M * ld);
+    if (!pad) return a;
+    for (int64_t m = 0; m < M; m++) memcpy(pad + m * ld, a + m * *lda, (size_t)K * 4);
+    *lda = ld;
+    return pad;
+}
+/* a buffer of the calling thread (*buf, *have floats), grown to n floats when needed and
+   kept: a kernel allocates nothing once its first call has run; NULL when out of memory */
+static float* eq_grow(float** buf, int64_t* have, int64_t n) {
+    n = n > 16 ? n : 16;  /* never 0: NULL means out of memory */
+    if (*have < n) {
+        free(*buf);
+        *buf = (float*)aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
+        *have = *buf ? n : 0;
+    }
+    return *buf;
+}
+/* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ B) + sum_i scale_i * e_i);
+   A [M, K] with row stride lda and unit column stride; bp: B packed by PackedWeight. */
+static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64_t K,
+                           const float* a, int64_t lda, const float* bp, float* c,
+                           int64_t ldc, float alpha, const float* rowscale,
+                           const eq_addend* e, int ne, int act, int parallel) {
+    const int64_t np = (N + 31) / 32;
+    a = eq_unaliased(a, &lda, M, K);
+#pragma omp parallel if(parallel)
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads(); t = omp_get_thread_num();
+#endif
+        const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t n0 = p * 32;
+            const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
+            eq_panel(M, K, a, lda, bp + p * K * 32, c, ldc, n0, ncols, alpha, rowscale, e, ne,
+                     act);
+        }
+    }
+}
+/* C[0:M, n0:n0 + ncols] = silu(G) * U for one pair of K x 32 panels, gate bg and up bu, G and
+   U times alpha and the row scale: per block of 14 rows the two tiles land in local buffers
+   (L1) and are joined as they are stored; neither product is written out. */
+static void eq_panel_swiglu(int64_t M, int64_t K, const float* a, int64_t lda, const float* bg,
+                            const float* bu, float* c, int64_t ldc, int64_t n0, int ncols,
+                            float alpha, const float* rowscale) {
+    float tg[14 * 32] __attribute__((aligned(64)));
+    float tu[14 * 32] __attribute__((aligned(64)));
+    for (int64_t m = 0; m < M; m += 14) {
+        const int rows = M - m < 14 ? (int)(M - m) : 14;
+        const float* rs = rowscale ? rowscale + m : 0;
+        eq_panel(rows, K, a + m * lda, lda, bg, tg, 32, 0, 32, alpha, rs, 0, 0, 0);
+        eq_panel(rows, K, a + m * lda, lda, bu, tu, 32, 0, 32, alpha, rs, 0, 0, 0);
+        for (int r = 0; r < rows; r++) {
+            float* cr = c + (m + r) * ldc + n0;
+            const float* gr = tg + r * 32;
+            const float* ur = tu + r * 32;
+#pragma omp simd
+            for (int j = 0; j < ncols; j++) cr[j] = gr[j] * eq_sigmoidf(gr[j]) * ur[j];
+        }
+    }
+}
+/* C's columns [n0, n0 + nc) from a GEMV's sums (the quantized and sparse kernels): t and, for
+   swiglu, tu hold M rows of nc sums (row stride ldt); times alpha and the row scale, then the
+   epilogue (addends, activation), or swiglu's silu(G) * U */
+static void eq_gemv_store(int64_t M, const float* t, const float* tu, int64_t ldt, float* c,
+                          int64_t ldc, int64_t n0, int64_t nc, float alpha,
+                          const float* rowscale, const eq_addend* e, int ne, int act,
+                          int swiglu) {
+    for (int64_t m = 0; m < M; m++) {
+        const float f = rowscale ? alpha * rowscale[m] : alpha;
+        float* cr = c + m * ldc + n0;
+        const float* g = t + m * ldt;
+        const float* u = swiglu ? tu + m * ldt : 0;
+        if (swiglu) {
+#pragma omp simd
+            for (int64_t j = 0; j < nc; j++) {
+                const float gv = f * g[j];
+                cr[j] = gv * eq_sigmoidf(gv) * (f * u[j]);
+            }
+        } else {
+#pragma omp simd
+            for (int64_t j = 0; j < nc; j++) cr[j] = f * g[j];
+        }
+    }
+    if (!swiglu && (ne || act))
+        eq_tile_epilogue((int)M, c + n0, ldc, 0, n0, (int)nc, 0, e, ne, act);
+}
+/* C's columns [n0, n0 + ncols) from ceil(ncols / 32) consecutive K x 32 panels bp prepared
+   per call (dequantized or expanded: quant_gemm.py, sparse_gemm.py) through eq_panel, which
+   applies the epilogue; swiglu: bu holds the up half's panels, joined by eq_panel_swiglu */
+static void eq_expanded_panels(int64_t M, int64_t K, const float* a, int64_t lda,
+                               const float* bp, const float* bu, int64_t n0, int ncols,
+                               float* c, int64_t ldc, float alpha, const float* rowscale,
+                               const eq_addend* e, int ne, int act, int swiglu) {
+    for (int q = 0; 32 * q < ncols; q++) {
+        const int nq = ncols - 32 * q < 32 ? ncols - 32 * q : 32;
+        if (swiglu)
+            eq_panel_swiglu(M, K, a, lda, bp + q * K * 32, bu + q * K * 32, c, ldc, n0 + 32 * q,
+                            nq, alpha, rowscale);
+        else
+            eq_panel(M, K, a, lda, bp + q * K * 32, c, ldc, n0 + 32 * q, nq, alpha, rowscale,
+                     e, ne, act);
+    }
+}
+/* C[M, N] = swiglu(A @ Bg, A @ Bu) = g * sigmoid(g) * u, Bg and Bu packed alike: per panel,
+   eq_panel_swiglu. */
+static __attribute__((noinline)) void eq_gemm_packed_swiglu(
+        int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* bg,
+        const float* bu, float* c, int64_t ldc, int parallel) {
+    const int64_t np = (N + 31) / 32;
+    a = eq_unaliased(a, &lda, M, K);
+#pragma omp parallel if(parallel)
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads(); t = omp_get_thread_num();
+#endif
+        const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t n0 = p * 32;
+            const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
+            eq_panel_swiglu(M, K, a, lda, bg + p * K * 32, bu + p * K * 32, c, ldc, n0, ncols,
+                            1.0f, 0);
+        }
+    }
+}
+/* A rotary embedding in a GEMM's epilogue (codegen/c/fuse_rope.py): the GEMM's columns
+   [n0, n1) are heads of d columns; row m (m_base + local row) is position s = m % rows_per_b of
+   batch b = m / rows_per_b. out[b, h, s, j] = x[j] cos[.., j] - x[j + d/2] sin[.., j] and
+   out[.., j + d/2] = x[j + d/2] cos[.., j + d/2] + x[j] sin[.., j + d/2], x the head's d
+   columns of the stored row (still in L1); cos and sin broadcast by strides. */
+typedef struct {
+    int64_t n0, n1, d, rows_per_b;
+    float* o; int64_t ob, oh, os;
+    const float* cos; int64_t cb, ch, cs, cj;
+    const float* sin; int64_t sb, sh, ss, sj;
+} eq_rope;
+static void eq_rope_rows(const eq_rope* r, const float* c, int64_t ldc, int64_t m_local,
+                         int64_t m_abs, int rows, int64_t n0) {
+    const int64_t h = (n0 - r->n0) / r->d, half = r->d / 2, cj = r->cj, sj = r->sj;
+    for (int i = 0; i < rows; i++) {
+        const int64_t m = m_abs + i, b = m / r->rows_per_b, s = m % r->rows_per_b;
+        const float* x = c + (m_local + i) * ldc + n0;
+        float* o = r->o + b * r->ob + h * r->oh + s * r->os;
+        const float* co = r->cos + b * r->cb + h * r->ch + s * r->cs;
+        const float* si = r->sin + b * r->sb + h * r->sh + s * r->ss;
+        /* as the rope kernel rounds it: x * cos + rotate_half(x) * sin; unit strides apart,
+           so that the common case vectorises without gathers */
+#define EQ_ROPE_LOOP(CJ, SJ) { for (int64_t j = 0; j < half; j++) { \
+            const float a = x[j], bb = x[j + half]; \
+            o[j] = a * co[j * (CJ)] + (-bb) * si[j * (SJ)]; \
+            o[j + half] = bb * co[(j + half) * (CJ)] + a * si[(j + half) * (SJ)]; } }
+        if (cj == 1 && sj == 1) EQ_ROPE_LOOP(1, 1) else EQ_ROPE_LOOP(cj, sj)
+#undef EQ_ROPE_LOOP
+    }
+}
+/* eq_gemm_packed whose columns are processed a head (d = 32 * gp columns) at a time; for the
+   heads inside a rope's columns, per block of 14 rows: the head's tiles, then the rope on those
+   rows, written to the rope's output. C itself still receives the product (and the epilogue).
+   m_base: the absolute row of a's first row (for the rope's position). */
+static __attribute__((noinline)) void eq_gemm_packed_rope(
+        int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
+        int64_t ldc, float alpha, const float* rowscale, const eq_addend* e, int ne, int act,
+        int parallel, int64_t m_base, const eq_rope* ropes, int nrope, int gp) {
+    const int64_t np = (N + 31) / 32, ng = (np + gp - 1) / gp;
+    a = eq_unaliased(a, &lda, M, K);
+#pragma omp parallel if(parallel)
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads(); t = omp_get_thread_num();
+#endif
+        eq_addend es[4];
+        const int64_t g0 = ng * t / nt, g1 = ng * (t + 1) / nt;
+        for (int64_t g = g0; g < g1; g++) {
+            const int64_t pa = g * gp, pb = pa + gp < np ? pa + gp : np, n0 = pa * 32;
+            const eq_rope* r = 0;
+            for (int i = 0; i < nrope; i++)
+                if (ropes[i].n0 <= n0 && n0 < ropes[i].n1) r = ropes + i;
+            for (int64_t m = 0; m < M; m += r ? 14 : M) {
+                const int rows = r && M - m > 14 ? 14 : (int)(M - m);
+                for (int i = 0; i < ne; i++) { es[i] = e[i]; es[i].p += m * e[i].rs; }
+                for (int64_t p = pa; p < pb; p++) {
+                    const int ncols = (int)(N - p * 32 < 32 ? N - p * 32 : 32);
+                    eq_panel(rows, K, a + m * lda, lda, bp + p * K * 32, c + m * ldc, ldc, p * 32,
+                             ncols, alpha, rowscale ? rowscale + m : 0, es, ne, act);
+                }
+                if (r) eq_rope_rows(r, c, ldc, m, m_base + m, rows, n0);
+            }
+        }
+    }
+}

@@ -1,0 +1,455 @@
+
+/* ---- weight-only quantized GEMM (codegen/c/quant_gemm.py) ---- */
+#ifndef EQ_QV  /* floats per vector (tests set it to run another target's tiling) */
+#if defined(__AVX512F__)
+#define EQ_QV 16
+#elif defined(__AVX2__)
+#define EQ_QV 8
+#else
+#define EQ_QV 4
+#endif
+#endif
+/* rows per register tile: EQ_QR x 4 accumulator vectors, leaving registers for the weights */
+#if EQ_QV == 16
+#define EQ_QR 4
+#else
+#define EQ_QR 2
+#endif
+#ifndef EQ_QGEMV_M  /* the GEMV path up to this many rows (tests set it) */
+#if defined(__AVX512F__)
+#define EQ_QGEMV_M 8
+#elif defined(__AVX2__) && defined(__FMA__)
+#define EQ_QGEMV_M 24  /* measured: the crossover with eq_panel's AVX2 tiles is 16-32 rows */
+#else
+#define EQ_QGEMV_M 128
+#endif
+#endif
+#ifndef EQ_QKB
+#define EQ_QKB 256     /* int8 GEMV, one row: weight rows per chunk (16 KiB of a panel) */
+#endif
+#ifndef EQ_QKBM
+#define EQ_QKBM 16     /* int8 GEMV, more rows: weight rows per chunk (1 KiB, in L1) */
+#endif
+#ifndef EQ_QGPF
+#define EQ_QGPF 4096   /* GEMV: bytes ahead in the thread's stream that it prefetches (0: none;
+                          the hardware prefetchers stop at each 4 KiB page) */
+#endif
+#ifndef EQ_QPFL
+#define EQ_QPFL 3      /* its locality hint (3: into L1) */
+#endif
+typedef float eq_qf __attribute__((vector_size(EQ_QV * 4)));
+typedef int32_t eq_qi __attribute__((vector_size(EQ_QV * 4)));
+#if defined(__SSE4_1__)
+#include <immintrin.h>
+#endif
+/* EQ_QV bytes widened to int32, sign-extended (int8) or not (nibble pairs). GCC widens a
+   generic byte vector lane by lane through scalar registers: one instruction here instead. */
+static inline __attribute__((always_inline)) eq_qi eq_qwiden(const uint8_t* p, const int sign) {
+#if EQ_QV == 16 && defined(__AVX512F__)
+    const __m128i b = _mm_loadu_si128((const __m128i*)p);
+    return (eq_qi)(sign ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+#elif EQ_QV == 8 && defined(__AVX2__)
+    const __m128i b = _mm_loadl_epi64((const __m128i*)p);
+    return (eq_qi)(sign ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+#elif EQ_QV == 4 && defined(__SSE4_1__)
+    int32_t v;
+    memcpy(&v, p, 4);
+    const __m128i b = _mm_cvtsi32_si128(v);
+    return (eq_qi)(sign ? _mm_cvtepi8_epi32(b) : _mm_cvtepu8_epi32(b));
+#else
+    eq_qi q;
+    for (int i = 0; i < EQ_QV; i++) q[i] = sign ? (int32_t)(int8_t)p[i] : (int32_t)p[i];
+    return q;
+#endif
+}
+
+/* a float16 (fmt 16) or bfloat16 (17) value's float (the portable path; bfloat16 is the upper
+   half of a float32) */
+static inline float eq_h2f(const uint16_t h, const int fmt) {
+    uint32_t bits = (uint32_t)h << 16;
+    if (fmt == 16) {
+        const uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023;
+        if (e == 31) bits = sign | 0x7f800000u | (m << 13);  /* inf, nan */
+        else if (e) bits = sign | ((e + 112) << 23) | (m << 13);
+        else {  /* zero, subnormal: m 2^-24 */
+            const float f = (float)m * 0x1p-24f;
+            memcpy(&bits, &f, 4);
+            bits |= sign;
+        }
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+/* EQ_QV half-precision values widened to float: F16C's conversion, bfloat16 by a shift */
+static inline __attribute__((always_inline)) eq_qf eq_qwidenh(const uint16_t* p, const int fmt) {
+#if EQ_QV == 16 && defined(__AVX512F__)
+    const __m256i h = _mm256_loadu_si256((const __m256i*)p);
+    return fmt == 16 ? (eq_qf)_mm512_cvtph_ps(h)
+                     : (eq_qf)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+#elif EQ_QV == 8 && defined(__AVX2__) && defined(__F16C__)
+    const __m128i h = _mm_loadu_si128((const __m128i*)p);
+    return fmt == 16 ? (eq_qf)_mm256_cvtph_ps(h)
+                     : (eq_qf)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+#else
+    eq_qf f;
+    for (int i = 0; i < EQ_QV; i++) f[i] = eq_h2f(p[i], fmt);
+    return f;
+#endif
+}
+
+/* EQ_QV float8 bytes widened to float through float16's bits, F16C's conversion. e5m2 (fmt
+   10) is a float16's top byte: shifted by 8. e4m3 (fmt 9): the byte's sign, exponent and
+   mantissa moved into a float16's (e4m3's bias 7 is float16's 15 less 8; its subnormals are
+   float16 subnormals, read exactly): 2^-8 of its value, the 2^8 going with the column's
+   scale. (A NaN byte would not read as NaN: float8 weights are finite, quant_formats.py.) */
+static inline __attribute__((always_inline)) eq_qf eq_qwiden8f(const uint8_t* p, const int fmt) {
+#if EQ_QV == 16 && defined(__AVX512F__)
+    /* sign-extended and shifted by 7: the sign lands in bits 14 and 15; 0xbf80 keeps 15 */
+    const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)p));
+    const __m256i h = fmt == 10 ? _mm256_slli_epi16(b, 8)
+        : _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16((short)0xbf80));
+    return (eq_qf)_mm512_cvtph_ps(h);
+#elif EQ_QV == 8 && defined(__AVX2__) && defined(__F16C__)
+    const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)p));
+    const __m128i h = fmt == 10 ? _mm_slli_epi16(b, 8)
+        : _mm_and_si128(_mm_slli_epi16(b, 7), _mm_set1_epi16((short)0xbf80));
+    return (eq_qf)_mm256_cvtph_ps(h);
+#else
+    eq_qf f;
+    for (int i = 0; i < EQ_QV; i++)
+        f[i] = eq_h2f((uint16_t)(fmt == 10 ? p[i] << 8
+                                 : ((p[i] & 0x80) << 8) | ((p[i] & 0x7f) << 7)), 16);
+    return f;
+#endif
+}
+/* the bytes of a panel row: int8 (8) and float8 (9, 10) weights */
+#define EQ_QBYTES(fmt) ((fmt) >= 8 && (fmt) <= 10)
+
+/* t[rows, nv * EQ_QV] (row stride ldt) += (A[rows, kc] @ W[kc, nv * EQ_QV] + o[rows]) * sg[..],
+   the partial sums in registers for the chunk.
+   fmt 8: w int8 rows, a the rows of A, o none. fmt 9, 10: w float8 e4m3 / e5m2 rows, else as 8.
+   fmt 4: w nibble rows, a byte x = 16 hi + lo for rows k, k + 1 of A. a holds, per pair,
+   b = A[k] - A[k + 1] / 16 and c = A[k + 1] / 16, so that b lo + c x = A[k] lo + A[k + 1] hi:
+   two conversions and FMAs, no shift; o = -8 * (the chunk's sum of A), the nibbles' offset.
+   fmt 16, 17: w float16 / bfloat16 rows (ldw in values), a the rows of A; no scale, no o.
+   sg: int8's scales float, int4's float16 bits. */
+static inline __attribute__((always_inline)) void eq_qtile(
+        const int rows, const int nv, const int fmt, int64_t kc, const float* a, int64_t lda,
+        const uint8_t* w, int64_t ldw, const void* sg, const float* o, int64_t ldo, float* t,
+        int64_t ldt, const int64_t pf) {
+    eq_qf x[EQ_QR][8];
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < nv; v++) x[r][v] = (eq_qf){0};
+    if (EQ_QBYTES(fmt)) {
+        for (int64_t k = 0; k < kc; k++) {
+            if (pf) __builtin_prefetch(w + k * ldw + pf, 0, EQ_QPFL);
+#pragma GCC unroll 8
+            for (int v = 0; v < nv; v++) {
+                const eq_qf f = fmt != 8 ? eq_qwiden8f(w + k * ldw + v * EQ_QV, fmt)
+                    : __builtin_convertvector(eq_qwiden(w + k * ldw + v * EQ_QV, 1), eq_qf);
+#pragma GCC unroll 4
+                for (int r = 0; r < rows; r++) x[r][v] += a[r * lda + k] * f;
+            }
+        }
+    } else if (fmt >= 16) {
+        const uint16_t* wh = (const uint16_t*)w;
+        for (int64_t k = 0; k < kc; k++) {
+            if (pf) {  /* a row of a panel: two lines */
+                __builtin_prefetch((const uint8_t*)(wh + k * ldw) + pf, 0, EQ_QPFL);
+                __builtin_prefetch((const uint8_t*)(wh + k * ldw) + pf + 64, 0, EQ_QPFL);
+            }
+#pragma GCC unroll 8
+            for (int v = 0; v < nv; v++) {
+                const eq_qf f = eq_qwidenh(wh + k * ldw + v * EQ_QV, fmt);
+#pragma GCC unroll 4
+                for (int r = 0; r < rows; r++) x[r][v] += a[r * lda + k] * f;
+            }
+        }
+    } else {
+        for (int64_t k = 0; k < kc; k += 2) {
+            if (pf) __builtin_prefetch(w + k / 2 * ldw + pf, 0, EQ_QPFL);
+#pragma GCC unroll 8
+            for (int v = 0; v < nv; v++) {
+                const eq_qi q = eq_qwiden(w + k / 2 * ldw + v * EQ_QV, 0);
+                const eq_qf lo = __builtin_convertvector(q & 15, eq_qf);
+                const eq_qf xf = __builtin_convertvector(q, eq_qf);
+#pragma GCC unroll 4
+                for (int r = 0; r < rows; r++) {
+                    x[r][v] += a[r * lda + k] * lo;
+                    x[r][v] += a[r * lda + k + 1] * xf;
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < nv; v++) {
+            eq_qf y, sv;
+            memcpy(&y, t + r * ldt + v * EQ_QV, sizeof y);
+            if (fmt >= 16) {
+                y += x[r][v];
+            } else if (EQ_QBYTES(fmt)) {
+                memcpy(&sv, (const float*)sg + v * EQ_QV, sizeof sv);
+                y += x[r][v] * (fmt == 9 ? sv * 256.0f : sv);
+            } else {
+                sv = eq_qwidenh((const uint16_t*)sg + v * EQ_QV, 16);
+                y += (x[r][v] + o[r * ldo]) * sv;
+            }
+            memcpy(t + r * ldt + v * EQ_QV, &y, sizeof y);
+        }
+}
+/* vectors per tile row: one row takes a whole 64-column block (up to 8 accumulators, chains
+   enough to hide the FMA latency), more rows 4 vectors each */
+#define EQ_QNV1 (64 / EQ_QV < 8 ? 64 / EQ_QV : 8)
+/* column c of a panel row w: half formats hold 2 bytes a value; no scales */
+#define EQ_QCOL(w, c) ((w) + (fmt >= 16 ? 2 : 1) * (c))
+#define EQ_QSCALE(sg, c) (fmt >= 16 ? (sg) : fmt == 4 ? (const void*)((const uint16_t*)(sg) + (c)) \
+                                   : (const void*)((const float*)(sg) + (c)))
+/* the tiles of a chunk's 64-column block: rows <= EQ_QR, the constants propagated */
+static inline __attribute__((always_inline)) void eq_qblock(
+        int rows, const int fmt, int64_t kc, const float* a, int64_t lda, const uint8_t* w,
+        int64_t ldw, const void* sg, const float* o, int64_t ldo, float* t, int64_t ldt,
+        const int64_t pf) {
+    switch (rows) {
+    case 1:
+        for (int c = 0; c < 64; c += EQ_QNV1 * EQ_QV)
+            eq_qtile(1, EQ_QNV1, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
+                     t + c, ldt, pf);
+        break;
+#if EQ_QR == 4
+    case 2:
+        for (int c = 0; c < 64; c += 4 * EQ_QV)
+            eq_qtile(2, 4, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
+                     t + c, ldt, pf);
+        break;
+    case 3:
+        for (int c = 0; c < 64; c += 4 * EQ_QV)
+            eq_qtile(3, 4, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
+                     t + c, ldt, pf);
+        break;
+#endif
+    default:
+        for (int c = 0; c < 64; c += 4 * EQ_QV)
+            eq_qtile(EQ_QR, 4, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
+                     t + c, ldt, pf);
+        break;
+    }
+}
+/* int4: A [M, K] rewritten as eq_qtile reads it, into ap [M, K] (pairs b, c) and o [M, K / kc]
+   (the offsets per chunk of kc rows: a group) */
+static void eq_qprep4(int64_t M, int64_t K, const float* a, int64_t lda, int64_t kc, float* ap,
+                      float* o) {
+    for (int64_t m = 0; m < M; m++) {
+        const float* ar = a + m * lda;
+        float* pr = ap + m * K;
+        for (int64_t k = 0; k < K; k += 2) {
+            pr[k + 1] = ar[k + 1] * 0.0625f;
+            pr[k] = ar[k] - pr[k + 1];
+        }
+        for (int64_t j = 0; j < K / kc; j++) {
+            float sum = 0.0f;
+            for (int64_t k = j * kc; k < (j + 1) * kc; k++) sum += ar[k];
+            o[m * (K / kc) + j] = -8.0f * sum;
+        }
+    }
+}
+/* t[M, 64 * (p1 - p0)] (row stride ldt) = A[M, K] @ the dequantized panels [p0, p1) (wq, s:
+   QuantPanels' layout: panel p is K byte rows of 64 bytes, int4 K / 2, at wq + p * K * 64
+   (int4 half that), its scales 64 floats at s + 64 p, int4 K / group rows of 64 float16s);
+   for int4, a and lda are eq_qprep4's ap and K, o its offsets per group. The thread's panels
+   lie one after the other: one sequential stream, each panel taken whole down K in chunks (int8
+   EQ_QKB rows, int4 a group: its scale) that stay in L1 while the row tiles re-read them. */
+static __attribute__((noinline)) void eq_qgemv(
+        int64_t M, int64_t K, const float* a, int64_t lda, const float* o, int fmt,
+        int64_t group, const uint8_t* wq, const void* s, int64_t p0, int64_t p1, float* t,
+        int64_t ldt) {
+    /* one row whose tile spans the panel (one pass over a chunk): long chunks, the tile
+       prefetching a line per row; else short chunks that the passes re-read from L1, the
+       next ones prefetched as each starts (a pass prefetching ahead would leave the memory
+       idle while the others run: measured, 4 rows 1.5x slower) */
+    const int onepass = M == 1 && EQ_QNV1 * EQ_QV == 64;
+    const int64_t kc = fmt == 4 ? group : onepass ? EQ_QKB : EQ_QKBM, nch = (K + kc - 1) / kc;
+    /* bytes per weight row of a panel; scale rows per panel */
+    const int64_t rb = EQ_QBYTES(fmt) ? 64 : fmt == 4 ? 32 : 128;
+    const int64_t ng = EQ_QBYTES(fmt) ? 1 : fmt == 4 ? K / group : 0;
+    const int64_t pf = onepass ? EQ_QGPF : 0;
+    for (int64_t m = 0; m < M; m++) memset(t + m * ldt, 0, (size_t)(p1 - p0) * 64 * sizeof(float));
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t* wp = wq + p * K * rb;
+        const float* sp = EQ_QBYTES(fmt) ? (const float*)s + p * 64 : 0;
+        const uint16_t* sh = fmt == 4 ? (const uint16_t*)s + p * ng * 64 : 0;
+        float* tp = t + (p - p0) * 64;
+        for (int64_t j = 0; j < nch; j++) {
+            const int64_t k0 = j * kc, kn = K - k0 < kc ? K - k0 : kc;
+            const uint8_t* w = wp + k0 * rb;
+            /* (past the panel: the next one's start, contiguous) */
+            if (!onepass && EQ_QGPF)
+                for (int64_t b = 0; b < kn * rb; b += 64)
+                    __builtin_prefetch(w + EQ_QGPF + b);
+            for (int64_t m = 0; m < M; m += EQ_QR) {
+                const int rows = M - m < EQ_QR ? (int)(M - m) : EQ_QR;
+                const float* ar = a + m * lda + k0;
+                float* tm = tp + m * ldt;
+                if (fmt == 8)
+                    eq_qblock(rows, 8, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
+                else if (fmt == 9)
+                    eq_qblock(rows, 9, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
+                else if (fmt == 10)
+                    eq_qblock(rows, 10, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
+                else if (fmt == 16)
+                    eq_qblock(rows, 16, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
+                else if (fmt == 17)
+                    eq_qblock(rows, 17, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf);
+                else
+                    eq_qblock(rows, 4, kn, ar, lda, w, 64, sh + j * 64, o + m * nch + j, nch,
+                              tm, ldt, pf);
+            }
+        }
+    }
+}
+
+/* the calling thread's buffers (GEMV sums, int4's A, dequantized panels), grown by eq_grow */
+static __thread float* eq_qacc = 0;
+static __thread int64_t eq_qacc_n = 0;
+static __thread float* eq_qa = 0;
+static __thread int64_t eq_qa_n = 0;
+static __thread float* eq_qpan = 0;
+static __thread int64_t eq_qpan_n = 0;
+/* bp[2][K][32]: quantized panel p (64 columns, QuantPanels' layout) dequantized into two
+   float panels as PackedWeight lays them out, read as one sequential stream */
+static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, const void* s,
+                        int64_t p, float* bp) {
+    float* b0 = bp;
+    float* b1 = bp + K * 32;
+    if (fmt >= 16) {
+        const uint16_t* w = (const uint16_t*)wq + p * K * 64;
+        for (int64_t k = 0; k < K; k++)
+            for (int j = 0; j < 32; j += EQ_QV) {
+                const eq_qf f0 = eq_qwidenh(w + k * 64 + j, fmt);
+                const eq_qf f1 = eq_qwidenh(w + k * 64 + 32 + j, fmt);
+                memcpy(b0 + k * 32 + j, &f0, sizeof f0);
+                memcpy(b1 + k * 32 + j, &f1, sizeof f1);
+            }
+        return;
+    }
+    if (fmt == 9 || fmt == 10) {
+        const uint8_t* w = wq + p * K * 64;
+        eq_qf sv[64 / EQ_QV];  /* the columns' scales (e4m3's times 2^8) */
+        for (int j = 0; j < 64; j += EQ_QV) {
+            memcpy(&sv[j / EQ_QV], (const float*)s + p * 64 + j, sizeof sv[0]);
+            if (fmt == 9) sv[j / EQ_QV] *= 256.0f;
+        }
+        for (int64_t k = 0; k < K; k++)
+            for (int j = 0; j < 64; j += EQ_QV) {
+                const eq_qf f = eq_qwiden8f(w + k * 64 + j, fmt) * sv[j / EQ_QV];
+                memcpy((j < 32 ? b0 + k * 32 + j : b1 + k * 32 + j - 32), &f, sizeof f);
+            }
+        return;
+    }
+    if (fmt == 8) {
+        const uint8_t* w = wq + p * K * 64;
+        const float* sp = (const float*)s + p * 64;
+        for (int64_t k = 0; k < K; k++) {
+            const uint8_t* wk = w + k * 64;
+#pragma omp simd
+            for (int j = 0; j < 32; j++) {
+                b0[k * 32 + j] = (float)(int8_t)wk[j] * sp[j];
+                b1[k * 32 + j] = (float)(int8_t)wk[32 + j] * sp[32 + j];
+            }
+        }
+        return;
+    }
+    const uint8_t* w = wq + p * (K / 2) * 64;
+    const uint16_t* sp = (const uint16_t*)s + p * (K / group) * 64;
+    float sk[64];  /* the group's scales, widened as each group starts */
+    for (int64_t k = 0; k < K; k += 2) {
+        const uint8_t* wk = w + k / 2 * 64;
+        if (k % group == 0)
+            for (int j = 0; j < 64; j += EQ_QV) {
+                const eq_qf f = eq_qwidenh(sp + k / group * 64 + j, 16);
+                memcpy(sk + j, &f, sizeof f);
+            }
+        float* r0 = b0 + k * 32;
+        float* r1 = b1 + k * 32;
+#pragma omp simd
+        for (int j = 0; j < 32; j++) {
+            r0[j] = (float)((wk[j] & 15) - 8) * sk[j];
+            r0[32 + j] = (float)((wk[j] >> 4) - 8) * sk[j];
+            r1[j] = (float)((wk[32 + j] & 15) - 8) * sk[32 + j];
+            r1[32 + j] = (float)((wk[32 + j] >> 4) - 8) * sk[32 + j];
+        }
+    }
+}
+/* the columns [64 p, 64 p + 64) (those below N) of C through dequantized panels
+   (eq_expanded_panels); swiglu: the up half's panel pu dequantized too */
+static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
+                       int64_t group, const uint8_t* wq, const void* s, int64_t p, int64_t pu,
+                       float* c, int64_t ldc, float alpha, const float* rowscale,
+                       const eq_addend* e, int ne, int act, int swiglu) {
+    const int64_t n0 = 64 * p;
+    const int ncols = (int)(N - n0 < 64 ? N - n0 : 64);
+    float* bp = eq_grow(&eq_qpan, &eq_qpan_n, (swiglu ? 2 : 1) * 2 * K * 32);
+    if (!bp) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
+    float* bu = bp + 2 * K * 32;
+    eq_qdequant(K, fmt, group, wq, s, p, bp);
+    if (swiglu) eq_qdequant(K, fmt, group, wq, s, pu, bu);
+    eq_expanded_panels(M, K, a, lda, bp, bu, n0, ncols, c, ldc, alpha, rowscale, e, ne, act,
+                       swiglu);
+}
+/* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ W) + sum_i e_i.scale * e_i), or
+   when swiglu: C[M, N] = silu(G) * U with G = alpha*rowscale*(A @ W[:, 0:N]),
+   U = alpha*rowscale*(A @ W[:, N:2N]) (addends and act not used then).
+   A: float [M, K], row stride lda, unit column stride. rowscale may be NULL; e may be NULL
+   (ne = 0).
+   W as QuantPanels (codegen/c/quant_gemm.py) prepares it: P = ceil(N / 64) panels of 64
+   columns (with swiglu 2 P: the gate's, then the up half's), the last of each half zero-padded.
+   fmt 8: wq int8 [P][K][64], s float [P][64] (per column); fmt 9, 10: wq float8 e4m3 / e5m2
+   bytes, else as 8.
+   fmt 4: wq uint8 [P][K / 2][64] (two rows per byte), s float16 bits [P][K / group][64].
+   fmt 16, 17: wq float16 / bfloat16 [P][K][64], s unused (NULL). */
+static __attribute__((noinline)) void eq_gemm_q(
+        int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
+        const void* wq, const void* s, float* c, int64_t ldc, float alpha,
+        const float* rowscale, const eq_addend* e, int ne, int act, int swiglu, int parallel) {
+    if (M <= 0 || N <= 0) return;
+    const uint8_t* w = (const uint8_t*)wq;
+    const int gemv = M <= EQ_QGEMV_M;
+    const int64_t np = (N + 63) / 64;
+    if (!gemv) a = eq_unaliased(a, &lda, M, K);
+    /* int4's GEMV reads A as eq_qprep4 writes it, shared by the threads */
+    const float *ga = a, *go = 0;
+    int64_t glda = lda;
+    if (gemv && fmt == 4) {
+        float* ap = eq_grow(&eq_qa, &eq_qa_n, M * K + M * (K / group));
+        if (!ap) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
+        eq_qprep4(M, K, a, lda, group, ap, ap + M * K);
+        ga = ap; go = ap + M * K; glda = K;
+    }
+#pragma omp parallel if(parallel)
+    {
+        int nt = 1, t = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads(); t = omp_get_thread_num();
+#endif
+        const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
+        const int64_t n0 = 64 * p0, nc = (64 * p1 < N ? 64 * p1 : N) - n0, ldt = 64 * (p1 - p0);
+        if (gemv && p1 > p0) {
+            float* tg = eq_grow(&eq_qacc, &eq_qacc_n, (swiglu ? 2 : 1) * M * ldt);
+            if (!tg) EQ_INDEX_ERROR();  /* out of memory */
+            else {
+                float* tu = tg + M * ldt;
+                eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, p0, p1, tg, ldt);
+                if (swiglu)
+                    eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, np + p0, np + p1, tu, ldt);
+                eq_gemv_store(M, tg, tu, ldt, c, ldc, n0, nc, alpha, rowscale, e, ne, act,
+                              swiglu);
+            }
+        }
+        if (!gemv)
+            for (int64_t p = p0; p < p1; p++)
+                eq_qpanels(M, N, K, a, lda, fmt, group, w, s, p, np + p, c, ldc, alpha,
+                           rowscale, e, ne, act, swiglu);
+    }
+}
