@@ -150,7 +150,8 @@ def _library_rules() -> dict[int, Any]:
 
 @cache
 def _library_digest() -> str:
-    """A digest of eqsat_llm's own source (the package, its rules and its backends)."""
+    """A digest of eqsat_llm's own source (the package, its rules and its backends, their C
+    files too).""""
     import eqsat_llm
     import eqsat_llm.codegen
     import eqsat_llm.rules
@@ -158,7 +159,7 @@ def _library_digest() -> str:
     h = hashlib.sha256()
     roots = {Path(m.__file__).parent for m in (eqsat_llm, eqsat_llm.codegen, eqsat_llm.rules)}
     for root in sorted(roots):
-        for f in sorted(root.rglob("*.py")):
+        for f in sorted([*root.rglob("*.py"), *root.rglob("*.c")]):
             h.update(str(f.relative_to(root)).encode())
             h.update(f.read_bytes())
     return h.hexdigest()
