@@ -151,7 +151,7 @@ def _library_rules() -> dict[int, Any]:
 @cache
 def _library_digest() -> str:
     """A digest of eqsat_llm's own source (the package, its rules and its backends, their C
-    files too).""""
+    files too)."""
     import eqsat_llm
     import eqsat_llm.codegen
     import eqsat_llm.rules
