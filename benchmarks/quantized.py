@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import datetime
 import io
-import platform
 import sys
 import tempfile
 import warnings
@@ -32,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_cpu import add_write_options, interleaved_medians, ort_runner, wait_for_load
-from optimize_time import write_section
+from optimize_time import cpu_name, write_section
 
 from eqsat_llm import optimize
 from eqsat_llm.workloads import WORKLOADS
@@ -153,7 +152,7 @@ def write_results(script: str, argv: list[str] | None, text: str, load_ok: bool,
     """The table `text` as RESULTS.md's `section`, with the date and the command."""
     cmd = f"    .venv/bin/python benchmarks/{script} " + " ".join(argv or sys.argv[1:])
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    body = (f"{when}, {platform.machine()}, 2 threads, torch {torch.__version__}"
+    body = (f"{when}, {cpu_name()}, 2 threads, torch {torch.__version__}"
             f"{'' if load_ok else ' (the machine was busy: load above --max-load)'}:\n\n"
             f"{cmd}\n\n{text}\n")
     write_section(body, section)
@@ -170,6 +169,9 @@ def main(argv: list[str] | None = None) -> None:
             rows += measure(name, model, inputs, args.rounds, Path(tmp))
     text = table(rows)
     print(text)
+    if args.write and not any(r[1] == "ort int8" for r in rows):
+        raise SystemExit("not written: ONNX Runtime, the peer these rows are measured against, "
+                         "did not run (the bench extra: pip install -e '.[bench]')")
     if args.write:
         write_results("quantized.py", argv, text, load_ok, SECTION)
 
