@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import stat
 import tempfile
 import threading
 import warnings
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 
 class CacheWarning(UserWarning):
@@ -84,6 +86,24 @@ def is_verified(path: Path) -> bool:
         return hashlib.sha256(path.read_bytes()).hexdigest() == want
     except OSError:
         return False
+
+
+def load_pickled(path: Path, what: str) -> Any:
+    """The object pickled at `path` by a store_verified, or None: absent, or (warned, so
+    that the caller rebuilds it) not matching its digest or not readable by this version."""
+    if not path.exists():
+        return None
+    if not is_verified(path):
+        warnings.warn(f"{what} {path} does not match its digest; rebuilding it", CacheWarning,
+                      stacklevel=3)
+        return None
+    try:
+        return pickle.loads(path.read_bytes())
+    except (pickle.UnpicklingError, AttributeError, ImportError, EOFError, TypeError,
+            ValueError, RuntimeError) as e:  # an entry another version wrote: rebuild it
+        warnings.warn(f"{what} {path} could not be read ({type(e).__name__}: {e}); rebuilding "
+                      "it", CacheWarning, stacklevel=3)
+        return None
 
 
 def _digest_path(path: Path) -> Path:

@@ -398,11 +398,9 @@ class Generator:
                     for tokens, worker in workers.items()}
             record = warm_start.join_parts(record_name, list(workers)) \
                 if record_name and not any(whys.values()) else None
-            gen = cls._from_record(record, ckpt, max_seq_len, options) if record else None
+            gen = cls._from_record(record, ckpt, max_seq_len, options,
+                                   "in a parallel process") if record else None
             if gen is not None:
-                gen._where = dict.fromkeys(gen._where, "in a parallel process")
-                gen.report.decode_optimized = gen.report.prefill_optimized = \
-                    "in a parallel process"
                 return gen
             why = next((w for w in whys.values() if w), "its start record was not made")
             options["progress"](f"here ({why})")
@@ -419,10 +417,11 @@ class Generator:
         return gen
 
     @classmethod
-    def _from_record(cls, record: Any, ckpt: Any, max_seq_len: int, options: dict[str, Any]
-                     ) -> Generator | None:
+    def _from_record(cls, record: Any, ckpt: Any, max_seq_len: int, options: dict[str, Any],
+                     where: str = "by an earlier start") -> Generator | None:
         """from_pretrained from a StartRecord (warm_start.py): no model built, both programs
-        from the program cache; None where one is gone from it (then a cold start)."""
+        from the program cache, where they were optimized (the report's words); None where
+        one is gone from it (then a cold start)."""
         from .api import cached_program
         from .checkpoint import CheckpointWeights
         from .kv_cache import CacheBuffers
@@ -438,7 +437,7 @@ class Generator:
         gen.chunk = prefill_tokens(options.get("prefill_chunk"), max_seq_len)
         gen.step = CacheBuffers(record.caches)
         gen.decode_program, gen.prefill_program = programs[1], programs[gen.chunk]
-        gen._where = dict.fromkeys(programs, "by an earlier start")
+        gen._where = dict.fromkeys(programs, where)
         gen._recorded_defaults = record.eos_token_id, record.pad_token_id
         gen._finish(None, CheckpointWeights(ckpt, record.key_of, record.buffers.items), t0,
                     "checkpoint")

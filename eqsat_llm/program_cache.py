@@ -25,14 +25,13 @@ import json
 import os
 import pickle
 import platform
-import warnings
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .cache import CacheWarning, cache_dir, is_verified, store_verified
+from .cache import cache_dir, load_pickled, store_verified
 
 _FORMAT = 2  # bumped when what an entry holds changes (2: the memory plan too)
 
@@ -77,20 +76,7 @@ def key(model: torch.nn.Module, inputs: tuple, kwargs: dict | None, options: dic
 
 def load(name: str) -> tuple[Any, ...] | None:
     """The entry stored under `name`, or None (absent; unreadable: warned, then rebuilt)."""
-    path = cache_dir("programs") / f"{name}.pkl"
-    if not path.exists():
-        return None
-    if not is_verified(path):
-        warnings.warn(f"program cache entry {path} does not match its digest; rebuilding it",
-                      CacheWarning, stacklevel=3)
-        return None
-    try:
-        return pickle.loads(path.read_bytes())
-    except (pickle.UnpicklingError, AttributeError, ImportError, EOFError, TypeError,
-            ValueError, RuntimeError) as e:  # an entry another version wrote: rebuild it
-        warnings.warn(f"program cache entry {path} could not be read ({type(e).__name__}: "
-                      f"{e}); rebuilding it", CacheWarning, stacklevel=3)
-        return None
+    return load_pickled(cache_dir("programs") / f"{name}.pkl", "program cache entry")
 
 
 def store(name: str, entry: tuple[Any, ...]) -> None:

@@ -20,14 +20,13 @@ import io
 import os
 import pickle
 import platform
-import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 import torch
 
-from .cache import CacheWarning, cache_dir, is_verified, store_verified
+from .cache import cache_dir, load_pickled, store_verified
 from .checkpoint import Checkpoint
 
 _FORMAT = 1  # bumped when what a record holds changes
@@ -78,7 +77,6 @@ def facts(ckpt: Checkpoint, model: Any, step: Any, graphs: list[Any]) -> dict[st
     """A StartRecord's fields but the programs, read off the meta-device `model`, its
     CachedStep `step` and the programs' `graphs`: the buffers kept are those the graphs
     read (CheckpointWeights resolves each name as a load would)."""
-    from .checkpoint import tied_keys
     from .lazy_weights import source_names
 
     source = ckpt.weight_source(model)
@@ -88,7 +86,7 @@ def facts(ckpt: Checkpoint, model: Any, step: Any, graphs: list[Any]) -> dict[st
     config = getattr(model, "generation_config", None)
     return {"caches": [(n, tuple(c.shape), c.dtype)
                        for n, c in zip(step.cache_names(), step.caches())],
-            "key_of": tied_keys(ckpt, model), "buffers": dict(source.buffers_read),
+            "key_of": source.key_of, "buffers": dict(source.buffers_read),
             "eos_token_id": getattr(config, "eos_token_id", None),
             "pad_token_id": getattr(config, "pad_token_id", None)}
 
@@ -108,10 +106,7 @@ def join_parts(name: str, tokens: list[int]) -> StartRecord | None:
     parts = []
     for t in tokens:
         path = cache_dir("starts") / f"{name}.{t}.part"
-        try:
-            parts.append(pickle.loads(path.read_bytes()) if is_verified(path) else None)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-            parts.append(None)
+        parts.append(load_pickled(path, "start record part"))
         path.unlink(missing_ok=True)
     if None in parts or any(p[0] is None for p in parts) or \
             len({p[1] for p in parts}) != 1 or len({repr(p[2]["caches"]) for p in parts}) != 1:
@@ -125,20 +120,7 @@ def join_parts(name: str, tokens: list[int]) -> StartRecord | None:
 
 def load(name: str) -> StartRecord | None:
     """The record stored under `name`, or None (absent; unreadable: warned, then rebuilt)."""
-    path = cache_dir("starts") / f"{name}.pkl"
-    if not path.exists():
-        return None
-    if not is_verified(path):
-        warnings.warn(f"start record {path} does not match its digest; rebuilding it",
-                      CacheWarning, stacklevel=2)
-        return None
-    try:
-        record = pickle.loads(path.read_bytes())
-    except (pickle.UnpicklingError, AttributeError, ImportError, EOFError, TypeError,
-            ValueError) as e:
-        warnings.warn(f"start record {path} could not be read ({type(e).__name__}: {e}); "
-                      "rebuilding it", CacheWarning, stacklevel=2)
-        return None
+    record = load_pickled(cache_dir("starts") / f"{name}.pkl", "start record")
     return record if isinstance(record, StartRecord) else None
 
 

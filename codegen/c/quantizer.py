@@ -41,16 +41,22 @@ def _library() -> ctypes.CDLL | None:
     return lib
 
 
+def _library_for(w: torch.Tensor) -> ctypes.CDLL | None:
+    """The library, where `w` is a weight it reads (2-D float32 or bf16 on the CPU) and a C
+    compiler is found; else None."""
+    if w.dtype not in (torch.float32, torch.bfloat16) or w.device.type != "cpu" or \
+            w.dim() != 2 or w.is_meta:
+        return None
+    return _library()
+
+
 def quantize_fp8_in_c(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(float8 bytes, scales) of the [K, N] weight `w` (float32 or bfloat16, on the CPU) in
     the float8 format `fmt` as quant_formats.quantize gives them; None where no C compiler
     is found or `w` is of another kind. A weight holding NaN or inf: GraphError."""
     from ...errors import GraphError
 
-    if w.dtype not in (torch.float32, torch.bfloat16) or w.device.type != "cpu" or \
-            w.dim() != 2 or w.is_meta:
-        return None
-    lib = _library()
+    lib = _library_for(w)
     if lib is None:
         return None
     k, n = w.shape
@@ -69,10 +75,7 @@ def quantize_in_c(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tens
     """(integers, scales) of the [K, N] weight `w` (float32 or bfloat16, on the CPU) as
     quant_formats.quantize gives them: int8 per column (group 0) or int4 in groups of `group`
     rows; None where no C compiler is found or `w` is of another kind."""
-    if w.dtype not in (torch.float32, torch.bfloat16) or w.device.type != "cpu" or \
-            w.dim() != 2 or w.is_meta:
-        return None
-    lib = _library()
+    lib = _library_for(w)
     if lib is None:
         return None
     k, n = w.shape
