@@ -4,9 +4,10 @@ Rules that drop an op guard on dtype, so that a promotion (int tensor + 0.0 -> f
 never rewritten away.
 """
 
+import torch
 from egglog import String, Vec, eq, f64, i64, ne, rewrite, var
 
-from eqsat_llm.egraph.analysis import is_float_dtype
+from eqsat_llm.egraph.analysis import is_float_dtype, keep_mask
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
 from eqsat_llm.rulebook import exact, family, guarded, reassociates
 
@@ -104,6 +105,31 @@ def algebra_normal_forms(x: Tensor, y: Tensor, a: Tensor, b: Tensor, c: f64, al:
                      "one above finfo.min + 104 is 0 after the softmax either way: rows differ "
                      "only where none is (a row that sees no key); in a half dtype finfo.min "
                      "(float32's) rounds to -inf")
+
+
+def keep_masks_drawn(value: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """`rules check`'s weights for keep-mask rules: random 0s and 1s, every row's first a 1."""
+    if value.dim() == 0:
+        return value
+    mask = (torch.rand(value.shape, generator=gen) < 0.5).to(value.dtype)
+    mask[..., 0] = 1
+    return mask
+
+
+@family("algebra")
+def algebra_keep_masks(x: Tensor, m: Tensor, d: i64, k1: String, k2: String):
+    # scores * m + -1e4 * (1 - m), m a constant of 0s and 1s keeping each row's first key
+    # (OpenAI-GPT's causal buffer): as an additive bias, which attention fuses
+    bias = E.mul(E.sub(E.scalar(1.0, k1), m), E.scalar(f64(-1e4), k2))
+    kept = E.add(E.mul(x, m), bias)
+    yield exact("softmax-keep-mask-as-bias",
+                guarded(E.softmax(kept, d), E.softmax(E.add(x, bias), d), keep_mask(m),
+                        eq(d).to(shape(kept).length() - 1),
+                        is_float_dtype(dtype(x))),
+                note="a kept entry is x either way; a dropped one is -1e4 or x - 1e4, and for "
+                     "|x| < 4948 both are below the row's max (a kept key: every row has "
+                     "one) by more than 104, where exp gives 0 in float32",
+                check_weights=keep_masks_drawn)
 
 
 @family("algebra-finite")

@@ -25,6 +25,11 @@ def layout(x: Tensor, y: Tensor, s: Vec[i64], t: Vec[i64], p: Vec[i64], q: Vec[i
                 guarded(E.transpose(x, d, e), E.permute(x, r.set(d, e).set(e, d)),
                         eq(s).to(shape(x)), eq(r).to(iota(s.length()))))
     yield exact("unsqueeze-as-view", guarded(E.unsqueeze(x, d), E.view(x, s), eq(s).to(shape(y))))
+    # keys split into heads and transposed in one permute (OpenAI-GPT's split_heads(k=True)):
+    # heads-first, then the last two dims swapped, the k^T that attention's pattern reads
+    yield exact("permute-as-heads-then-transpose",
+                rewrite(E.permute(x, Vec[i64](0, 2, 3, 1)))
+                .to(E.permute(E.permute(x, Vec[i64](0, 2, 1, 3)), Vec[i64](0, 1, 3, 2))))
 
 
 @family("layout")

@@ -21,8 +21,9 @@ EXPECTED = json.loads((Path(__file__).with_name("families_expected.json")).read_
 # Eager attention with logit softcapping (gemma2); multi-head latent attention with grouped
 # expert routing (deepseek_v3); a sliding window the 32-token prompt crosses (mistral); a
 # state-space model through torch steps (mamba); ALiBi in eager attention, its repeat as
-# layout ops (bloom); a config refused by name (gemma3).
-DEFAULT = {"gemma2", "deepseek_v3", "mistral", "mamba", "bloom", "gemma3"}
+# layout ops (bloom); a causal mask multiplied into the scores, keys transposed in one permute
+# (openai-gpt); a config refused by name (gemma3).
+DEFAULT = {"gemma2", "deepseek_v3", "mistral", "mamba", "bloom", "openai-gpt", "gemma3"}
 FAMILIES = list(families.families())
 
 

@@ -467,6 +467,24 @@ def sparse_structure(y: Tensor, x: Tensor, a: Tensor, b: Tensor, c: Tensor, d: i
                eq(nc).to(stored_blocks(c))).then(set_(stored_blocks(y)).to(na + nb + nc))
 
 
+# --- keep masks: a constant of 0s and 1s multiplied into scores (OpenAI-GPT's
+# `w * b + -1e4 * (1 - b)`, b its causal buffer), whose every row keeps its first key:
+# keep_mask(t) holds when t's entries are 0 or 1 and t[..., 0] is 1. The encoder sets it on
+# constant leaves (keep_mask_value); it follows slices that keep each row's first entry (any
+# slice of a leading dim, a slice of the last dim from 0) and conversions to a float dtype.
+keep_mask = relation("keep_mask", Tensor)
+
+
+@ruleset
+def keep_masks(y: Tensor, x: Tensor, d: i64, a: i64, b: i64, st: i64, dt: String
+               ) -> Iterator[RewriteOrRule]:
+    yield rule(eq(y).to(E.slice(x, d, a, b, st)), keep_mask(x),
+               d < shape(x).length() - 1).then(keep_mask(y))
+    yield rule(eq(y).to(E.slice(x, d, i64(0), b, st)), keep_mask(x),
+               eq(d).to(shape(x).length() - 1), b > 0).then(keep_mask(y))
+    yield rule(eq(y).to(E.to_dtype(x, dt)), keep_mask(x), is_float_dtype(dt)).then(keep_mask(y))
+
+
 def _build_analysis():
     rules: list[RewriteOrRule] = []
     for opdef in REGISTRY.values():
@@ -480,4 +498,4 @@ def _build_analysis():
 
 # The analysis: run it to saturation before each round of rewrites (see saturate.py).
 analysis = (_build_analysis() | vector_functions | layout_demands | const_lists
-            | quantizable_marks | fp16_marks | bf16_marks | sparse_structure)
+            | quantizable_marks | fp16_marks | bf16_marks | sparse_structure | keep_masks)

@@ -35,6 +35,7 @@ from .analysis import (
     HALF_EXACT,
     dtype_facts,
     hi_id,
+    keep_mask,
     lo_id,
     quantizable,
     stored_blocks,
@@ -191,11 +192,25 @@ def encode(graph: Graph, *, assert_shapes: bool = False, egraph: EGraph | None =
     return enc
 
 
+KEEP_MASK_NUMEL = 1 << 22  # masks are position tables; a weight is refused by its first column
+
+
+def is_keep_mask(value: torch.Tensor) -> bool:
+    """A float constant of 0s and 1s whose every row (last dim) starts with a 1: a
+    multiplicative mask that keeps each row's first key (analysis.keep_mask)."""
+    if (not value.is_floating_point() or value.is_meta or value.dim() == 0
+            or value.numel() == 0 or value.numel() > KEEP_MASK_NUMEL):
+        return False
+    if not bool((value[..., 0] == 1).all()):  # cheap: a weight fails here
+        return False
+    return bool(((value == 0) | (value == 1)).all())
+
+
 def _leaf_facts(program: _Program, var: Any, node_id: int, value: Any, keep_float: bool,
                 sparsity: bool) -> None:
     """A weight's facts: its number (lo_id/hi_id, for merging parallel GEMMs), whether the
-    quantize rules may store it as integers, which half dtypes hold it exactly, and (with
-    `sparsity`) its sparsity structure."""
+    quantize rules may store it as integers, which half dtypes hold it exactly, whether it is a
+    keep mask, and (with `sparsity`) its sparsity structure."""
     number = _lit(bindings.Int(node_id))
     program.set(lo_id, [var], number)
     program.set(hi_id, [var], number)
@@ -204,5 +219,7 @@ def _leaf_facts(program: _Program, var: Any, node_id: int, value: Any, keep_floa
     if isinstance(value, torch.Tensor):
         for dt in exact_half_dtypes(value):
             program.mark(HALF_EXACT[dt], [var])
+        if is_keep_mask(value):
+            program.mark(keep_mask, [var])
     if sparsity:
         _structure_facts(program, var, value)
