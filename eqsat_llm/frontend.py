@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import io
 import logging
+import math
 import operator
 import os
 import re
@@ -554,6 +555,45 @@ def _slice(c: _Converter, node: FxNode, x: FxNode, dim: int = 0, start: int | No
     return c.g.add("slice", (c.t(x),), dim=dim, start=start, end=max(start, end), step=step)
 
 
+@converts(aten.slice_scatter.default)
+def _slice_scatter(c: _Converter, node: FxNode, base: FxNode, src: FxNode, dim: int = 0,
+                   start: int | None = None, end: int | None = None, step: int = 1) -> int:
+    """x[..., a:b] = src written functionally (MLA's q_pe / k_pe placed beside the rest): the
+    parts of `base` either side of [a, b) concatenated around `src` (step 1 only)."""
+    shape = c.shape(base)
+    dim = _dim(dim, len(shape))
+    n = shape[dim]
+    start = 0 if start is None else max(0, min(n, start + n if start < 0 else start))
+    end = n if end is None else max(start, min(n, end + n if end < 0 else end))
+    if step != 1 or c.g.type_of(c.t(src)).dtype != c.g.type_of(c.t(base)).dtype:
+        raise Unsupported
+    parts = [c.g.add("slice", (c.t(base),), dim=dim, start=0, end=start, step=1)] \
+        if start > 0 else []
+    parts.append(c.t(src))
+    if end < n:
+        parts.append(c.g.add("slice", (c.t(base),), dim=dim, start=end, end=n, step=1))
+    return parts[0] if len(parts) == 1 else c.g.add("cat", parts, dim=dim)
+
+
+@converts(aten.copy.default)
+def _copy(c: _Converter, node: FxNode, dst: FxNode, src: FxNode, non_blocking: bool = False
+          ) -> int:
+    """dst.copy_(src) written functionally: src's values in dst's dtype and shape (dst's own
+    values are not read)."""
+    x = c.t(src)
+    if c.g.type_of(x).dtype != _out_dtype(node):
+        x = c.g.add("to_dtype", (x,), dtype=_out_dtype(node))
+    if list(c.g.type_of(x).shape) != _out_shape(node):
+        x = c.g.add("expand", (x,), shape=_out_shape(node))
+    return x
+
+
+@converts(aten.empty.memory_format)
+def _empty(c: _Converter, node: FxNode, size: list[int], **_: Any) -> int:
+    # its values are unspecified (the model writes them before reading): zeros are as good
+    return c.g.add("full", shape=_out_shape(node), value=0.0, dtype=_out_dtype(node))
+
+
 @converts(aten.select.int)
 def _select(c: _Converter, node: FxNode, x: FxNode, dim: int, index: int) -> int:
     shape = c.shape(x)
@@ -702,14 +742,18 @@ def _tri(c: _Converter, node: FxNode, x: FxNode, diagonal: int = 0) -> int:
 def _reduction(op: str) -> Converter:
     def convert(c: _Converter, node: FxNode, x: FxNode, dims: Any = None,
                 keepdim: bool = False, *, dtype: Any = None) -> int:
-        if dtype is not None:
-            raise Unsupported
-        r = c.rank(x)
-        dims = list(range(r)) if dims is None or dims == [] else dims
-        dims = [dims] if isinstance(dims, int) else dims
-        return c.g.add(op, (c.t(x),), dims=sorted(_dim(d, r) for d in dims),
-                       keepdim=bool(keepdim))
+        r, xs = c.rank(x), c.t(x)
+        if dtype is not None:  # torch converts the input, then reduces in that dtype
+            xs = c.g.add("to_dtype", (xs,), dtype=_out_dtype(node))
+        return c.g.add(op, (xs,), dims=_dims(dims, r), keepdim=bool(keepdim))
     return convert
+
+
+def _dims(dims: Any, rank: int) -> list[int]:
+    """A reduction's dims, non-negative and sorted (none or [] = all)."""
+    dims = list(range(rank)) if dims is None or dims == [] else dims
+    dims = [dims] if isinstance(dims, int) else dims
+    return sorted(_dim(d, rank) for d in dims)
 
 
 converts(aten.sum.dim_IntList, aten.sum.default)(_reduction("sum"))
@@ -717,6 +761,36 @@ converts(aten.mean.dim, aten.mean.default)(_reduction("mean"))
 converts(aten.amax.default)(_reduction("amax"))
 converts(aten.amin.default)(_reduction("amin"))
 converts(aten.any.dim, aten.any.dims, aten.any.default)(_reduction("any"))
+
+
+@converts(aten.var.correction)
+def _var(c: _Converter, node: FxNode, x: FxNode, dims: Any = None, *, correction: Any = None,
+         keepdim: bool = False) -> int:
+    """var(x) = sum((x - mean(x))^2) / (N - correction) over dims, as torch computes it."""
+    if c.g.type_of(c.t(x)).dtype not in ("float32", "float64"):
+        raise Unsupported  # (torch computes a half dtype's variance in float32)
+    shape, dims = c.shape(x), _dims(dims, c.rank(x))
+    n = math.prod(shape[d] for d in dims) - (1.0 if correction is None else float(correction))
+    mean = c.g.add("mean", (c.t(x),), dims=dims, keepdim=True)
+    dev = c.g.add("sub", (c.t(x), mean))
+    squares = c.g.add("sum", (c.g.add("mul", (dev, dev)),), dims=dims, keepdim=bool(keepdim))
+    return c.g.add("div", (squares, c.t(max(n, 0.0))))
+
+
+@converts(aten.clamp.default)
+def _clamp(c: _Converter, node: FxNode, x: FxNode, lo: Any = None, hi: Any = None) -> int:
+    """clamp(x, lo, hi) with number bounds on a float tensor: maximum / minimum with them
+    (NaN stays NaN in both)."""
+    dtype = c.g.type_of(c.t(x)).dtype
+    if not dtype.startswith(("float", "bfloat")) or not all(
+            isinstance(b, (int, float)) or b is None for b in (lo, hi)):
+        raise Unsupported
+    out = c.t(x)
+    for op, bound in (("maximum", lo), ("minimum", hi)):
+        if bound is not None:
+            out = c.g.add(op, (out, c.g.add("full", shape=[], value=float(bound),
+                                            dtype=dtype)))
+    return out
 
 
 @converts(aten.max.dim, aten.min.dim)

@@ -202,7 +202,7 @@ def unary_ops_graph(shape: tuple[int, ...]) -> Graph:
     g = Graph()
     x, y = inp(g, shape), inp(g, shape)
     ops = ("neg", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid", "silu", "relu",
-           "reciprocal", "abs", "cos", "sin", "erf", "expm1", "log1p")
+           "reciprocal", "abs", "cos", "sin", "erf", "expm1", "log1p", "floor")
     g.outputs = [g.add(op, (x,)) for op in ops]
     g.outputs += [g.add("gelu", (y,), approximate="tanh"), g.add("gelu", (y,), approximate="none"),
                   g.add("swiglu", (y, x))]

@@ -230,7 +230,7 @@ OPS: dict[str, Callable[[list[Any], dict], Any]] = {
         "log": torch.log, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "silu": F.silu,
         "relu": F.relu, "reciprocal": torch.reciprocal, "abs": torch.abs, "cos": torch.cos,
         "sin": torch.sin, "erf": torch.erf, "expm1": torch.expm1, "log1p": torch.log1p,
-        "logical_not": torch.logical_not,
+        "floor": torch.floor, "logical_not": torch.logical_not,
         "bitwise_not": torch.bitwise_not, "clone": torch.clone}.items()},
     "where": lambda xs, a: torch.where(xs[0], _number(xs[1]), _number(xs[2])),
     "gelu": lambda xs, a: F.gelu(xs[0], approximate=a["approximate"]),

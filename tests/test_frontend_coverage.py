@@ -90,3 +90,46 @@ def test_getitem_of_a_tuple_valued_op():
     compiled, _ = _optimize(TopK(), (x,))
     for got, want in zip(compiled(x), TopK()(x)):
         torch.testing.assert_close(got, want)
+
+
+class SliceWrites(torch.nn.Module):
+    """MLA's q_pe / k_pe placed into a new tensor (empty, copy_ into slices: export writes
+    them as empty, copy and slice_scatter), and a write into the middle of an input."""
+
+    def forward(self, x, pe):
+        q = x.new_empty(*x.shape[:-1], 24)
+        q[..., :16] = x
+        q[..., 16:] = pe  # broadcast over the heads, as transformers' k_pe
+        y = x.clone()
+        y[:, 1:3] = x[:, 1:3].double() * 2  # written in y's dtype
+        return q * 1.5, y
+
+
+class Statistics(torch.nn.Module):
+    """sum with a dtype (DiffLlama), var with a correction (Gemma 3n), clamp with number
+    bounds, floor (Ministral 3's attention temperature)."""
+
+    def forward(self, x):
+        return (x.sum(-1, dtype=torch.float64), x.var(-1, keepdim=True, correction=0),
+                x.var((0, 2)), torch.clamp(x, min=-0.5), torch.clamp(x, -0.25, 0.75),
+                torch.floor(x * 3))
+
+
+def test_slice_writes_are_concatenations():
+    torch.manual_seed(0)
+    x, pe = torch.randn(2, 4, 5, 16), torch.randn(2, 1, 5, 8)
+    compiled, fallbacks = _optimize(SliceWrites(), (x, pe))
+    assert not compiled.report.fallback_ops, fallbacks
+    for got, want in zip(compiled(x, pe), SliceWrites()(x, pe)):
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_reductions_with_a_dtype_variance_clamp_and_floor():
+    torch.manual_seed(0)
+    x = torch.randn(3, 6, 7)
+    x[0, 0, 0], x[1, 2, 3] = float("nan"), float("inf")  # through clamp and floor as torch
+    compiled, fallbacks = _optimize(Statistics(), (x,))
+    assert not compiled.report.fallback_ops, fallbacks
+    for got, want in zip(compiled(x), Statistics()(x)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, equal_nan=True)

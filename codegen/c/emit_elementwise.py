@@ -95,6 +95,7 @@ FLOAT_UNARY: dict[str, Expr] = {
     "cos": lambda ct, a, at: f"{_f(ct, 'cos')}({a[0]})",
     "sin": lambda ct, a, at: f"{_f(ct, 'sin')}({a[0]})",
     "erf": lambda ct, a, at: f"{_f(ct, 'erf')}({a[0]})",
+    "floor": lambda ct, a, at: f"{_f(ct, 'floor')}({a[0]})",
     "gelu": _gelu,
     "swiglu": lambda ct, a, at: f"({a[0]} * {_sig(ct, a[0])} * {a[1]})",
 }

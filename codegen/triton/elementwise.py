@@ -75,6 +75,7 @@ FLOAT_UNARY: dict[str, Expr] = {
     "cos": lambda a, at: f"tl.cos({a[0]})",
     "sin": lambda a, at: f"tl.sin({a[0]})",
     "erf": lambda a, at: f"tl.erf({a[0]})",
+    "floor": lambda a, at: f"tl.floor({a[0]})",
     "gelu": lambda a, at: (
         f"(0.5 * {a[0]} * (1.0 + tanh(0.7978845608028654 * ({a[0]} + 0.044715 * {a[0]} * "
         f"{a[0]} * {a[0]}))))" if at["approximate"] == "tanh" else

@@ -36,8 +36,8 @@ UNARY: dict[str, tuple[Callable[..., Any], float]] = {
     "silu": (F.silu, TRANSCENDENTAL + 1), "relu": (torch.relu, 1.0),
     "reciprocal": (torch.reciprocal, 4.0), "abs": (torch.abs, 1.0),
     "cos": (torch.cos, TRANSCENDENTAL), "sin": (torch.sin, TRANSCENDENTAL),
-    "erf": (torch.erf, TRANSCENDENTAL), "logical_not": (torch.logical_not, 1.0),
-    "bitwise_not": (torch.bitwise_not, 1.0),
+    "erf": (torch.erf, TRANSCENDENTAL), "floor": (torch.floor, 1.0),
+    "logical_not": (torch.logical_not, 1.0), "bitwise_not": (torch.bitwise_not, 1.0),
 }
 # writers where the function itself has no out= (torch.relu is clamp_min(x, 0))
 UNARY_WRITERS: dict[str, Writer] = {
