@@ -559,20 +559,46 @@ def _slice(c: _Converter, node: FxNode, x: FxNode, dim: int = 0, start: int | No
 def _slice_scatter(c: _Converter, node: FxNode, base: FxNode, src: FxNode, dim: int = 0,
                    start: int | None = None, end: int | None = None, step: int = 1) -> int:
     """x[..., a:b] = src written functionally (MLA's q_pe / k_pe placed beside the rest): the
-    parts of `base` either side of [a, b) concatenated around `src` (step 1 only)."""
+    parts of `base` either side of [a, b) concatenated around `src`."""
     shape = c.shape(base)
     dim = _dim(dim, len(shape))
     n = shape[dim]
     start = 0 if start is None else max(0, min(n, start + n if start < 0 else start))
     end = n if end is None else max(start, min(n, end + n if end < 0 else end))
-    if step != 1 or c.g.type_of(c.t(src)).dtype != c.g.type_of(c.t(base)).dtype:
+    if c.g.type_of(c.t(src)).dtype != c.g.type_of(c.t(base)).dtype:
         raise Unsupported
+    if step != 1:
+        return _strided_scatter(c, base, src, dim, start, end, step)
     parts = [c.g.add("slice", (c.t(base),), dim=dim, start=0, end=start, step=1)] \
         if start > 0 else []
     parts.append(c.t(src))
     if end < n:
         parts.append(c.g.add("slice", (c.t(base),), dim=dim, start=end, end=n, step=1))
     return parts[0] if len(parts) == 1 else c.g.add("cat", parts, dim=dim)
+
+
+def _strided_scatter(c: _Converter, base: FxNode, src: FxNode, dim: int, start: int, end: int,
+                     step: int) -> int:
+    """x[..., a:b:step] = src (Cohere's interleaved rotary sections): each position p takes
+    src[(p - a) / step] where that is whole and p in [a, b), else base[p]. The positions and
+    indices are constants (arange arithmetic, folded at compile time)."""
+    n, k = c.shape(base)[dim], len(range(start, end, step))
+    g = c.g
+
+    def number(v: float) -> int:
+        return g.add("full", shape=[], value=float(v), dtype="float32")
+    p = g.append("arange", (), {"start": 0.0, "end": float(n), "step": 1.0,
+                                "dtype": "float32"}, TensorType((n,), "float32"))
+    q = g.add("floor", (g.add("div", (g.add("sub", (p, number(start))), number(step))),))
+    idx = g.add("minimum", (g.add("maximum", (q, number(0))), number(k - 1)))
+    idx = g.add("to_dtype", (idx,), dtype="int64")
+    lands = g.add("eq", (g.add("add", (g.add("mul", (q, number(step))), number(start))), p))
+    inside = g.add("logical_and", (g.add("ge", (p, number(start))), g.add("lt", (p, number(end)))))
+    hit = g.add("logical_and", (lands, inside))
+    rank = c.rank(base)
+    hit = g.add("view", (hit,), shape=[n if d == dim else 1 for d in range(rank)])
+    spread = g.add("index_select", (c.t(src), idx), dim=dim)
+    return g.add("where", (hit, spread, c.t(base)))
 
 
 @converts(aten.copy.default)

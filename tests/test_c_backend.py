@@ -64,6 +64,18 @@ def test_binary_broadcast_scalars_comparisons_where():
     check(g, rand_inputs(g))
 
 
+def test_comparisons_of_mixed_integer_types_widen_as_torch():
+    """CPM-Ant's position buckets: int64 against int32, int32 against bool, in C."""
+    g = Graph()
+    a, b = inp(g, (4, 9), "int64"), inp(g, (1, 9), "int32")
+    m = inp(g, (4, 1), "bool")
+    g.outputs = [g.add("lt", (a, b)), g.add("eq", (b, m)), g.add("ge", (m, a))]
+    xs = [torch.randint(-3 << 33, 3 << 33, (4, 9)), torch.randint(-2, 3, (1, 9), dtype=torch.int32),
+          torch.rand(4, 1) < 0.5]
+    rt = check(g, xs)
+    assert not rt.torch_steps  # all three in generated C
+
+
 @pytest.mark.parametrize("shape", [(3, 37), (2, 5, 129)])
 def test_unary(shape):
     g = unary_ops_graph(shape)

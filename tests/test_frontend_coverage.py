@@ -94,7 +94,7 @@ def test_getitem_of_a_tuple_valued_op():
 
 class SliceWrites(torch.nn.Module):
     """MLA's q_pe / k_pe placed into a new tensor (empty, copy_ into slices: export writes
-    them as empty, copy and slice_scatter), and a write into the middle of an input."""
+    them as empty, copy and slice_scatter), writes into the middle of an input, one strided."""
 
     def forward(self, x, pe):
         q = x.new_empty(*x.shape[:-1], 24)
@@ -102,7 +102,9 @@ class SliceWrites(torch.nn.Module):
         q[..., 16:] = pe  # broadcast over the heads, as transformers' k_pe
         y = x.clone()
         y[:, 1:3] = x[:, 1:3].double() * 2  # written in y's dtype
-        return q * 1.5, y
+        z = x.clone()
+        z[..., 2:13:3] = -x[..., :4]  # every third entry (Cohere's interleaved sections)
+        return q * 1.5, y, z
 
 
 class Statistics(torch.nn.Module):

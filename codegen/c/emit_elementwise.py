@@ -108,6 +108,9 @@ OTHER: dict[str, Expr] = {
 }
 ELEMENTWISE_OPS = frozenset(BINARY) | frozenset(FLOAT_UNARY) | frozenset(OTHER)
 FLOAT_CT = ("float", "double")
+# integer types by width: mixed in a comparison, the narrower one widens (as torch promotes;
+# int8 beside uint8 promotes to int16, which is not generated)
+INT_WIDTH = {"_Bool": 0, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "int32_t": 3, "int64_t": 4}
 BITWISE = frozenset({"bitwise_and", "bitwise_or", "bitwise_not"})
 
 
@@ -120,6 +123,8 @@ def compute_type(node: Node, out: Ref, ins: list[Ref]) -> str | None:
             return "float"
         if len(cts) == 1:
             return cts.pop()
+        if cts <= set(INT_WIDTH) and not {"int8_t", "uint8_t"} <= cts:
+            return max(cts, key=INT_WIDTH.get)  # torch compares in the wider integer
         return None
     if op in FLOAT_UNARY or op in ("div", "pow"):
         return out.ctype if out.ctype in FLOAT_CT else None
