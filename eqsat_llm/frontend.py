@@ -29,6 +29,7 @@ from torch.fx import Node as FxNode
 
 from .errors import CaptureError, GraphError
 from .ir import Graph, TensorType, dtype_name
+from .ops import evaluate
 from .ops.elementwise import UNARY
 
 aten = torch.ops.aten
@@ -229,6 +230,7 @@ class _Converter:
         self.fallbacks: list[str] = []
         self.aten_counts: dict[str, int] = {}
         self.state: dict[str, torch.Tensor] = {}  # mutated buffers/parameters, read at run time
+        self._known: dict[int, Any] = {}  # IR id -> its value where known at capture (or None)
 
     def run(self) -> Captured:
         self._bind_inputs()
@@ -393,6 +395,11 @@ class _Converter:
                                    "that is not a single tensor")
             inputs.append(v)
         val = node.meta.get("val")
+        known = self._constant_call(node, template, inputs)
+        if known is not None:  # computed once, here: a constant, no torch step
+            name = f"captured.{node.name}"
+            self.g.constants[name] = known
+            return self.g.append("const", (), {"name": name}, _type(known))
         vtype = (tuple(_type(v) for v in val) if isinstance(val, (tuple, list)) else _type(val))
         name = str(node.target)
         if any(_is_empty(a) for a in node.all_input_nodes):
@@ -401,6 +408,51 @@ class _Converter:
         return self.g.append("fallback", tuple(inputs),
                              {"target": name, "key": len(self.g.nodes), "fn": node.target,
                               "template": template}, vtype)
+
+    def _constant_call(self, node: FxNode, template: Any, inputs: list[int]
+                       ) -> torch.Tensor | None:
+        """The value of an op the registry lacks when its inputs are small constants known now
+        (Gemma 3n's erfinv of its sparsity target) and it is a pure aten op; else None."""
+        fn = node.target
+        if not isinstance(fn, torch._ops.OpOverload) or fn._schema.is_mutable or \
+                torch.Tag.nondeterministic_seeded in fn.tags:
+            return None
+        values = [self._known_value(i) for i in inputs]
+        if any(v is None for v in values):
+            return None
+        with torch.no_grad():
+            out = run_fallback({"fn": fn, "template": template}, values)
+        small = isinstance(out, torch.Tensor) and out.numel() <= KNOWN_NUMEL
+        return out.detach().clone() if small else None
+
+    def _known_value(self, root: int) -> Any:
+        """The value of IR node `root` if it is computed from small real constants only (no
+        input, weight or meta tensor), by the ops' reference semantics; else None."""
+        memo = self._known
+        stack = [root]
+        while stack:
+            i = stack[-1]
+            if i in memo:
+                stack.pop()
+                continue
+            node = self.g.node(i)
+            if node.op == "const":
+                t = self.g.constants.get(node.attrs["name"])
+                memo[i] = t if isinstance(t, torch.Tensor) and not t.is_meta and \
+                    t.numel() <= KNOWN_NUMEL else None
+            elif node.op in ("input", "param", "fallback", "getitem") or any(
+                    j in memo and memo[j] is None for j in node.inputs):
+                memo[i] = None
+            elif pending := [j for j in node.inputs if j not in memo]:
+                stack.extend(pending)
+                continue
+            else:
+                with torch.no_grad():
+                    v = evaluate(node.op, [memo[j] for j in node.inputs], node.attrs)
+                memo[i] = v if not isinstance(v, torch.Tensor) or v.numel() <= KNOWN_NUMEL \
+                    else None
+            stack.pop()
+        return memo[root]
 
     # helpers for converters
     def t(self, a: Any) -> int:
@@ -423,6 +475,9 @@ class _Converter:
 
     def shape(self, a: FxNode) -> tuple[int, ...]:
         return self.g.type_of(self.t(a)).shape
+
+
+KNOWN_NUMEL = 4096  # constants evaluated at capture: small ones (a threshold, a table)
 
 
 @dataclass(frozen=True)

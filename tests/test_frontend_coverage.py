@@ -135,3 +135,23 @@ def test_reductions_with_a_dtype_variance_clamp_and_floor():
     for got, want in zip(compiled(x), Statistics()(x)):
         assert got.dtype == want.dtype
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+class ConstantTorchOp(torch.nn.Module):
+    """An op the registry lacks on a constant (Gemma 3n: erfinv of its sparsity target) and on
+    an input."""
+
+    def forward(self, x):
+        cutoff = torch.erfinv(torch.tensor(0.95) * 2 - 1) * 2 ** 0.5
+        return x * cutoff, torch.erfinv(x.clamp(-0.9, 0.9))
+
+
+def test_an_op_on_constants_is_evaluated_at_capture_not_run_in_torch():
+    torch.manual_seed(0)
+    x = torch.rand(3, 8) * 2 - 1
+    compiled, _ = _optimize(ConstantTorchOp(), (x,))
+    # the constant's erfinv is a captured constant; the input's still runs in torch
+    assert compiled.report.fallback_ops == ["aten.erfinv.default"]
+    assert sum(n.op == "fallback" for n in compiled.graph.nodes) == 1
+    for got, want in zip(compiled(x), ConstantTorchOp()(x)):
+        torch.testing.assert_close(got, want)
