@@ -397,6 +397,38 @@ class LazyConstants(Mapping[str, torch.Tensor]):
             first += width
         return parts
 
+    def source_columns(self, name: str, offset: int, rows: int, cols: int, rs: int
+                       ) -> list[tuple[int, torch.Tensor]] | None:
+        """The view's columns as the source stores them, where the constant `name` is float32
+        made of nothing but transposed source weights joined along its columns (a merged q, k
+        and v from a checkpoint) and the view is whole rows of whole parts of it: (first
+        column in the view, the source's [width, rows] tensor, float32 or bf16) per part, to
+        be widened and laid out in one pass (codegen/c/packer.py). None otherwise."""
+        t = self._constants[name]
+        if not isinstance(t, torch.Tensor) or not t.is_meta or t.dim() != 2 or \
+                t.dtype != torch.float32 or rows != t.shape[0] or rs != t.shape[1]:
+            return None
+        t = narrowed(t)
+        recipe = recipe_of(t)
+        parts = _cat_parts(t, 1) if recipe is not None and recipe.op == "cat" and \
+            recipe.attrs["dim"] % 2 == 1 else [t]
+        out, first = [], 0
+        for part in parts:
+            ref = _transposed_weight(part)
+            if ref is None:
+                return None
+            width = ref.meta.shape[0]
+            if offset <= first and first + width <= offset + cols:
+                stored = self._source(ref.name)
+                if tuple(stored.shape) != tuple(ref.meta.shape) or stored.dtype not in (
+                        torch.float32, torch.bfloat16):
+                    return None
+                out.append((first - offset, stored))
+            elif first < offset + cols and offset < first + width:
+                return None  # the view cuts this part
+            first += width
+        return out if sum(s.shape[0] for _, s in out) == cols else None
+
     def shared(self, key: Hashable | None, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         """The prepared tensor made for `key` by an earlier program from this source, else
         `make()` (remembered for the next)."""

@@ -41,6 +41,17 @@ def test_generates_transformers_tokens_from_a_sharded_checkpoint(tmp_path, dtype
     assert torch.equal(gen.generate(PROMPT, max_new_tokens=8), want)
 
 
+def test_a_half_checkpoint_runs_as_a_float32_model(tmp_path, monkeypatch):
+    """dtype=float32 from bf16 shards: each GEMM weight's panels packed straight from its
+    stored bf16 bytes (the merged q, k, v part by part), tokens as transformers' widened
+    model gives them."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model = _save(tmp_path, torch.bfloat16, tied=False).float()
+    gen = Generator.from_pretrained(tmp_path, max_seq_len=32, dtype=torch.float32)
+    assert torch.equal(gen.generate(PROMPT, max_new_tokens=8),
+                       model.generate(PROMPT, max_new_tokens=8, do_sample=False))
+
+
 def test_quantized_at_load_equals_quantizing_the_loaded_model(tmp_path):
     model = _save(tmp_path)
     want = Generator(model, 32, quantize="int8").generate(PROMPT, max_new_tokens=6)

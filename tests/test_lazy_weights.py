@@ -122,3 +122,51 @@ def test_panels_of_a_merged_weight_hold_each_parts_own(fmt):
     assert torch.equal(t[1:3], own.prepare(lazy))
     taken = Layout._prepared(own, lazy)  # made by no one: a view of the whole
     assert taken.data_ptr() == t[1:3].data_ptr()
+
+
+@pytest.mark.parametrize("widened", [False, True])
+def test_a_merged_transposed_weight_is_packed_from_the_sources_own_bytes(widened):
+    """A float32 program's panels of cat(q^T, k^T, v^T) (bf16 checkpoint weights, widened)
+    are packed part by part straight from the stored [n, K] bf16 tensors: bit-equal to
+    packing the materialized merged weight, and nothing else is asked of the source. A view
+    that cuts a part, or a part off a panel boundary, takes the materialized path."""
+    from eqsat_llm.codegen.c.build import compiler
+    from eqsat_llm.codegen.c.packed_gemm import PackedWeight
+    from eqsat_llm.codegen.c.tiles import PACKED_PANEL as P
+
+    if compiler() is None:
+        pytest.skip("no C compiler")
+    widths = {"q": 4 * P, "k": 2 * P, "v": 2 * P - 3}  # v ragged: the last panel padded
+    stored = {n: torch.randn(w, K, generator=torch.Generator().manual_seed(w)).bfloat16()
+              for n, w in widths.items()}
+    asked = []
+
+    def source(name):
+        asked.append(name)
+        return stored[name]
+    dtype = torch.bfloat16 if widened else torch.float32  # the model's dtype of the weight
+    refs = {n: WeightRef(n, torch.empty(w, K, dtype=dtype, device="meta"))
+            for n, w in widths.items()}
+
+    def fold(op, attrs, *args):
+        out = evaluate(op, [materialize(a, source) for a in args], attrs)
+        return with_recipe(torch.empty(out.shape, dtype=out.dtype, device="meta"), op, attrs,
+                           list(args))
+
+    def t(n):
+        part = fold("permute", {"dims": [1, 0]}, refs[n])
+        return fold("to_dtype", {"dtype": "float32"}, part) if widened else part
+    merged = fold("cat", {"dim": 1}, *(t(n) for n in widths))
+    n = merged.shape[1]
+    lazy = LazyConstants({"m": merged}, source)
+    whole = PackedWeight("m", 0, K, n, n, 1)
+    want = whole.prepare_in_torch(materialize(merged, source))
+    asked.clear()
+    got = whole.prepare(lazy)
+    assert asked == ["q", "k", "v"]  # each part read once, no merged weight made
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    # k and v alone (another program's part), and a view that cuts q: the same panels
+    kv = PackedWeight("m", 4 * P, K, n - 4 * P, n, 1)
+    assert lazy.source_columns("m", 4 * P, K, n - 4 * P, n) is not None
+    assert torch.equal(kv.prepare(lazy), want[4:])
+    assert lazy.source_columns("m", P, K, n - P, n) is None

@@ -7,7 +7,8 @@ import torch
 
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.codegen.c.packed_gemm import PackedWeight
-from eqsat_llm.codegen.c.packer import pack_in_c
+from eqsat_llm.codegen.c.packer import pack_columns_in_c, pack_in_c
+from eqsat_llm.codegen.c.tiles import PACKED_PANEL
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 
@@ -44,3 +45,7 @@ def test_what_it_does_not_take_falls_back_to_torch():
     assert pack_in_c(torch.randn(4, 4, 4), 0, 4, 4, 4, 1) is None  # 3-D
     assert pack_in_c(torch.randn(4, 4).half(), 0, 4, 4, 4, 1) is None  # float16
     assert pack_in_c(torch.randn(4, 4), 0, 4, 5, 4, 1) is None  # past the end
+    w = torch.randn(PACKED_PANEL + 1, 8)  # parts stored [width, K]
+    assert pack_columns_in_c([(1, w)], 8, PACKED_PANEL + 2) is None  # starts inside a panel
+    # a ragged part before another shares a panel with it
+    assert pack_columns_in_c([(0, w), (PACKED_PANEL + 1, w)], 8, 2 * PACKED_PANEL + 2) is None

@@ -55,8 +55,14 @@ class PackedWeight:
                 width % PACKED_PANEL == 0 and width < self.n]
 
     def prepare(self, constants: dict[str, torch.Tensor]) -> torch.Tensor:
-        from .packer import pack_in_c  # (one pass in C: packer.py)
+        from .packer import pack_columns_in_c, pack_in_c  # (one pass in C: packer.py)
 
+        stored = getattr(constants, "source_columns", None)  # (a checkpoint's weights)
+        parts = stored(self.name, self.offset, self.k, self.n, self.rs) \
+            if stored is not None and self.cs == 1 else None
+        packed = pack_columns_in_c(parts, self.k, self.n) if parts else None
+        if packed is not None:
+            return packed
         w = constants[self.name]
         packed = pack_in_c(w, self.offset, self.k, self.n, self.rs, self.cs)
         return packed if packed is not None else self.prepare_in_torch(w)

@@ -37,11 +37,30 @@ def _library() -> ctypes.CDLL | None:
     return lib
 
 
-def pack_in_c(w: torch.Tensor, offset: int, k: int, n: int, rs: int, cs: int
-              ) -> torch.Tensor | None:
+def pack_columns_in_c(parts: list[tuple[int, torch.Tensor]], k: int, n: int
+                      ) -> torch.Tensor | None:
+    """The panels of a k x n weight whose columns are stored apart: (first column, the
+    source's [width, k] tensor) per part, each transposed into its panels straight from the
+    source (a merged q, k and v read from a checkpoint in bf16: no widened copy, no join).
+    None where a part does not start on a panel or pack_in_c declines."""
+    out = torch.empty(-(-n // PACKED_PANEL), k, PACKED_PANEL, dtype=torch.float32)
+    for first, w in parts:
+        width = w.shape[0]
+        ragged = width % PACKED_PANEL and first + width != n  # shares a panel with the next
+        if first % PACKED_PANEL or ragged or w.dim() != 2 or w.shape[1] != k:
+            return None
+        panels = out[first // PACKED_PANEL:-(-(first + width) // PACKED_PANEL)]
+        if pack_in_c(w, 0, k, width, 1, k, out=panels) is None:
+            return None
+    return out
+
+
+def pack_in_c(w: torch.Tensor, offset: int, k: int, n: int, rs: int, cs: int,
+              out: torch.Tensor | None = None) -> torch.Tensor | None:
     """The panels [ceil(n / PACKED_PANEL), k, PACKED_PANEL] (float32) of the view (offset,
     k x n, flat strides rs, cs) of `w`'s row-major flat values, as PackedWeight lays them
-    out; None where no C compiler is found or `w` is not a 2-D float32 / bf16 CPU tensor."""
+    out (into `out` where given); None where no C compiler is found or `w` is not a 2-D
+    float32 / bf16 CPU tensor."""
     if w.dtype not in (torch.float32, torch.bfloat16) or w.device.type != "cpu" or \
             w.dim() != 2 or w.is_meta or rs < 0 or cs < 0 or k <= 0 or n <= 0:
         return None
@@ -51,7 +70,11 @@ def pack_in_c(w: torch.Tensor, offset: int, k: int, n: int, rs: int, cs: int
     lib = _library()
     if lib is None:
         return None
-    out = torch.empty(-(-n // PACKED_PANEL), k, PACKED_PANEL, dtype=torch.float32)
+    shape = (-(-n // PACKED_PANEL), k, PACKED_PANEL)
+    if out is None:
+        out = torch.empty(shape, dtype=torch.float32)
+    elif tuple(out.shape) != shape or out.dtype != torch.float32 or not out.is_contiguous():
+        return None
     w = w.detach()
     lib.eq_pack(w.data_ptr(), int(w.dtype == torch.bfloat16), w.shape[1], w.stride(0),
                 w.stride(1), offset, k, n, rs, cs, PACKED_PANEL, out.data_ptr())
