@@ -41,7 +41,8 @@ def _rss_mib() -> float:
 
 def measure(depth: int, seq: int) -> dict:
     """One depth, in this process: optimize the meta model, return the report's figures."""
-    from eqsat_llm import optimize, stamping
+    from eqsat_llm import optimize
+    from eqsat_llm.capture import stamping
 
     model, x = _meta_model(depth, seq)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -67,7 +68,7 @@ def measure(depth: int, seq: int) -> dict:
 
 def measure_full_trace(depth: int, seq: int) -> float:
     """Seconds of the same capture with every layer traced (no stamping), for comparison."""
-    from eqsat_llm.frontend import capture_plain
+    from eqsat_llm.capture.frontend import capture_plain
 
     model, x = _meta_model(depth, seq)
     t = time.perf_counter()
@@ -162,8 +163,8 @@ def main() -> None:
             f"on the meta device, prefill 1x{args.seq}; defaults: all rule families, ILP "
             "extraction. No weight has storage: every phase up to the memory plan runs, no "
             "code is generated (docs/memory.md). *layers stamped*: layer calls traced once and "
-            "spliced (eqsat_llm/stamping.py); *capture, every layer traced*: the same capture "
-            "without stamping (frontend.capture_plain) in another fresh process, for "
+            "spliced (eqsat_llm/capture/stamping.py); *capture, every layer traced*: the same "
+            "capture without stamping (frontend.capture_plain) in another fresh process, for "
             "comparison. Each depth in a fresh process: *peak RSS* is "
             "that process's ru_maxrss (imports included), *before optimize* its RSS once "
             "torch, egglog and the meta model were loaded. *total* is optimize()'s wall time, "

@@ -16,6 +16,8 @@ import torch.utils._pytree as pytree
 
 from . import program_cache
 from .capture import capture
+from .capture.frontend import Captured
+from .capture.state import write_state_in_place
 from .egraph.analysis import analysis
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import declared, encode, let_name
@@ -25,7 +27,6 @@ from .extraction.cost import enode_cost_fn, program_cost
 from .extraction.costmodel import CostModel
 from .extraction.ilp import extract_ilp
 from .fold import KEEP, Folded, const_classes, fold_constants
-from .frontend import Captured
 from .half import compute_in_float32, has_half
 from .ir import Graph, TensorType, dtype_of
 from .lazy_weights import LazyConstants, WeightSource
@@ -49,7 +50,6 @@ from .reporting.decisions import Decisions, kernel_entries
 from .reporting.report import Report, RuleStat, memory_summary
 from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
-from .state import write_state_in_place
 
 BACKENDS = ("c", "triton", "auto", "reference")
 EXTRACTORS = {"tree": extractors.extract_tree_greedy, "dag": extractors.extract_dag_greedy,

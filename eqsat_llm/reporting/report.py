@@ -63,7 +63,7 @@ class Report:
     # nodes the C backend ran in torch between its compiled segments, by op (a fallback by
     # its aten target); empty when everything ran as generated C
     torch_ops: dict[str, int] = field(default_factory=dict)
-    # state writes (a KV cache's index_copy_) run in place on the module's buffer (state.py)
+    # state writes (a KV cache's index_copy_) run in place on the module's buffer (capture/state.py)
     state_in_place: int = 0
     # optimize(quantize=...): the format, the GEMMs it reached and the measured error
     # (quantization.QuantizationReport)
