@@ -27,17 +27,10 @@ from .extraction.cost import enode_cost_fn, program_cost
 from .extraction.costmodel import CostModel
 from .extraction.ilp import extract_ilp
 from .fold import KEEP, Folded, const_classes, fold_constants
-from .half import compute_in_float32, has_half
-from .ir import Graph, TensorType, dtype_of
-from .lazy_weights import LazyConstants, WeightSource
-from .memcheck import check_fits, fold_bytes
-from .meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
-from .plan import MemoryPlan, plan_memory
-from .provenance import read as read_provenance
-from .provenance import recording_ruleset, rules_in_classes, rules_used
-from .quant_formats import DYNAMIC
-from .quant_formats import FORMATS as QUANT_FORMATS
-from .quantization import (
+from .formats.half import compute_in_float32, has_half
+from .formats.quant_formats import DYNAMIC
+from .formats.quant_formats import FORMATS as QUANT_FORMATS
+from .formats.quantization import (
     QuantizationReport,
     check_keep_float,
     keep_float_matcher,
@@ -45,6 +38,13 @@ from .quantization import (
     resolve_format,
     rule_families,
 )
+from .ir import Graph, TensorType, dtype_of
+from .lazy_weights import LazyConstants, WeightSource
+from .memcheck import check_fits, fold_bytes
+from .meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
+from .plan import MemoryPlan, plan_memory
+from .provenance import read as read_provenance
+from .provenance import recording_ruleset, rules_in_classes, rules_used
 from .reporting.alternatives import ProgramChoices
 from .reporting.decisions import Decisions, kernel_entries
 from .reporting.report import Report, RuleStat, memory_summary
@@ -419,7 +419,7 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     cost_model = CostModel()  # calibrated numbers when `eqsat-llm calibrate` ran, else defaults
     graph = captured.graph
     # the C kernels are float32; the Triton backend computes half models in float32 too, for
-    # now: the rules do not yet keep every half graph well-typed (half.py)
+    # now: the rules do not yet keep every half graph well-typed (formats/half.py)
     if backend in ("c", "triton") and has_half(graph):
         graph = compute_in_float32(graph)
         report.computed_in_float32 = True

@@ -92,7 +92,7 @@ def program_options(model: nn.Module, optimize_options: dict[str, Any]
     dtype = first.dtype if first is not None else torch.float32
     if optimize_options.get("backend", "auto") != "reference" and dtype in (
             torch.bfloat16, torch.float16):
-        dtype = torch.float32  # the backends compute half models in float32 (half.py)
+        dtype = torch.float32  # the backends compute half models in float32 (formats/half.py)
     options = {"measure_eager": False, **optimize_options}
     if options.get("quantize") and "rules" not in options:
         # weights held once: a half-precision weight form would win at prefill (compute)

@@ -32,11 +32,11 @@ import torch
 
 from eqsat_llm import optimize
 from eqsat_llm.codegen.c.emit import emit_program
+from eqsat_llm.formats.pruning import prune_2_4, prune_blocks, prune_linears
 from eqsat_llm.ir import Graph
 from eqsat_llm.model_matrix import build
 from eqsat_llm.ops import add_gemm
 from eqsat_llm.plan import MemoryPlan, plan_memory
-from eqsat_llm.pruning import prune_2_4, prune_blocks, prune_linears
 from eqsat_llm.workloads import WORKLOADS, llama_block_case
 from tests import (
     test_epilogue,

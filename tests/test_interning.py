@@ -36,7 +36,7 @@ def test_small_tensors_and_tensors_that_need_grad_are_left_alone():
 
 
 def test_last_call_answers_the_same_input_and_misses_a_changed_one():
-    from eqsat_llm.last_call import last_call
+    from eqsat_llm.formats.last_call import last_call
 
     calls = []
 

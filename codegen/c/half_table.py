@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ...half import exact_half_dtypes
+from ...formats.half import exact_half_dtypes
 from ...lazy_weights import WeightRef, narrowed
 
 

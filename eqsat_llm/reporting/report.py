@@ -68,7 +68,7 @@ class Report:
     # optimize(quantize=...): the format, the GEMMs it reached and the measured error
     # (quantization.QuantizationReport)
     quantization: Any = None
-    # a bf16/fp16 model computed in float32 on the C backend (half.py)
+    # a bf16/fp16 model computed in float32 on the C backend (formats/half.py)
     computed_in_float32: bool = False
     # the GEMMs whose weight is stored in another format than float32, by format: quantized
     # (optimize(quantize=...)), sparse (sparsity="auto"), half precision (fp16, bf16)
