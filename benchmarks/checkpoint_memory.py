@@ -89,7 +89,7 @@ warnings.filterwarnings("ignore")
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096
 import torch, eqsat_llm
-from eqsat_llm.generation import Generator
+from eqsat_llm.generation.generator import Generator
 bare, import_s = rss(), time.perf_counter() - t0
 path, fmt, loaded = sys.argv[1], sys.argv[2], sys.argv[3] == "loaded"
 quantize = None if fmt in ("bf16", "fp32") else fmt

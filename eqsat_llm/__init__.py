@@ -28,7 +28,7 @@ from .errors import (
     MemoryLimitError,
     RuleError,
 )
-from .generation import Generator, generate
+from .generation.generator import Generator, generate
 from .reporting.report import Report
 from .saturate import Limits
 

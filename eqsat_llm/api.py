@@ -14,7 +14,6 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from . import program_cache
 from .capture import capture
 from .capture.frontend import Captured
 from .capture.state import write_state_in_place
@@ -38,6 +37,7 @@ from .formats.quantization import (
     resolve_format,
     rule_families,
 )
+from .generation import program_cache
 from .ir import Graph, TensorType, dtype_of
 from .lazy_weights import LazyConstants, WeightSource
 from .memcheck import check_fits, fold_bytes
@@ -478,8 +478,8 @@ def _program_cache_lookup(model: Any, example_inputs: tuple, example_kwargs: dic
 
 def cached_program(name: str, backend: str,
                    state: Callable[[str], torch.Tensor] | None = None) -> Compiled | None:
-    """The program stored under `name` (program_cache.py); None when there is none. `state`:
-    the model's tensor of each buffer the program writes, by name (else bound later, by
+    """The program stored under `name` (generation/program_cache.py); None when there is none.
+    `state`: the model's tensor of each buffer the program writes, by name (else bound later, by
     Compiled.load_weights)."""
     t0 = time.perf_counter()
     entry = program_cache.load(name)

@@ -13,8 +13,8 @@ import torch
 import eqsat_llm
 from eqsat_llm import EqsatError, Generator
 from eqsat_llm.formats.half import FORMAT_OF
-from eqsat_llm.generation import _GENERATORS
-from eqsat_llm.kv_cache import CachedStep
+from eqsat_llm.generation.generator import _GENERATORS
+from eqsat_llm.generation.kv_cache import CachedStep
 from eqsat_llm.model_matrix import ENCODERS, FAMILIES, build
 
 MAX_LEN, CHUNK = 64, 8

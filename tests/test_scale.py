@@ -30,7 +30,7 @@ def _meta_case(depth: int):
 @pytest.fixture(scope="module")
 def meta_7b():
     model, x = _meta_case(2)
-    # every phase runs: not a program another test left in the cache (program_cache.py)
+    # every phase runs: not a program another test left in the cache (generation/program_cache.py)
     with mock.patch.dict(os.environ, {"EQSAT_PROGRAM_CACHE": "0"}):
         return model, x, optimize(model, (x,))
 

@@ -276,7 +276,7 @@ def compiled_program(graph: Graph, plan: MemoryPlan, *, use_blas: bool | None = 
                      flags: list[str] | None = None, kernel_hook: KernelHook | None = None,
                      fuse_rope: bool = True, profile: bool = False) -> CompiledProgram:
     """The planned program's C, emitted and compiled (through the compile cache): what a
-    CRuntime loads. Needs no weight values: a parallel start's child (parallel_start.py)
+    CRuntime loads. Needs no weight values: a parallel start's child (generation/parallel_start.py)
     compiles its program ahead of the process that loads it."""
     link = blas.link_flags() if use_blas is not False else []
     if use_blas and not link:

@@ -55,7 +55,7 @@ class Report:
     folded_constants: int = 0
     folded_bytes: int = 0
     timings: dict[str, float] = field(default_factory=dict)
-    # "hit": the program came from the on-disk cache (program_cache.py: a meta-device
+    # "hit": the program came from the on-disk cache (generation/program_cache.py: a meta-device
     # model), "miss": optimized and stored there, "off": not cached (a model with weights)
     program_cache: str = "off"
     backend: str = "reference"

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import EqsatError
-from .meta import suffixes
+from ..errors import EqsatError
+from ..meta import suffixes
 
 INDEX = "model.safetensors.index.json"
 

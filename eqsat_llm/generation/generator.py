@@ -27,13 +27,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import EqsatError
+from ..errors import EqsatError
+from ..lazy_weights import WeightSource, source_names
+from ..memcheck import release_freed_memory
+from ..meta import ParameterSource, meta_twin, plans_on_meta
+from ..rulebook import resolve
 from .kv_cache import CachedStep
-from .lazy_weights import WeightSource, source_names
-from .memcheck import release_freed_memory
-from .meta import ParameterSource, meta_twin, plans_on_meta
 from .parallel_start import layers_in, start_workers, wait_budget
-from .rulebook import resolve
 
 DEFAULT_CHUNK = 64
 
@@ -105,7 +105,7 @@ def program_options(model: nn.Module, optimize_options: dict[str, Any]
 def optimize_step(step: nn.Module, example: tuple[torch.Tensor, ...],
                   options: dict[str, Any]) -> Any:
     """One program of a Generator: `step` (a CachedStep) optimized on `example`."""
-    from .api import optimize
+    from ..api import optimize
 
     with _step_warnings():
         return optimize(step, example, **options)
@@ -113,7 +113,7 @@ def optimize_step(step: nn.Module, example: tuple[torch.Tensor, ...],
 
 @contextlib.contextmanager
 def _step_warnings():
-    from .api import FallbackWarning
+    from ..api import FallbackWarning
 
     with torch.no_grad(), warnings.catch_warnings():
         # the cache writes run in torch, in place on the buffers: expected, not a fallback
@@ -422,7 +422,7 @@ class Generator:
         """from_pretrained from a StartRecord (warm_start.py): no model built, both programs
         from the program cache, where they were optimized (the report's words); None where
         one is gone from it (then a cold start)."""
-        from .api import cached_program
+        from ..api import cached_program
         from .checkpoint import CheckpointWeights
         from .kv_cache import CacheBuffers
 

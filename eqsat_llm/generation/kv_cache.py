@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import EqsatError
+from ..errors import EqsatError
 
 
 @functools.cache
