@@ -56,7 +56,7 @@ from eqsat_llm import optimize
 from eqsat_llm.capture.frontend import export
 from eqsat_llm.formats.quant_formats import DYNAMIC
 from eqsat_llm.formats.quant_formats import FORMATS as QUANT_FORMATS
-from eqsat_llm.model_matrix import Logits
+from eqsat_llm.models.model_matrix import Logits
 
 SECTION = "## Accuracy of quantized programs: a byte-level LLaMA trained on the stdlib"
 

@@ -79,7 +79,7 @@ def measure_full_trace(depth: int, seq: int) -> float:
 def _meta_model(depth: int, seq: int) -> tuple:
     import torch
 
-    from eqsat_llm.workloads import LLAMA_7B, stacked_llama_blocks
+    from eqsat_llm.models.workloads import LLAMA_7B, stacked_llama_blocks
 
     torch.set_num_threads(2)
     model = stacked_llama_blocks(depth, **LLAMA_7B, device="meta")

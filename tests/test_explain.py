@@ -24,12 +24,12 @@ from eqsat_llm.extraction.extract import (
     node_costs,
 )
 from eqsat_llm.ir import VALUE_LEAVES, Graph, TensorType
+from eqsat_llm.models.workloads import llama_block_case
 from eqsat_llm.provenance import read, recording_ruleset
 from eqsat_llm.reporting.alternatives import ProgramChoices
 from eqsat_llm.reporting.explain import diff
 from eqsat_llm.rulebook import Rule
 from eqsat_llm.saturate import saturate
-from eqsat_llm.workloads import llama_block_case
 
 KERNEL_KEYS = {"id": int, "op": str, "label": str, "operands": list, "inputs": list,
                "output": str, "consumers": int, "rules": list, "class_rules": list,

@@ -15,7 +15,7 @@ from eqsat_llm import EqsatError, Generator
 from eqsat_llm.formats.half import FORMAT_OF
 from eqsat_llm.generation.generator import _GENERATORS
 from eqsat_llm.generation.kv_cache import CachedStep
-from eqsat_llm.model_matrix import ENCODERS, FAMILIES, build
+from eqsat_llm.models.model_matrix import ENCODERS, FAMILIES, build
 
 MAX_LEN, CHUNK = 64, 8
 # a prompt shorter than one chunk (padded) and one that ends mid-chunk (last chunk moved back)

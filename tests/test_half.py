@@ -13,7 +13,7 @@ from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.formats.half import FORMAT_OF, compute_in_float32, has_half
 from eqsat_llm.ir import Graph, TensorType
-from eqsat_llm.model_matrix import build
+from eqsat_llm.models.model_matrix import build
 
 needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 # max |compiled - eager| / max |eager| on the small configs' logits: eager rounds every op to

@@ -13,8 +13,8 @@ from eqsat_llm.errors import EqsatError
 from eqsat_llm.fold import fold_constants
 from eqsat_llm.formats.half import exact_half_dtypes
 from eqsat_llm.ir import Graph
+from eqsat_llm.models.workloads import LLAMA_7B, stacked_llama_blocks
 from eqsat_llm.plan import check_plan
-from eqsat_llm.workloads import LLAMA_7B, stacked_llama_blocks
 
 from .conftest import const, inp, load_benchmark
 
