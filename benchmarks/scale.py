@@ -2,10 +2,10 @@
 
     .venv/bin/python benchmarks/scale.py [--depths 1 2 4 8 16 32] [--seq 128] [--write]
 
-LLaMA-7B's block shapes (d=4096, FFN 11008, 32 heads of 128; workloads.LLAMA_7B) stacked 1..32
-deep, built on the meta device: no weight has storage, so every phase up to the memory plan
-runs and nothing is generated (eqsat_llm/meta.py). Each depth runs in a fresh process, so its
-peak RSS is its own. Prints one row per depth; with --write, replaces the section in
+LLaMA-7B's block shapes (d=4096, FFN 11008, 32 heads of 128; workloads.LLAMA_7B) stacked 1..32 deep,
+built on the meta device: no weight has storage, so every phase up to the memory plan runs and
+nothing is generated (eqsat_llm/weights/meta.py). Each depth runs in a fresh process, so its peak
+RSS is its own. Prints one row per depth; with --write, replaces the section in
 benchmarks/RESULTS.md.
 """
 

@@ -39,9 +39,7 @@ from .formats.quantization import (
 )
 from .generation import program_cache
 from .ir import Graph, TensorType, dtype_of
-from .lazy_weights import LazyConstants, WeightSource
 from .memcheck import check_fits, fold_bytes
-from .meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
 from .plan import MemoryPlan, plan_memory
 from .provenance import read as read_provenance
 from .provenance import recording_ruleset, rules_in_classes, rules_used
@@ -50,6 +48,8 @@ from .reporting.decisions import Decisions, kernel_entries
 from .reporting.report import Report, RuleStat, memory_summary
 from .rulebook import Rule, resolve
 from .saturate import Limits, saturate
+from .weights.lazy_weights import LazyConstants, WeightSource
+from .weights.meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
 
 BACKENDS = ("c", "triton", "auto", "reference")
 EXTRACTORS = {"tree": extractors.extract_tree_greedy, "dag": extractors.extract_dag_greedy,
@@ -77,7 +77,7 @@ class Compiled:
             with _phase(report.timings, "plan"):
                 plan = plan_memory(graph)
         self.plan = plan
-        # weights on the meta device: planned only, no code to generate from them (meta.py)
+        # weights on the meta device: planned only, no code to generate from them (weights/meta.py)
         self.meta_weights = meta_constants(graph)
         report.meta_weights = len(self.meta_weights)
         self._backend = backend
@@ -141,7 +141,7 @@ class Compiled:
                      state: dict[str, torch.Tensor] | None = None) -> None:
         """Make a program planned on meta weights runnable: `source(name)` gives each weight's
         values by the graph's constant name, and each prepared weight is made from them one at
-        a time (lazy_weights.py), so the model is never held whole beside its prepared form.
+        a time (weights/lazy_weights.py), so the model is never held whole beside its prepared form.
         `state`: real tensors for the buffers the model writes in place (a KV cache), by
         name, where those were planned on the meta device too."""
         if not self.meta_weights:

@@ -1,6 +1,6 @@
 """Generator.from_pretrained: a checkpoint directory read one tensor at a time into the programs'
-prepared weights (generation/checkpoint.py, lazy_weights.py), against transformers' own run of the
-same checkpoint; and every bad directory a clear EqsatError naming the file or tensor."""
+prepared weights (generation/checkpoint.py, weights/lazy_weights.py), against transformers' own run
+of the same checkpoint; and every bad directory a clear EqsatError naming the file or tensor."""
 
 import json
 import shutil
@@ -169,8 +169,8 @@ def test_next_token_logits_match_transformers(tmp_path):
 
 
 def test_a_large_weight_is_quantized_a_slice_of_its_rows_at_a_time(tmp_path, monkeypatch):
-    from eqsat_llm import lazy_weights
     from eqsat_llm.generation.checkpoint import Checkpoint
+    from eqsat_llm.weights import lazy_weights
 
     _save(tmp_path, torch.bfloat16, tied=False)
     whole = Generator.from_pretrained(tmp_path, max_seq_len=32, quantize="int4")

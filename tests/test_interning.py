@@ -4,7 +4,7 @@ import gc
 
 import torch
 
-from eqsat_llm.interning import intern
+from eqsat_llm.weights.interning import intern
 
 
 def test_equal_tensors_share_one_copy_and_unequal_ones_do_not():

@@ -12,8 +12,8 @@ import torch
 
 from eqsat_llm import EqsatError, Generator
 from eqsat_llm.generation import generator as generator_module
-from eqsat_llm.meta import ParameterSource, meta_twin, plans_on_meta
 from eqsat_llm.models.model_matrix import build
+from eqsat_llm.weights.meta import ParameterSource, meta_twin, plans_on_meta
 
 
 def causal_lm(family: str) -> torch.nn.Module:

@@ -1,6 +1,6 @@
 """A model on the meta device (LLaMA-7B's shapes, no weights) goes through every phase up to the
-memory plan without materialising a weight; calling it raises a clear error (eqsat_llm/meta.py).
-Times are benchmarks/scale.py's to measure: no test asserts one."""
+memory plan without materialising a weight; calling it raises a clear error
+(eqsat_llm/weights/meta.py). Times are benchmarks/scale.py's to measure: no test asserts one."""
 
 import os
 from unittest import mock

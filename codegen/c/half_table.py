@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ...formats.half import exact_half_dtypes
-from ...lazy_weights import WeightRef, narrowed
+from ...weights.lazy_weights import WeightRef, narrowed
 
 
 def holds_bfloat16(table: torch.Tensor) -> bool:

@@ -43,7 +43,7 @@ class CRuntime:
                  use_blas: bool | None = None, flags: list[str] | None = None,
                  kernel_hook: KernelHook | None = None, fuse_rope: bool = True,
                  profile: bool = False, constants: Mapping[str, torch.Tensor] | None = None):
-        # `constants`: the graph's, or a mapping that makes them on access (lazy_weights.py)
+        # `constants`: the graph's, or a mapping that makes them on access (weights/lazy_weights.py)
         self.graph = graph
         self.constants = constants = graph.constants if constants is None else constants
         self.plan = plan = plan if plan is not None else plan_memory(graph)

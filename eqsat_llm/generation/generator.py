@@ -28,10 +28,10 @@ import torch
 from torch import nn
 
 from ..errors import EqsatError
-from ..lazy_weights import WeightSource, source_names
 from ..memcheck import release_freed_memory
-from ..meta import ParameterSource, meta_twin, plans_on_meta
 from ..rulebook import resolve
+from ..weights.lazy_weights import WeightSource, source_names
+from ..weights.meta import ParameterSource, meta_twin, plans_on_meta
 from .kv_cache import CachedStep
 from .parallel_start import layers_in, start_workers, wait_budget
 
@@ -167,7 +167,7 @@ class GeneratorReport:
     weights_read_bytes: int = 0
     load_seconds: float = 0.0
     # how the prepared weights were made: "checkpoint" (read from its shards at load),
-    # "model" (at load from the model's own tensors, planned on its meta twin: meta.py) or
+    # "model" (at load from the model's own tensors, planned on its meta twin: weights/meta.py) or
     # "folded" (computed while optimizing the loaded model, where the twin cannot stand in)
     weights_from: str = "folded"
     # where each program was optimized: "here", "in a parallel process" (a cold
@@ -259,7 +259,7 @@ class Generator:
         twin = False
         if weights is None and _on_meta_twin(model, options):
             # a loaded model is planned on its meta twin and loaded from its own tensors:
-            # each prepared weight made once, none held beside a folded copy (meta.py)
+            # each prepared weight made once, none held beside a folded copy (weights/meta.py)
             own = ParameterSource(model)
             try:
                 self._optimize(meta_twin(model), dtype, own, options)
@@ -340,7 +340,7 @@ class Generator:
         optimized and planned on the meta device; then each weight is read from the memory-
         mapped shards straight into the form its kernel reads (quantized with `quantize`,
         widened from half...), and its source bytes dropped: the full-precision model is never
-        held (checkpoint.py, lazy_weights.py). `dtype`: the model's, default the
+        held (checkpoint.py, weights/lazy_weights.py). `dtype`: the model's, default the
         checkpoint's. Other options as Generator's and optimize's."""
         from . import warm_start
         from .checkpoint import Checkpoint

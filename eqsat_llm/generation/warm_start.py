@@ -77,7 +77,7 @@ def facts(ckpt: Checkpoint, model: Any, step: Any, graphs: list[Any]) -> dict[st
     """A StartRecord's fields but the programs, read off the meta-device `model`, its
     CachedStep `step` and the programs' `graphs`: the buffers kept are those the graphs
     read (CheckpointWeights resolves each name as a load would)."""
-    from ..lazy_weights import source_names
+    from ..weights.lazy_weights import source_names
 
     source = ckpt.weight_source(model)
     for name in sorted(set().union(*(source_names(g.constants) for g in graphs))):

@@ -73,7 +73,8 @@ class Report:
     # the GEMMs whose weight is stored in another format than float32, by format: quantized
     # (optimize(quantize=...)), sparse (sparsity="auto"), half precision (fp16, bf16)
     weight_formats: dict[str, int] = field(default_factory=dict)
-    # constants on the meta device (a model built there: planned only, not runnable; meta.py)
+    # constants on the meta device (a model built there: planned only, not runnable;
+    # weights/meta.py)
     meta_weights: int = 0
     # one entry per kernel of the extracted program: what it is, its predicted (and, when
     # profiled, measured) cost, the rules that built it, the alternatives it beat
