@@ -20,6 +20,9 @@ from .capture.state import write_state_in_place
 from .egraph.analysis import analysis
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import declared, encode, let_name
+from .egraph.provenance import read as read_provenance
+from .egraph.provenance import recording_ruleset, rules_in_classes, rules_used
+from .egraph.saturate import Limits, saturate
 from .errors import EqsatError, RuleError
 from .extraction import extract as extractors
 from .extraction.cost import enode_cost_fn, program_cost
@@ -41,13 +44,10 @@ from .generation import program_cache
 from .ir import Graph, TensorType, dtype_of
 from .memcheck import check_fits, fold_bytes
 from .plan import MemoryPlan, plan_memory
-from .provenance import read as read_provenance
-from .provenance import recording_ruleset, rules_in_classes, rules_used
 from .reporting.alternatives import ProgramChoices
 from .reporting.decisions import Decisions, kernel_entries
 from .reporting.report import Report, RuleStat, memory_summary
 from .rulebook import Rule, resolve
-from .saturate import Limits, saturate
 from .weights.lazy_weights import LazyConstants, WeightSource
 from .weights.meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
 

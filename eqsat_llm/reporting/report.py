@@ -27,7 +27,7 @@ class RuleStat:
     family: str
     soundness: str
     matches: int
-    used: bool = False  # it built an e-node of the extracted program (provenance.py)
+    used: bool = False  # it built an e-node of the extracted program (egraph/provenance.py)
     # it built an e-node of an e-class of the program: a result a later rule matched (or an
     # alternative not chosen)
     in_classes: bool = False
