@@ -21,7 +21,7 @@ from compare_cpu import interleaved_medians
 
 from eqsat_llm import optimize
 from eqsat_llm.codegen.c import build
-from eqsat_llm.workloads import WORKLOADS
+from eqsat_llm.models.workloads import WORKLOADS
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

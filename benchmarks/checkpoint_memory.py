@@ -89,7 +89,7 @@ warnings.filterwarnings("ignore")
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096
 import torch, eqsat_llm
-from eqsat_llm.generation import Generator
+from eqsat_llm.generation.generator import Generator
 bare, import_s = rss(), time.perf_counter() - t0
 path, fmt, loaded = sys.argv[1], sys.argv[2], sys.argv[3] == "loaded"
 quantize = None if fmt in ("bf16", "fp32") else fmt
@@ -139,7 +139,7 @@ print(json.dumps({"format": fmt, "bare": bare, "model": model_bytes, "model_s": 
 
 EAGER = r"""
 import resource, sys, torch, transformers
-from eqsat_llm.quant_formats import dequantize, quantize
+from eqsat_llm.formats.quant_formats import dequantize, quantize
 model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.bfloat16)
 fmt = {"int4": "int4_g32"}.get(sys.argv[4], sys.argv[4])
 if fmt not in ("bf16", "fp32"):  # every linear layer's weight as the format stores it

@@ -3,15 +3,15 @@
     .venv/bin/python benchmarks/compare_cpu.py [--workloads NAME ...] [--rounds 7]
         [--calls N] [--quick] [--write] [--max-load 1.0] [--wait-load 600]
 
-One process, torch.set_num_threads(2). Per workload (eqsat_llm.workloads.WORKLOADS) each system
-is prepared once (compile/export time excluded from the timings, reported apart), its outputs
+One process, torch.set_num_threads(2). Per workload (eqsat_llm.models.workloads.WORKLOADS) each
+system is prepared once (compile/export time excluded from the timings, reported apart), its outputs
 are checked against eager (max abs error, on the example inputs and on fresh ones of the same
-shapes), then timed in interleaved rounds: in each round every system runs N calls back to back
-(the order rotates from round to round); the figure is the median over rounds of the time per
-call. A system whose outputs differ from eager by more than --tol is reported WRONG and gets no
-ratio. With --write the section below in benchmarks/RESULTS.md is replaced; before measuring,
---write waits (up to --wait-load seconds) for the 1-minute load average to fall below
---max-load, and says in the section when it did not. How to read it: docs/benchmarks.md.
+shapes), then timed in interleaved rounds: in each round every system runs N calls back to back (the
+order rotates from round to round); the figure is the median over rounds of the time per call. A
+system whose outputs differ from eager by more than --tol is reported WRONG and gets no ratio. With
+--write the section below in benchmarks/RESULTS.md is replaced; before measuring, --write waits (up
+to --wait-load seconds) for the 1-minute load average to fall below --max-load, and says in the
+section when it did not. How to read it: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from optimize_time import write_section
 
 from eqsat_llm import optimize
 from eqsat_llm.api import BackendFallbackWarning, FallbackWarning
-from eqsat_llm.workloads import WORKLOADS
+from eqsat_llm.models.workloads import WORKLOADS
 
 SECTION = "## CPU: eqsat-llm against eager, torch.compile and ONNX Runtime"
 SYSTEMS = ("eager", "inductor", "ort", "eqsat")

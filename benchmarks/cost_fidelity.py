@@ -21,7 +21,7 @@ Beside Spearman, the absolute error: the median and the worst ratio measured / p
 worst as max(r, 1/r)) and the fraction of kernels within 1.5x.
 
 --programs adds the whole-program mode: the LLaMA-style block (d=512) at prefill, decode and
-decode with a KV cache, and the model matrix's families (eqsat_llm/model_matrix.py, small
+decode with a KV cache, and the model matrix's families (eqsat_llm/models/model_matrix.py, small
 size, seq 16, offline), each optimized for the C backend and profiled with
 `eqsat_llm.profile.profile_program` (`--stat` over `--rounds` calls): every backend kernel
 with its predicted and measured time, ratio, flag and reason.
@@ -238,8 +238,8 @@ def describe_error(ratios: list[float]) -> str:
 # --- whole programs --------------------------------------------------------------------------
 def program_cases(families: list[str]) -> list[tuple[str, Callable[[], Any]]]:
     """(name, builder of (model, inputs)): the block at its three shapes, then the families."""
-    from eqsat_llm.model_matrix import build
-    from eqsat_llm.workloads import LLAMA_BLOCK_SHAPES, llama_block_case
+    from eqsat_llm.models.model_matrix import build
+    from eqsat_llm.models.workloads import LLAMA_BLOCK_SHAPES, llama_block_case
 
     cases: list[tuple[str, Callable[[], Any]]] = [
         (f"llama block {s}", lambda s=s: llama_block_case(s)) for s in LLAMA_BLOCK_SHAPES]
@@ -364,7 +364,7 @@ def main() -> None:
     rows, model = run(args.stat, args.rounds)
     runs: list[dict[str, Any]] = []
     if args.programs:
-        from eqsat_llm.model_matrix import FAMILIES
+        from eqsat_llm.models.model_matrix import FAMILIES
 
         baseline = Machine.from_dict(json.loads(Path(args.baseline).read_text())) \
             if args.baseline else None

@@ -5,7 +5,7 @@ compiled with torch steps (listed), refused (with the reason) or WRONG.
         [--resume] [--write]
 
 Families: transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, each config shrunk generically
-(eqsat_llm.families), random weights, the family's attention (sdpa, eager where transformers
+(eqsat_llm.models.families), random weights, the family's attention (sdpa, eager where transformers
 has no sdpa path). Per family and prompt length: eager logits vs `optimize(model, (ids,),
 backend="c")` with the default rules, on the example ids and on fresh ones, every compiled
 call run twice on a poisoned arena (EQSAT_POISON_CHECK=1). `--write` puts the summary and the
@@ -35,8 +35,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from optimize_time import cpu_name, write_section
 
-from eqsat_llm import families
-from eqsat_llm.family_check import SEQS, STATUSES, TOL, Check, check, worst
+from eqsat_llm.models import families
+from eqsat_llm.models.family_check import SEQS, STATUSES, TOL, Check, check, worst
 
 SECTION = "## Every causal-LM family (benchmarks/families.py)"
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,8 +24,8 @@ from compare_cpu import interleaved_medians
 from optimize_time import write_section
 
 from eqsat_llm import optimize
+from eqsat_llm.models.workloads import WORKLOADS
 from eqsat_llm.rulebook import resolve
-from eqsat_llm.workloads import WORKLOADS
 
 SECTION = "## Fusions, each against the program without it"
 # (workload, the fusion's rules by name prefix, what it fuses)

@@ -19,11 +19,11 @@ in interleaved rounds (order rotated each round). Systems:
 - eqsat-llm: `eqsat_llm.Generator(model, max_seq_len=prompt + new, batch_size=B)` then
   `gen.generate(ids, max_new_tokens=K)`; compile time apart.
 
-Models: the LLaMA-style "small" config of eqsat_llm.model_matrix and the TinyLlama-1.1B-shaped
-LLaMA (model_matrix.tinyllama, as benchmarks/models.py: 4 of 22 layers unless --layers), random
-weights, fp32. For TinyLlama the decode bound is the weight bytes one step reads
-(models.weight_work) over the read bandwidth (models.measure_rates, at the start and the end,
-the faster kept). BLAS and thread pools loaded: compare_cpu.blas_info (threadpoolctl).
+Models: the LLaMA-style "small" config of eqsat_llm.models.model_matrix and the
+TinyLlama-1.1B-shaped LLaMA (model_matrix.tinyllama, as benchmarks/models.py: 4 of 22 layers unless
+--layers), random weights, fp32. For TinyLlama the decode bound is the weight bytes one step reads
+(models.weight_work) over the read bandwidth (models.measure_rates, at the start and the end, the
+faster kept). BLAS and thread pools loaded: compare_cpu.blas_info (threadpoolctl).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from models import Rates, best_rates, measure_rates, root_cause, weight_work
 from optimize_time import write_section
 
 import eqsat_llm
-from eqsat_llm import model_matrix
+from eqsat_llm.models import model_matrix
 
 SECTION = "## Text generation (benchmarks/generate.py)"
 SYSTEMS = ("eager", "static", "ort", "ort-int8", "eqsat", "eqsat-int8", "eqsat-int4")

@@ -32,8 +32,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import eqsat_llm
-from eqsat_llm.model_matrix import tinyllama
-from eqsat_llm.workloads import LlamaBlock
+from eqsat_llm.models.model_matrix import tinyllama
+from eqsat_llm.models.workloads import LlamaBlock
 
 SECTION = "## GPU: the Triton backend against inductor"
 # dense bf16 tensor-core TFLOP/s and HBM TB/s by device name (vendor data sheets)

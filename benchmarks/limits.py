@@ -18,7 +18,7 @@ import time
 import torch
 
 from eqsat_llm import Limits, optimize
-from eqsat_llm.workloads import StackedLlamaBlocks
+from eqsat_llm.models.workloads import StackedLlamaBlocks
 
 SECTION = "## Saturation limits under an explosive rule set"
 

@@ -180,7 +180,7 @@ EQSAT = r"""
 import json, sys, warnings
 warnings.filterwarnings("ignore")
 import torch
-from eqsat_llm.generation import Generator
+from eqsat_llm.generation.generator import Generator
 path, fmt, prompt_file, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 ids = torch.load(prompt_file)
 dtype = torch.float32 if fmt == "fp32" else None

@@ -35,7 +35,7 @@ from eqsat_llm.codegen.c.packed_gemm import PackedWeight
 from eqsat_llm.codegen.c.packer import pack_in_c
 from eqsat_llm.codegen.c.quantizer import quantize_fp8_in_c, quantize_in_c
 from eqsat_llm.extraction.machine import cpu_model
-from eqsat_llm.quant_formats import format_group, quantize_in_torch
+from eqsat_llm.formats.quant_formats import format_group, quantize_in_torch
 
 SHAPES = [(5632, 2048), (2048, 5632), (32000, 2048)]  # nn.Linear [N, K]: gate, down, LM head
 

@@ -25,9 +25,9 @@ from eqsat_llm.api import optimize_graph
 from eqsat_llm.capture import capture
 from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.planned import PlannedRuntime, memory_events, peak_bytes
+from eqsat_llm.models.workloads import WORKLOADS, stacked_llama_blocks
 from eqsat_llm.plan import check_plan, plan_memory
 from eqsat_llm.rulebook import resolve
-from eqsat_llm.workloads import WORKLOADS, stacked_llama_blocks
 
 SECTION = "## Memory plan"
 

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/models.py [--families llama,qwen3] [--shapes prefill,decode]
         [--size small|medium] [--rounds N] [--no-tinyllama] [--quick] [--write]
 
-Rows: every family of eqsat_llm.model_matrix (random weights, the library's defaults: sdpa
+Rows: every family of eqsat_llm.models.model_matrix (random weights, the library's defaults: sdpa
 attention, use_cache=False) at prefill 1x128 and one token (1x1), size "medium" by default;
 and a TinyLlama-1.1B-shaped LLaMA (hidden 2048, 32 heads, 4 KV heads, FFN 5632, 4 layers,
 vocab 32000; ~1.2 GB of fp32 weights) at both shapes. Systems: eager (torch.no_grad),
@@ -59,8 +59,9 @@ from compare_cpu import (
 )
 from optimize_time import write_section
 
-from eqsat_llm import model_matrix, optimize
+from eqsat_llm import optimize
 from eqsat_llm.api import BackendFallbackWarning
+from eqsat_llm.models import model_matrix
 
 SECTION = "## Models as users load them (benchmarks/models.py)"
 SYSTEMS = ("eager", "eqsat", "ort")
@@ -514,7 +515,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
             f"with {torch.get_num_threads()} threads, onnxruntime {ort.__version__} "
             "(dynamo export, ORT_ENABLE_ALL, intra_op 2, inter_op 1, sequential), Python "
             f"{platform.python_version()}; run took {total:.0f} s; {load}).\n\n"
-            f"Method: random-weight models from eqsat_llm.model_matrix (size "
+            f"Method: random-weight models from eqsat_llm.models.model_matrix (size "
             f"{'small' if args.quick else args.size}, sdpa, use_cache=False) and a "
             "TinyLlama-1.1B-shaped LLaMA (4 layers); per row, each system built once "
             "(compile/export time apart), checked against eager (max abs error, example and "

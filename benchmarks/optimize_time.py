@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from eqsat_llm import optimize
-from eqsat_llm.workloads import stacked_llama_blocks
+from eqsat_llm.models.workloads import stacked_llama_blocks
 
 PHASES = ("capture", "encode", "saturate", "serialize", "extract", "decode", "fold", "plan",
           "codegen")

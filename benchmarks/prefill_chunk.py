@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from optimize_time import write_section
 
 from eqsat_llm import Generator
-from eqsat_llm.model_matrix import tinyllama
+from eqsat_llm.models.model_matrix import tinyllama
 
 SECTION = "## Prefill chunk and decode cost against cache length (benchmarks/prefill_chunk.py)"
 

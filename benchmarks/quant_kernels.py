@@ -43,7 +43,7 @@ from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C, QuantPanels
 from eqsat_llm.codegen.c.tiles import PACKED_PANEL as NR
-from eqsat_llm.quant_formats import format_group, quantize
+from eqsat_llm.formats.quant_formats import format_group, quantize
 
 
 def flush_bytes() -> int:
@@ -132,7 +132,7 @@ def baseline_source(rev: str) -> tuple[str, str]:
 def operands(fmt: str, k: int, n: int, gen: torch.Generator, layout: str):
     """(q, s) of a random weight in fmt, as the kernel of `layout` reads them, and w
     dequantized."""
-    from eqsat_llm.quant_formats import dequantize
+    from eqsat_llm.formats.quant_formats import dequantize
 
     q, s = quantize(torch.randn(k, n, generator=gen), fmt)
     w = dequantize(q, s, fmt)

@@ -34,7 +34,7 @@ from compare_cpu import add_write_options, interleaved_medians, ort_runner, wait
 from optimize_time import cpu_name, write_section
 
 from eqsat_llm import optimize
-from eqsat_llm.workloads import WORKLOADS
+from eqsat_llm.models.workloads import WORKLOADS
 
 SECTION = "## Quantized weights: eqsat-llm int8 / int4 against ONNX Runtime int8"
 ROUND_S = 0.3

@@ -37,7 +37,7 @@ def measure(rounds: int) -> dict:
     import torch
 
     from eqsat_llm import optimize
-    from eqsat_llm.workloads import WORKLOADS as BUILD
+    from eqsat_llm.models.workloads import WORKLOADS as BUILD
 
     torch.set_num_threads(2)
     out = {}

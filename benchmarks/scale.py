@@ -2,10 +2,10 @@
 
     .venv/bin/python benchmarks/scale.py [--depths 1 2 4 8 16 32] [--seq 128] [--write]
 
-LLaMA-7B's block shapes (d=4096, FFN 11008, 32 heads of 128; workloads.LLAMA_7B) stacked 1..32
-deep, built on the meta device: no weight has storage, so every phase up to the memory plan
-runs and nothing is generated (eqsat_llm/meta.py). Each depth runs in a fresh process, so its
-peak RSS is its own. Prints one row per depth; with --write, replaces the section in
+LLaMA-7B's block shapes (d=4096, FFN 11008, 32 heads of 128; workloads.LLAMA_7B) stacked 1..32 deep,
+built on the meta device: no weight has storage, so every phase up to the memory plan runs and
+nothing is generated (eqsat_llm/weights/meta.py). Each depth runs in a fresh process, so its peak
+RSS is its own. Prints one row per depth; with --write, replaces the section in
 benchmarks/RESULTS.md.
 """
 
@@ -41,7 +41,8 @@ def _rss_mib() -> float:
 
 def measure(depth: int, seq: int) -> dict:
     """One depth, in this process: optimize the meta model, return the report's figures."""
-    from eqsat_llm import optimize, stamping
+    from eqsat_llm import optimize
+    from eqsat_llm.capture import stamping
 
     model, x = _meta_model(depth, seq)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -67,7 +68,7 @@ def measure(depth: int, seq: int) -> dict:
 
 def measure_full_trace(depth: int, seq: int) -> float:
     """Seconds of the same capture with every layer traced (no stamping), for comparison."""
-    from eqsat_llm.frontend import capture_plain
+    from eqsat_llm.capture.frontend import capture_plain
 
     model, x = _meta_model(depth, seq)
     t = time.perf_counter()
@@ -78,7 +79,7 @@ def measure_full_trace(depth: int, seq: int) -> float:
 def _meta_model(depth: int, seq: int) -> tuple:
     import torch
 
-    from eqsat_llm.workloads import LLAMA_7B, stacked_llama_blocks
+    from eqsat_llm.models.workloads import LLAMA_7B, stacked_llama_blocks
 
     torch.set_num_threads(2)
     model = stacked_llama_blocks(depth, **LLAMA_7B, device="meta")
@@ -162,8 +163,8 @@ def main() -> None:
             f"on the meta device, prefill 1x{args.seq}; defaults: all rule families, ILP "
             "extraction. No weight has storage: every phase up to the memory plan runs, no "
             "code is generated (docs/memory.md). *layers stamped*: layer calls traced once and "
-            "spliced (eqsat_llm/stamping.py); *capture, every layer traced*: the same capture "
-            "without stamping (frontend.capture_plain) in another fresh process, for "
+            "spliced (eqsat_llm/capture/stamping.py); *capture, every layer traced*: the same "
+            "capture without stamping (frontend.capture_plain) in another fresh process, for "
             "comparison. Each depth in a fresh process: *peak RSS* is "
             "that process's ru_maxrss (imports included), *before optimize* its RSS once "
             "torch, egglog and the meta model were loaded. *total* is optimize()'s wall time, "

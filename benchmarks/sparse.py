@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quantized import errors_and_medians, parse_args, weight_bytes, write_results
 
 from eqsat_llm import optimize
-from eqsat_llm.pruning import prune_2_4, prune_blocks, prune_linears
-from eqsat_llm.workloads import WORKLOADS
+from eqsat_llm.formats.pruning import prune_2_4, prune_blocks, prune_linears
+from eqsat_llm.models.workloads import WORKLOADS
 
 SECTION = "## Sparse weights: 2:4 and 16x16 blocks against the same model dense"
 

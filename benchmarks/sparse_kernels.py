@@ -30,12 +30,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eqsat_llm import sparse_formats
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.sparse_gemm import SPARSE_GEMM_C
 from eqsat_llm.codegen.c.tiles import PACKED_PANEL as NR
+from eqsat_llm.formats import sparse_formats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quant_kernels import FLUSH, time_round

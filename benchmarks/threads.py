@@ -19,7 +19,7 @@ import time
 import torch
 
 from eqsat_llm import optimize
-from eqsat_llm.workloads import llama_block_case
+from eqsat_llm.models.workloads import llama_block_case
 
 SECTION = "## Calls from several threads"
 

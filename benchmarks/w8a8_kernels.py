@@ -51,7 +51,7 @@ from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C, QuantPanels
 from eqsat_llm.codegen.c.tiles import PACKED_PANEL as NR
 from eqsat_llm.codegen.c.w8a8_gemm import W8A8_GEMM_C, W8A8Panels
-from eqsat_llm.quant_formats import quantize
+from eqsat_llm.formats.quant_formats import quantize
 
 CALLS = r"""
 void w8(int64_t M, int64_t N, int64_t K, const float* a, const int8_t* wq, const float* s,

@@ -24,8 +24,8 @@ import torch
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from ..capture.frontend import run_fallback
 from ..errors import GraphError
-from ..frontend import run_fallback
 from ..ir import Graph, Node, TensorType, dtype_of
 from ..memcheck import check_fits, output_bytes
 from ..ops import (
@@ -145,7 +145,7 @@ class ArenaSteps:
         self.graph, self.plan, self.arena = graph, plan, arena
         constants = graph.constants if constants is None else constants
         # with `nodes`, only the constants they read are bound (a lazily loaded program's
-        # other weights are made by the backend into its own forms: lazy_weights.py)
+        # other weights are made by the backend into its own forms: weights/lazy_weights.py)
         read = None if nodes is None else {i for n in nodes for i in graph.node(n).inputs}
         self.copy_in_nodes: list[int] = []  # nodes computed into a torch temporary per call
         self.converting_nodes: list[int] = []  # kernels that may convert an input (temporary)

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
+from ..capture.frontend import run_fallback
 from ..errors import GraphError
-from ..frontend import run_fallback
 from ..ir import Graph
 from ..ops import evaluate
 

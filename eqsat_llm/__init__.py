@@ -20,6 +20,7 @@ if "triton" not in _sys.modules and not _torch.cuda.is_available():
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .api import Compiled, EagerFallbackWarning, FallbackWarning, optimize, optimize_graph
+from .egraph.saturate import Limits
 from .errors import (
     CaptureError,
     EncodeError,
@@ -28,9 +29,8 @@ from .errors import (
     MemoryLimitError,
     RuleError,
 )
-from .generation import Generator, generate
+from .generation.generator import Generator, generate
 from .reporting.report import Report
-from .saturate import Limits
 
 __all__ = [
     "CaptureError",

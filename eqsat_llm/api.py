@@ -14,29 +14,25 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from . import program_cache
 from .capture import capture
+from .capture.frontend import Captured
+from .capture.state import write_state_in_place
 from .egraph.analysis import analysis
 from .egraph.decode import decode, let_classes, program_view, serialize
 from .egraph.encode import declared, encode, let_name
+from .egraph.provenance import read as read_provenance
+from .egraph.provenance import recording_ruleset, rules_in_classes, rules_used
+from .egraph.saturate import Limits, saturate
 from .errors import EqsatError, RuleError
 from .extraction import extract as extractors
 from .extraction.cost import enode_cost_fn, program_cost
 from .extraction.costmodel import CostModel
 from .extraction.ilp import extract_ilp
 from .fold import KEEP, Folded, const_classes, fold_constants
-from .frontend import Captured
-from .half import compute_in_float32, has_half
-from .ir import Graph, TensorType, dtype_of
-from .lazy_weights import LazyConstants, WeightSource
-from .memcheck import check_fits, fold_bytes
-from .meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
-from .plan import MemoryPlan, plan_memory
-from .provenance import read as read_provenance
-from .provenance import recording_ruleset, rules_in_classes, rules_used
-from .quant_formats import DYNAMIC
-from .quant_formats import FORMATS as QUANT_FORMATS
-from .quantization import (
+from .formats.half import compute_in_float32, has_half
+from .formats.quant_formats import DYNAMIC
+from .formats.quant_formats import FORMATS as QUANT_FORMATS
+from .formats.quantization import (
     QuantizationReport,
     check_keep_float,
     keep_float_matcher,
@@ -44,12 +40,16 @@ from .quantization import (
     resolve_format,
     rule_families,
 )
+from .generation import program_cache
+from .ir import Graph, TensorType, dtype_of
+from .memcheck import check_fits, fold_bytes
+from .plan import MemoryPlan, plan_memory
 from .reporting.alternatives import ProgramChoices
 from .reporting.decisions import Decisions, kernel_entries
 from .reporting.report import Report, RuleStat, memory_summary
 from .rulebook import Rule, resolve
-from .saturate import Limits, saturate
-from .state import write_state_in_place
+from .weights.lazy_weights import LazyConstants, WeightSource
+from .weights.meta import MetaRuntime, meta_constants, meta_error, refuse_sparsity
 
 BACKENDS = ("c", "triton", "auto", "reference")
 EXTRACTORS = {"tree": extractors.extract_tree_greedy, "dag": extractors.extract_dag_greedy,
@@ -77,7 +77,7 @@ class Compiled:
             with _phase(report.timings, "plan"):
                 plan = plan_memory(graph)
         self.plan = plan
-        # weights on the meta device: planned only, no code to generate from them (meta.py)
+        # weights on the meta device: planned only, no code to generate from them (weights/meta.py)
         self.meta_weights = meta_constants(graph)
         report.meta_weights = len(self.meta_weights)
         self._backend = backend
@@ -141,7 +141,7 @@ class Compiled:
                      state: dict[str, torch.Tensor] | None = None) -> None:
         """Make a program planned on meta weights runnable: `source(name)` gives each weight's
         values by the graph's constant name, and each prepared weight is made from them one at
-        a time (lazy_weights.py), so the model is never held whole beside its prepared form.
+        a time (weights/lazy_weights.py), so the model is never held whole beside its prepared form.
         `state`: real tensors for the buffers the model writes in place (a KV cache), by
         name, where those were planned on the meta device too."""
         if not self.meta_weights:
@@ -419,7 +419,7 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     cost_model = CostModel()  # calibrated numbers when `eqsat-llm calibrate` ran, else defaults
     graph = captured.graph
     # the C kernels are float32; the Triton backend computes half models in float32 too, for
-    # now: the rules do not yet keep every half graph well-typed (half.py)
+    # now: the rules do not yet keep every half graph well-typed (formats/half.py)
     if backend in ("c", "triton") and has_half(graph):
         graph = compute_in_float32(graph)
         report.computed_in_float32 = True
@@ -478,8 +478,8 @@ def _program_cache_lookup(model: Any, example_inputs: tuple, example_kwargs: dic
 
 def cached_program(name: str, backend: str,
                    state: Callable[[str], torch.Tensor] | None = None) -> Compiled | None:
-    """The program stored under `name` (program_cache.py); None when there is none. `state`:
-    the model's tensor of each buffer the program writes, by name (else bound later, by
+    """The program stored under `name` (generation/program_cache.py); None when there is none.
+    `state`: the model's tensor of each buffer the program writes, by name (else bound later, by
     Compiled.load_weights)."""
     t0 = time.perf_counter()
     entry = program_cache.load(name)

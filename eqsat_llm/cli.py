@@ -32,7 +32,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     import torch
 
     from . import optimize
-    from .workloads import LLAMA_BLOCK_SHAPES, llama_block_case
+    from .models.workloads import LLAMA_BLOCK_SHAPES, llama_block_case
 
     torch.set_num_threads(args.threads)
     shapes = LLAMA_BLOCK_SHAPES if args.shape == "all" else (args.shape,)
@@ -68,7 +68,7 @@ def load_case(spec: str) -> tuple:
     """A reference workload by name, or "package.module:function" returning (model, inputs)."""
     import importlib
 
-    from .workloads import WORKLOADS
+    from .models.workloads import WORKLOADS
 
     if spec in WORKLOADS:
         return WORKLOADS[spec]()
@@ -204,7 +204,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
     from . import Generator
-    from .model_matrix import causal_lm
+    from .models.model_matrix import causal_lm
 
     torch.set_num_threads(args.threads)
     max_len = args.max_seq_len or args.prompt_len + args.new_tokens

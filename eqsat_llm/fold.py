@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from .interning import intern
 from .ir import VALUE_LEAVES, Graph, Node, TensorType, dtype_of
-from .lazy_weights import WeightRef, with_recipe
 from .ops import evaluate
+from .weights.interning import intern
+from .weights.lazy_weights import WeightRef, with_recipe
 
 KEEP = VALUE_LEAVES | {"fallback"}  # fallbacks may not be pure: never folded
 
@@ -85,7 +85,7 @@ def _fold_value(node: Node, args: list[Any]) -> Any:
         return evaluate(node.op, args, node.attrs)
     if not isinstance(node.type, TensorType):
         return None
-    # the recipe makes the real value once the weights are loaded (lazy_weights.py)
+    # the recipe makes the real value once the weights are loaded (weights/lazy_weights.py)
     return with_recipe(torch.empty(node.type.shape, dtype=dtype_of(node.type.dtype),
                                    device="meta"), node.op, node.attrs, args)
 

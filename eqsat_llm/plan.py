@@ -219,7 +219,7 @@ def analyse_layout(graph: Graph) -> Layout:
                 else:
                     kinds[nid] = EXTERN_VIEW
                 continue
-        if node.attrs.get("inplace"):  # a state write run in place (state.py): its value
+        if node.attrs.get("inplace"):  # a state write run in place (capture/state.py): its value
             base = root[node.inputs[0]]  # is the state input itself
             meta[nid], root[nid], kinds[nid] = xs[0], base, EXTERN_VIEW
             continue

@@ -1,7 +1,7 @@
 """Half-precision weights, as rewrites: a GEMM on a constant weight W whose values are all
 exactly float16 (or bfloat16) ones is the same GEMM on W stored in that dtype, which constant
 folding converts once at compile time. Such weights are what half-precision models hold (their
-weights are read through a conversion to float32: half.py) and what a half checkpoint loaded
+weights are read through a conversion to float32: formats/half.py) and what a half checkpoint loaded
 as float32 holds. The C kernel widens them in registers (codegen/c/quant_gemm.py); the cost
 model prices their 2 bytes a weight, so at decode, where reading the weight is what costs,
 extraction takes the half weight. Exact: the values are unchanged."""
@@ -11,7 +11,7 @@ from egglog import String, Vec, eq, i64
 
 from eqsat_llm.egraph.analysis import HALF_EXACT, is_const, is_float_dtype
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
-from eqsat_llm.half import WEIGHT_FORMATS
+from eqsat_llm.formats.half import WEIGHT_FORMATS
 from eqsat_llm.rulebook import exact, family
 
 from .fusion import NONE, stored_weight_rules

@@ -1,6 +1,6 @@
 """Weight-only quantization, as rewrites: a GEMM on a constant float weight W is
 equal, within the format's error, to the same GEMM on the integers and scales of W
-(quant_formats.py), which constant folding computes once at compile time. The C kernels
+(formats/quant_formats.py), which constant folding computes once at compile time. The C kernels
 dequantize in registers (codegen/c/quant_gemm.py); the cost model prices the weight's bytes in
 its format, so extraction takes the quantized GEMM where reading the weight is what costs.
 
@@ -16,7 +16,7 @@ from egglog import Vec, eq, i64
 
 from eqsat_llm.egraph.analysis import is_const, is_float_dtype, quantizable
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
-from eqsat_llm.quant_formats import DYNAMIC, FORMATS, format_group
+from eqsat_llm.formats.quant_formats import DYNAMIC, FORMATS, format_group
 from eqsat_llm.rulebook import approximate, family
 
 from .fusion import stored_weight_rules

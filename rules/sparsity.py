@@ -1,6 +1,6 @@
 """Sparse weights, as rewrites: a GEMM on a constant weight W whose values have 2:4 structure
 along K, or 16 x 16 blocks of zeros, is the same GEMM on W's stored values and their
-positions (sparse_formats.py), which constant folding computes once at compile time. The C
+positions (formats/sparse_formats.py), which constant folding computes once at compile time. The C
 kernels skip the zeros (codegen/c/sparse_gemm.py); the cost model prices the stored bytes and
 multiply-adds, so extraction takes the sparse GEMM only where skipping pays.
 
@@ -13,8 +13,8 @@ from egglog import Vec, eq, i64
 
 from eqsat_llm.egraph.analysis import is_const, is_float_dtype, stored_blocks, two_four
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
+from eqsat_llm.formats.sparse_formats import BLOCK
 from eqsat_llm.rulebook import exact, family
-from eqsat_llm.sparse_formats import BLOCK
 
 from .fusion import stored_weight_rules
 

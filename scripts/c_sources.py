@@ -9,8 +9,8 @@ The programs:
   broadcast operands, the gemm op's residual, bias and activation epilogues, its rms_norm
   prologue (fused and row by row), its SwiGLU epilogue (packed and streamed), ropes in a
   projection's epilogue; each emitted without and with BLAS (`..._blas.c`);
-- the reference workloads optimized for the C backend (eqsat_llm.workloads.WORKLOADS), and the
-  LLaMA-style block at decode and prefill quantized (int8, int4, int8_dynamic), pruned (2:4,
+- the reference workloads optimized for the C backend (eqsat_llm.models.workloads.WORKLOADS), and
+  the LLaMA-style block at decode and prefill quantized (int8, int4, int8_dynamic), pruned (2:4,
   16 x 16 blocks) and in half precision (bf16, fp16: the small llama of the model matrix),
   each emitted as optimize plans it, without and with BLAS.
 Emitting compiles nothing; optimize itself builds each program once (the compile cache keeps
@@ -32,12 +32,12 @@ import torch
 
 from eqsat_llm import optimize
 from eqsat_llm.codegen.c.emit import emit_program
+from eqsat_llm.formats.pruning import prune_2_4, prune_blocks, prune_linears
 from eqsat_llm.ir import Graph
-from eqsat_llm.model_matrix import build
+from eqsat_llm.models.model_matrix import build
+from eqsat_llm.models.workloads import WORKLOADS, llama_block_case
 from eqsat_llm.ops import add_gemm
 from eqsat_llm.plan import MemoryPlan, plan_memory
-from eqsat_llm.pruning import prune_2_4, prune_blocks, prune_linears
-from eqsat_llm.workloads import WORKLOADS, llama_block_case
 from tests import (
     test_epilogue,
     test_linear_act,

@@ -18,7 +18,7 @@ import torch
 
 from eqsat_llm.capture import capture
 from eqsat_llm.ir import Graph, TensorType
-from eqsat_llm.workloads import WORKLOADS
+from eqsat_llm.models.workloads import WORKLOADS
 
 torch.set_num_threads(2)
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -134,7 +134,7 @@ def test_other_dtypes_give_the_eager_result(dtype, backend):
     if backend == "c" and dtype == torch.complex64:  # no C kernels: torch steps on the arena
         assert compiled.report.torch_ops == {"mul": 1, "add": 1}
     if backend == "c" and dtype in (torch.float16, torch.bfloat16):
-        # documented (half.py): computed in float32, rounded once: within the dtype's error
+        # documented (formats/half.py): computed in float32, rounded once: within the dtype's error
         assert compiled.report.computed_in_float32
         eps = torch.finfo(dtype).eps
         same(compiled(x).float(), model(x).float(), rtol=2 * eps, atol=0)

@@ -261,7 +261,7 @@ def test_caller_provided_outputs():
 @pytest.fixture(scope="module")
 def optimized():
     from eqsat_llm import optimize
-    from eqsat_llm.workloads import WORKLOADS
+    from eqsat_llm.models.workloads import WORKLOADS
     cache: dict[str, tuple] = {}
 
     def get(name: str):
@@ -359,7 +359,7 @@ def test_repeated_layers_share_their_kernel_functions():
     # kernels equal but for their places are one C function (shared_kernels.py): the source
     # and its compile do not grow with the depth, the calls do
     from eqsat_llm import optimize
-    from eqsat_llm.workloads import stacked_llama_blocks
+    from eqsat_llm.models.workloads import stacked_llama_blocks
 
     counts = {}
     for depth in (3, 6):

@@ -1,6 +1,6 @@
-"""Generator.from_pretrained: a checkpoint directory read one tensor at a time into the
-programs' prepared weights (checkpoint.py, lazy_weights.py), against transformers' own run of
-the same checkpoint; and every bad directory a clear EqsatError naming the file or tensor."""
+"""Generator.from_pretrained: a checkpoint directory read one tensor at a time into the programs'
+prepared weights (generation/checkpoint.py, weights/lazy_weights.py), against transformers' own run
+of the same checkpoint; and every bad directory a clear EqsatError naming the file or tensor."""
 
 import json
 import shutil
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from eqsat_llm.errors import EqsatError
-from eqsat_llm.generation import Generator
+from eqsat_llm.generation.generator import Generator
 
 transformers = pytest.importorskip("transformers")
 PROMPT = torch.tensor([[5, 17, 42, 8, 99, 310, 64, 7, 250, 12, 3, 77]])
@@ -125,7 +125,7 @@ def test_each_weight_is_read_and_quantized_once_and_held_only_prepared(tmp_path,
     """The second program takes the first's prepared weights (made from the same recipe: no
     second read or quantization), and no program holds a quantized constant beside the
     panels its kernel reads."""
-    from eqsat_llm.checkpoint import Checkpoint
+    from eqsat_llm.generation.checkpoint import Checkpoint
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a first start
     saved = _save(tmp_path, torch.bfloat16, tied=False)
@@ -169,8 +169,8 @@ def test_next_token_logits_match_transformers(tmp_path):
 
 
 def test_a_large_weight_is_quantized_a_slice_of_its_rows_at_a_time(tmp_path, monkeypatch):
-    from eqsat_llm import lazy_weights
-    from eqsat_llm.checkpoint import Checkpoint
+    from eqsat_llm.generation.checkpoint import Checkpoint
+    from eqsat_llm.weights import lazy_weights
 
     _save(tmp_path, torch.bfloat16, tied=False)
     whole = Generator.from_pretrained(tmp_path, max_seq_len=32, quantize="int4")

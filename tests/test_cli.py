@@ -72,8 +72,8 @@ def test_optimize_with_quantized_weights(capsys):
 def pruned_block():
     """The LLaMA-style block at decode, every Linear weight with half its 16 x 16 blocks zero
     (for --sparsity: a `module:function` model spec)."""
-    from eqsat_llm.pruning import prune_blocks, prune_linears
-    from eqsat_llm.workloads import llama_block_case
+    from eqsat_llm.formats.pruning import prune_blocks, prune_linears
+    from eqsat_llm.models.workloads import llama_block_case
 
     model, inputs = llama_block_case("decode")
     return prune_linears(model, prune_blocks), inputs

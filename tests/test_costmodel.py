@@ -38,8 +38,8 @@ def test_an_op_is_registered_with_a_cost_kind_and_a_vector_op_with_its_work(monk
 def test_every_node_of_a_captured_and_an_optimized_graph_is_costed():
     from eqsat_llm.api import optimize_graph
     from eqsat_llm.capture import capture
+    from eqsat_llm.models.workloads import llama_block_case
     from eqsat_llm.rulebook import resolve
-    from eqsat_llm.workloads import llama_block_case
 
     model, inputs = llama_block_case("decode")
     graph = capture(model, inputs).graph

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from eqsat_llm.api import Compiled, EagerFallbackWarning
-from eqsat_llm.workloads import llama_block_case
+from eqsat_llm.models.workloads import llama_block_case
 
 
 def test_backend_is_registered():

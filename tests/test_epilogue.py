@@ -17,9 +17,9 @@ from eqsat_llm.egraph.encode import encode
 from eqsat_llm.egraph.language import shape
 from eqsat_llm.extraction.costmodel import CostModel
 from eqsat_llm.ir import Graph, TensorType
+from eqsat_llm.models.workloads import llama_block_case
 from eqsat_llm.ops import GEMM_DEFAULTS as GEMM_ATTRS
 from eqsat_llm.ops import add_gemm, evaluate
-from eqsat_llm.workloads import llama_block_case
 
 from .conftest import const, inp, max_error, rand_inputs
 from .eager_oracle import run_eager

@@ -14,6 +14,8 @@ from eqsat_llm.egraph.analysis import analysis
 from eqsat_llm.egraph.decode import serialize
 from eqsat_llm.egraph.encode import declared, encode
 from eqsat_llm.egraph.language import E, Tensor
+from eqsat_llm.egraph.provenance import read, recording_ruleset
+from eqsat_llm.egraph.saturate import saturate
 from eqsat_llm.errors import EqsatError
 from eqsat_llm.extraction.extract import (
     ExtractionError,
@@ -24,12 +26,10 @@ from eqsat_llm.extraction.extract import (
     node_costs,
 )
 from eqsat_llm.ir import VALUE_LEAVES, Graph, TensorType
-from eqsat_llm.provenance import read, recording_ruleset
+from eqsat_llm.models.workloads import llama_block_case
 from eqsat_llm.reporting.alternatives import ProgramChoices
 from eqsat_llm.reporting.explain import diff
 from eqsat_llm.rulebook import Rule
-from eqsat_llm.saturate import saturate
-from eqsat_llm.workloads import llama_block_case
 
 KERNEL_KEYS = {"id": int, "op": str, "label": str, "operands": list, "inputs": list,
                "output": str, "consumers": int, "rules": list, "class_rules": list,
@@ -249,9 +249,9 @@ def test_recording_provenance_leaves_saturation_unchanged():
     from egglog import ruleset
 
     from eqsat_llm.capture import capture
-    from eqsat_llm.provenance import MADE
+    from eqsat_llm.egraph.provenance import MADE
+    from eqsat_llm.egraph.saturate import egraph_size
     from eqsat_llm.rulebook import resolve
-    from eqsat_llm.saturate import egraph_size
 
     model, inputs = llama_block_case("decode")
     graph = capture(model, inputs).graph

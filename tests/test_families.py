@@ -1,8 +1,8 @@
-"""Every causal-LM family transformers ships (eqsat_llm.families: enumerated from transformers'
-own mapping, configs shrunk generically), at a 32-token prompt and at one token: none may give
-a wrong answer, and each keeps the classification benchmarks/families.py recorded in
-tests/families_expected.json (compiled / torch steps with these ops / refused with a reason).
-The default run keeps a slice of diverse families; the slow set (`-m slow`) runs them all."""
+"""Every causal-LM family transformers ships (eqsat_llm.models.families: enumerated from
+transformers' own mapping, configs shrunk generically), at a 32-token prompt and at one token: none
+may give a wrong answer, and each keeps the classification benchmarks/families.py recorded in
+tests/families_expected.json (compiled / torch steps with these ops / refused with a reason). The
+default run keeps a slice of diverse families; the slow set (`-m slow`) runs them all."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from eqsat_llm import families
-from eqsat_llm.family_check import SEQS, check
+from eqsat_llm.models import families
+from eqsat_llm.models.family_check import SEQS, check
 
 EXPECTED = json.loads((Path(__file__).with_name("families_expected.json")).read_text())
 # The default slice: forms the model matrix (tests/test_model_matrix.py) does not cover.

@@ -5,7 +5,7 @@ import torch
 
 from eqsat_llm import Limits, optimize
 from eqsat_llm.api import FallbackWarning
-from eqsat_llm.workloads import llama_block_case
+from eqsat_llm.models.workloads import llama_block_case
 
 
 class Mlp(torch.nn.Module):

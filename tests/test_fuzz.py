@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eqsat_llm import frontend
+from eqsat_llm.capture import frontend
 from eqsat_llm.fuzz import Spec, available_backends, check_spec, fuzz, load_regression
 from eqsat_llm.fuzz.compare import mismatch
 from eqsat_llm.fuzz.shrink import prune, shrink

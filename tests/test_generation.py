@@ -12,10 +12,10 @@ import torch
 
 import eqsat_llm
 from eqsat_llm import EqsatError, Generator
-from eqsat_llm.generation import _GENERATORS
-from eqsat_llm.half import FORMAT_OF
-from eqsat_llm.kv_cache import CachedStep
-from eqsat_llm.model_matrix import ENCODERS, FAMILIES, build
+from eqsat_llm.formats.half import FORMAT_OF
+from eqsat_llm.generation.generator import _GENERATORS
+from eqsat_llm.generation.kv_cache import CachedStep
+from eqsat_llm.models.model_matrix import ENCODERS, FAMILIES, build
 
 MAX_LEN, CHUNK = 64, 8
 # a prompt shorter than one chunk (padded) and one that ends mid-chunk (last chunk moved back)
@@ -243,7 +243,7 @@ def test_partial_rotary_prefill_logits_match_eager():
 @pytest.mark.parametrize("dtype", [torch.bfloat16,
                                    pytest.param(torch.float16, marks=pytest.mark.slow)])
 def test_half_precision_model_generates_with_a_float32_cache_and_half_weights(dtype):
-    # computed in float32 on the C backend (half.py): the cache float32 too (not widened on
+    # computed in float32 on the C backend (formats/half.py): the cache float32 too (not widened on
     # every call), the GEMM weights in the model's dtype
     lm = causal_lm("llama").to(dtype)
     gen = quiet_generator(lm, 32, prefill_chunk=8)

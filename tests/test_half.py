@@ -1,7 +1,7 @@
-"""bf16 / fp16 models on the C backend: computed in float32 (eqsat_llm/half.py), GEMM weights
-held in the model's dtype, inputs and outputs in it, within the dtype's tolerance of eager;
-combined with quantize=; a float32 model whose weights are half values; and the pass alone, as
-a graph-to-graph function."""
+"""bf16 / fp16 models on the C backend: computed in float32 (eqsat_llm/formats/half.py), GEMM
+weights held in the model's dtype, inputs and outputs in it, within the dtype's tolerance of
+eager; combined with quantize=; a float32 model whose weights are half values; and the pass
+alone, as a graph-to-graph function."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch
 from eqsat_llm import optimize
 from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.c.build import compiler
-from eqsat_llm.half import FORMAT_OF, compute_in_float32, has_half
+from eqsat_llm.formats.half import FORMAT_OF, compute_in_float32, has_half
 from eqsat_llm.ir import Graph, TensorType
-from eqsat_llm.model_matrix import build
+from eqsat_llm.models.model_matrix import build
 
 needs_cc = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
 # max |compiled - eager| / max |eager| on the small configs' logits: eager rounds every op to

@@ -4,7 +4,7 @@ import gc
 
 import torch
 
-from eqsat_llm.interning import intern
+from eqsat_llm.weights.interning import intern
 
 
 def test_equal_tensors_share_one_copy_and_unequal_ones_do_not():
@@ -36,7 +36,7 @@ def test_small_tensors_and_tensors_that_need_grad_are_left_alone():
 
 
 def test_last_call_answers_the_same_input_and_misses_a_changed_one():
-    from eqsat_llm.last_call import last_call
+    from eqsat_llm.formats.last_call import last_call
 
     calls = []
 

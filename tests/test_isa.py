@@ -17,10 +17,10 @@ from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.codegen.c.isa import ISA_FLAGS, isa_flags
 from eqsat_llm.extraction.machine import machine_key
+from eqsat_llm.formats.quant_formats import DYNAMIC, quantize
+from eqsat_llm.formats.sparse_formats import pack
 from eqsat_llm.ir import Graph
 from eqsat_llm.ops.gemm import GEMM_DEFAULTS
-from eqsat_llm.quant_formats import DYNAMIC, quantize
-from eqsat_llm.sparse_formats import pack
 
 from .conftest import assert_outputs_match, const, inp, rand_inputs, scalar
 

@@ -1,11 +1,12 @@
-"""Recipe keys (lazy_weights.py): equal keys exactly when the values are equal, so that a
+"""Recipe keys (weights/lazy_weights.py): equal keys exactly when the values are equal, so that a
 program takes another's prepared weight by key: nested cats in either order, and the columns
 of a merged weight's quantized form (a SwiGLU weight's gate half) as the part's own."""
 
 import pytest
 import torch
 
-from eqsat_llm.lazy_weights import (
+from eqsat_llm.ops import evaluate
+from eqsat_llm.weights.lazy_weights import (
     LazyConstants,
     WeightRef,
     columns_key,
@@ -13,7 +14,6 @@ from eqsat_llm.lazy_weights import (
     recipe_key,
     with_recipe,
 )
-from eqsat_llm.ops import evaluate
 
 K = 64
 WEIGHTS = {name: torch.randn(K, n, generator=torch.Generator().manual_seed(i))
@@ -69,7 +69,7 @@ def test_a_real_tensor_in_a_recipe_is_never_shared():
 def test_a_half_weight_is_quantized_without_widening_it_whole():
     """quantize_weight(permute(to_dtype(w_bf16))) runs on the bf16 weight (quantize widens
     some columns at a time): the same integers and scales as widening it first."""
-    from eqsat_llm.lazy_weights import narrowed
+    from eqsat_llm.weights.lazy_weights import narrowed
 
     half = {"h": torch.randn(48, K, generator=torch.Generator().manual_seed(5)).bfloat16()}
     h = WeightRef("h", torch.empty(48, K, dtype=torch.bfloat16, device="meta"))

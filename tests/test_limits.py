@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from eqsat_llm import Limits, optimize
-from eqsat_llm.saturate import _limit_reached
-from eqsat_llm.workloads import StackedLlamaBlocks
+from eqsat_llm.egraph.saturate import _limit_reached
+from eqsat_llm.models.workloads import StackedLlamaBlocks
 
 LIMITS = Limits(iterations=30, enodes=100_000, seconds=30.0, memory_mb=4096.0)
 

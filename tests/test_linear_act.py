@@ -22,8 +22,8 @@ from eqsat_llm.egraph.encode import encode
 from eqsat_llm.egraph.language import shape
 from eqsat_llm.extraction.costmodel import CostModel
 from eqsat_llm.ir import Graph, TensorType
+from eqsat_llm.models.workloads import gpt2_case
 from eqsat_llm.ops import GEMM_DEFAULTS, add_gemm, evaluate
-from eqsat_llm.workloads import gpt2_case
 
 from .conftest import const, inp, max_error, rand_inputs
 from .eager_oracle import run_eager

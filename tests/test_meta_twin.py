@@ -10,9 +10,10 @@ import warnings
 import pytest
 import torch
 
-from eqsat_llm import EqsatError, Generator, generation
-from eqsat_llm.meta import ParameterSource, meta_twin, plans_on_meta
-from eqsat_llm.model_matrix import build
+from eqsat_llm import EqsatError, Generator
+from eqsat_llm.generation import generator as generator_module
+from eqsat_llm.models.model_matrix import build
+from eqsat_llm.weights.meta import ParameterSource, meta_twin, plans_on_meta
 
 
 def causal_lm(family: str) -> torch.nn.Module:
@@ -46,7 +47,7 @@ def test_planned_on_the_twin_it_computes_what_folding_computes_and_holds_less(
     torch.manual_seed(0)
     equal = causal_lm("llama")
     with monkeypatch.context() as m:
-        m.setattr(generation, "_on_meta_twin", lambda *a: False)
+        m.setattr(generator_module, "_on_meta_twin", lambda *a: False)
         folded = generator(equal, quantize=quantize)  # its constants interned, and live
     assert folded.report.weights_from == "folded"
     # a model of equal values but its own storage: its programs hold its tensors, never the

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from eqsat_llm import optimize
-from eqsat_llm.model_matrix import ENCODERS, FAMILIES, build
+from eqsat_llm.models.model_matrix import ENCODERS, FAMILIES, build
 
 pytest.importorskip("transformers")
 

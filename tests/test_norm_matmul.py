@@ -14,10 +14,10 @@ from eqsat_llm.codegen.planned import PlannedRuntime
 from eqsat_llm.extraction.costmodel import CostModel
 from eqsat_llm.extraction.machine import DEFAULT
 from eqsat_llm.ir import Graph, TensorType
+from eqsat_llm.models.workloads import llama_block_case, llama_case
 from eqsat_llm.ops import GEMM_DEFAULTS, add_gemm, evaluate
 from eqsat_llm.rulebook import resolve
 from eqsat_llm.rulecheck import check_rule
-from eqsat_llm.workloads import llama_block_case, llama_case
 
 from .conftest import const, inp, max_error, rand_inputs
 from .test_c_backend import check

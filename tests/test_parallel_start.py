@@ -1,14 +1,14 @@
 """A cold Generator.from_pretrained optimizes its two programs in child processes
-(parallel_start.py), starts from the programs and the start record they leave (this process
-builds no model), and generates transformers' tokens; a child that fails costs only time."""
+(generation/parallel_start.py), starts from the programs and the start record they leave (this
+process builds no model), and generates transformers' tokens; a child that fails costs only time."""
 
 import warnings
 
 import pytest
 import torch
 
-from eqsat_llm import parallel_start
-from eqsat_llm.generation import Generator
+from eqsat_llm.generation import parallel_start
+from eqsat_llm.generation.generator import Generator
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.skipif(parallel_start._cores() < 2, reason="one core")

@@ -115,7 +115,7 @@ def test_report_has_phases_counts_and_rules(workload):
 
 def test_no_rules_keeps_the_program():
     from eqsat_llm.codegen import ReferenceRuntime
-    from eqsat_llm.workloads import llama_block_case
+    from eqsat_llm.models.workloads import llama_block_case
 
     model, inputs = llama_block_case("decode")
     compiled = optimize(model, inputs, rules=[])
@@ -132,7 +132,7 @@ def test_no_rules_keeps_the_program():
 
 
 def _stack_round_trip(depth: int) -> None:
-    from eqsat_llm.workloads import stacked_llama_blocks
+    from eqsat_llm.models.workloads import stacked_llama_blocks
 
     model = stacked_llama_blocks(depth).eval()
     x = torch.randn(1, 16, 512, generator=torch.Generator().manual_seed(1))
@@ -153,7 +153,7 @@ def test_32_layer_stack():
 
 
 def test_ilp_proves_the_block_optimal():
-    from eqsat_llm.workloads import llama_block_case
+    from eqsat_llm.models.workloads import llama_block_case
 
     model, inputs = llama_block_case("prefill")
     report = optimize(model, inputs, extractor="ilp", measure_eager=False).report
@@ -170,7 +170,8 @@ def test_the_optimized_program_does_not_depend_on_the_hash_seed():
     import sys
 
     script = ("import hashlib, warnings; warnings.filterwarnings('ignore');"
-              "from eqsat_llm import optimize; from eqsat_llm.workloads import llama_block_case;"
+              "from eqsat_llm import optimize;"
+              "from eqsat_llm.models.workloads import llama_block_case;"
               "c = optimize(*llama_block_case('decode_kv'), measure_eager=False, "
               "backend='reference'); print(hashlib.sha256(str(c.graph).encode()).hexdigest())")
     digests = set()

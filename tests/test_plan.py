@@ -263,7 +263,7 @@ def test_workload_plan_is_tight_and_runs_identically(workload, stage):
 def test_stacked_blocks_plan_is_tight_and_runs():
     # (its time is benchmarks/memory_plan.py's to measure, not a test's)
     from eqsat_llm.capture import capture
-    from eqsat_llm.workloads import stacked_llama_blocks
+    from eqsat_llm.models.workloads import stacked_llama_blocks
 
     x = torch.randn(1, 16, 512)
     graph = capture(stacked_llama_blocks(32).eval(), (x,)).graph

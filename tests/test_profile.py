@@ -12,9 +12,9 @@ from torch import nn
 from eqsat_llm import optimize
 from eqsat_llm.api import FallbackWarning
 from eqsat_llm.ir import VALUE_LEAVES
+from eqsat_llm.models.workloads import LlamaBlock
 from eqsat_llm.plan import ARENA, COPY_OUT, OUTPUT, TEMP
 from eqsat_llm.profile import FLAG_RATIO, attach_profile, profile_program
-from eqsat_llm.workloads import LlamaBlock
 
 COMPUTING = (ARENA, OUTPUT, TEMP, COPY_OUT)  # plan kinds of nodes some kernel must compute
 

@@ -1,5 +1,5 @@
-"""The on-disk program cache (program_cache.py): a second start of a meta-device model takes
-its optimized program from disk, generates the same tokens, and misses when anything the
+"""The on-disk program cache (generation/program_cache.py): a second start of a meta-device model
+takes its optimized program from disk, generates the same tokens, and misses when anything the
 program depends on changes; a damaged entry is rebuilt with a warning, never loaded."""
 
 import warnings
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from eqsat_llm.cache import CacheWarning
-from eqsat_llm.generation import Generator
+from eqsat_llm.generation.generator import Generator
 
 transformers = pytest.importorskip("transformers")
 from tests.test_checkpoint import PROMPT, _save
@@ -92,7 +92,7 @@ def test_a_loaded_model_is_cached_as_its_meta_twin_but_folded_weights_never(tmp_
 
 _WARM = """
 import sys, torch
-from eqsat_llm.generation import Generator
+from eqsat_llm.generation.generator import Generator
 gen = Generator.from_pretrained(sys.argv[1], max_seq_len=32, quantize="int8")
 prompt = torch.tensor({prompt})
 tokens = gen.generate(prompt, max_new_tokens=5)

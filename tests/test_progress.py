@@ -1,8 +1,9 @@
-"""The progress line (progress.py): shown on a terminal, rewritten in place, silent on a pipe."""
+"""The progress line (generation/progress.py): shown on a terminal, rewritten in place, silent on a
+pipe."""
 
 import io
 
-from eqsat_llm.progress import ProgressLine, bytes_text
+from eqsat_llm.generation.progress import ProgressLine, bytes_text
 
 
 class Terminal(io.StringIO):

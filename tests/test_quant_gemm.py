@@ -18,7 +18,7 @@ from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C, QuantPanels
 from eqsat_llm.codegen.c.tiles import QUANT_PANEL
 from eqsat_llm.errors import GraphError
-from eqsat_llm.quant_formats import FORMATS, dequantize, format_group, quantize
+from eqsat_llm.formats.quant_formats import FORMATS, dequantize, format_group, quantize
 
 from .conftest import build_c, c_build_dir, check_gemm_result, gemm_operands
 from .eager_oracle import dequantized

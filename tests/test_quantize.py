@@ -11,10 +11,10 @@ import torch
 from eqsat_llm import optimize
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.errors import EqsatError, GraphError
-from eqsat_llm.model_matrix import FAMILIES, build
-from eqsat_llm.quant_formats import FORMATS, dequantize, quantize
+from eqsat_llm.formats.quant_formats import FORMATS, dequantize, quantize
+from eqsat_llm.models.model_matrix import FAMILIES, build
+from eqsat_llm.models.workloads import llama_block_case
 from eqsat_llm.rulebook import resolve
-from eqsat_llm.workloads import llama_block_case
 
 from .conftest import max_error
 from .eager_oracle import run_eager

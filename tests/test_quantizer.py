@@ -10,7 +10,7 @@ import torch
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.codegen.c.quantizer import quantize_fp8_in_c, quantize_in_c
 from eqsat_llm.errors import GraphError
-from eqsat_llm.quant_formats import format_group, quantize, quantize_in_torch
+from eqsat_llm.formats.quant_formats import format_group, quantize, quantize_in_torch
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler")
 

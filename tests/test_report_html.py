@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from eqsat_llm import optimize
+from eqsat_llm.models.workloads import LlamaBlock
 from eqsat_llm.profile import attach_profile, profile_program
 from eqsat_llm.reporting.html import SECTIONS, dot_titles, graph_dot, layered_svg, render
 from eqsat_llm.reporting.report import Report
 from eqsat_llm.reporting.units import fmt_bytes, fmt_count, fmt_seconds, fmt_us
-from eqsat_llm.workloads import LlamaBlock
 
 SECTION_IDS = [sid for sid, _ in SECTIONS]
 

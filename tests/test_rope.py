@@ -17,8 +17,8 @@ from eqsat_llm.egraph.encode import encode
 from eqsat_llm.egraph.language import shape
 from eqsat_llm.extraction.costmodel import CostModel
 from eqsat_llm.ir import Graph, TensorType
+from eqsat_llm.models.workloads import llama_block_case, llama_case
 from eqsat_llm.ops import evaluate
-from eqsat_llm.workloads import llama_block_case, llama_case
 
 from .conftest import max_error
 from .eager_oracle import run_eager

@@ -16,9 +16,9 @@ from eqsat_llm import optimize
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.ir import Graph, TensorType
+from eqsat_llm.models.workloads import llama_block_case, llama_case
 from eqsat_llm.ops import add_gemm
 from eqsat_llm.plan import MemoryPlan, plan_memory
-from eqsat_llm.workloads import llama_block_case, llama_case
 
 from .conftest import max_error
 from .eager_oracle import run_eager

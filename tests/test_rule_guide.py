@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from eqsat_llm import optimize
-from eqsat_llm.workloads import gpt2_case
+from eqsat_llm.models.workloads import gpt2_case
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "gelu_tanh_rule.py"
 

@@ -1,6 +1,6 @@
 """A model on the meta device (LLaMA-7B's shapes, no weights) goes through every phase up to the
-memory plan without materialising a weight; calling it raises a clear error (eqsat_llm/meta.py).
-Times are benchmarks/scale.py's to measure: no test asserts one."""
+memory plan without materialising a weight; calling it raises a clear error
+(eqsat_llm/weights/meta.py). Times are benchmarks/scale.py's to measure: no test asserts one."""
 
 import os
 from unittest import mock
@@ -11,10 +11,10 @@ import torch
 from eqsat_llm import optimize
 from eqsat_llm.errors import EqsatError
 from eqsat_llm.fold import fold_constants
-from eqsat_llm.half import exact_half_dtypes
+from eqsat_llm.formats.half import exact_half_dtypes
 from eqsat_llm.ir import Graph
+from eqsat_llm.models.workloads import LLAMA_7B, stacked_llama_blocks
 from eqsat_llm.plan import check_plan
-from eqsat_llm.workloads import LLAMA_7B, stacked_llama_blocks
 
 from .conftest import const, inp, load_benchmark
 
@@ -30,7 +30,7 @@ def _meta_case(depth: int):
 @pytest.fixture(scope="module")
 def meta_7b():
     model, x = _meta_case(2)
-    # every phase runs: not a program another test left in the cache (program_cache.py)
+    # every phase runs: not a program another test left in the cache (generation/program_cache.py)
     with mock.patch.dict(os.environ, {"EQSAT_PROGRAM_CACHE": "0"}):
         return model, x, optimize(model, (x,))
 

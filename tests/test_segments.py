@@ -15,10 +15,10 @@ from torch import nn
 
 from eqsat_llm import optimize
 from eqsat_llm.api import BackendFallbackWarning
+from eqsat_llm.capture.frontend import Slot
 from eqsat_llm.codegen import PlannedRuntime, ReferenceRuntime
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import compiler
-from eqsat_llm.frontend import Slot
 from eqsat_llm.ir import Graph, TensorType
 from eqsat_llm.plan import MemoryPlan, check_plan, plan_memory
 

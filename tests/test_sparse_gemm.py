@@ -15,10 +15,10 @@ import ctypes
 import pytest
 import torch
 
-from eqsat_llm import sparse_formats
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.sparse_gemm import SPARSE_GEMM_C
+from eqsat_llm.formats import sparse_formats
 
 from .conftest import build_c, c_build_dir, check_gemm_result, gemm_operands
 from .eager_oracle import dequantized

@@ -11,11 +11,11 @@ import torch
 from eqsat_llm import optimize
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.errors import EqsatError, GraphError
-from eqsat_llm.pruning import prune_2_4, prune_blocks, prune_linears
+from eqsat_llm.formats.pruning import prune_2_4, prune_blocks, prune_linears
+from eqsat_llm.formats.sparse_formats import FORMATS as SPARSE_FORMATS
+from eqsat_llm.formats.sparse_formats import pack, structure, unpack
+from eqsat_llm.models.workloads import llama_block_case
 from eqsat_llm.rulebook import resolve
-from eqsat_llm.sparse_formats import FORMATS as SPARSE_FORMATS
-from eqsat_llm.sparse_formats import pack, structure, unpack
-from eqsat_llm.workloads import llama_block_case
 
 from .conftest import max_error
 

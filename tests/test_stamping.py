@@ -1,14 +1,14 @@
-"""Repeated layers traced once (eqsat_llm/stamping.py): the IR is the full trace's, node for
+"""Repeated layers traced once (eqsat_llm/capture/stamping.py): the IR is the full trace's, node for
 node; layers that may differ, keyword calls and layers that write state are traced in full."""
 
 import pytest
 import torch
 from torch import nn
 
-from eqsat_llm import optimize, stamping
-from eqsat_llm.capture import capture
-from eqsat_llm.frontend import capture_plain
-from eqsat_llm.workloads import LlamaBlock, stacked_llama_blocks
+from eqsat_llm import optimize
+from eqsat_llm.capture import capture, stamping
+from eqsat_llm.capture.frontend import capture_plain
+from eqsat_llm.models.workloads import LlamaBlock, stacked_llama_blocks
 
 SMALL = {"d_model": 64, "n_heads": 2, "ffn": 128}
 DEPTH = stamping.MIN_LAYERS

@@ -16,7 +16,7 @@ from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.triton.runtime import TritonRuntime
 from eqsat_llm.errors import EqsatError
 from eqsat_llm.ir import Graph
-from eqsat_llm.workloads import LlamaBlock
+from eqsat_llm.models.workloads import LlamaBlock
 
 from .conftest import (
     assert_outputs_match,
@@ -147,7 +147,7 @@ def test_unknown_backend_is_refused():
 
 def test_generator_on_triton_gives_transformers_tokens():
     pytest.importorskip("transformers")
-    from eqsat_llm.model_matrix import build
+    from eqsat_llm.models.model_matrix import build
 
     model = build("llama", seq=4)[0].model
     ids = torch.randint(0, 1000, (1, 5), generator=torch.Generator().manual_seed(3))
@@ -222,7 +222,7 @@ def test_index_with_two_broadcast_index_tensors():
 
 def test_bf16_model_keeps_bf16_gemm_weights_and_matches_eager():
     pytest.importorskip("transformers")
-    from eqsat_llm.model_matrix import build
+    from eqsat_llm.models.model_matrix import build
 
     model, inputs = build("llama", seq=8)
     model = model.to(torch.bfloat16)
@@ -241,7 +241,7 @@ def test_bf16_model_keeps_bf16_gemm_weights_and_matches_eager():
 @pytest.mark.parametrize("name", ["llama_block_prefill", "llama_block_decode",
                                   "llama_block_decode_kv"])
 def test_reference_workloads_run_whole_on_triton(name):
-    from eqsat_llm.workloads import WORKLOADS
+    from eqsat_llm.models.workloads import WORKLOADS
 
     model, inputs = WORKLOADS[name]()
     compiled = optimize(model, inputs, backend="triton", measure_eager=False)

@@ -12,9 +12,9 @@ import torch
 
 from eqsat_llm.codegen.triton.gemm import plan_gemm, plan_matmul
 from eqsat_llm.codegen.triton.launch import Operand
+from eqsat_llm.formats.quant_formats import DYNAMIC, quantize
 from eqsat_llm.ir import Node, TensorType
 from eqsat_llm.ops import GEMM_DEFAULTS
-from eqsat_llm.quant_formats import DYNAMIC, quantize
 
 from .eager_oracle import OPS as EAGER
 

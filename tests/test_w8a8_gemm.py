@@ -27,7 +27,7 @@ from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.tiles import W8A8_K_GROUP, W8A8_PANEL
 from eqsat_llm.codegen.c.w8a8_gemm import W8A8_GEMM_C, W8A8Panels
-from eqsat_llm.quant_formats import code_rows
+from eqsat_llm.formats.quant_formats import code_rows
 
 from .conftest import build_c, c_build_dir, check_gemm_result, gemm_operands
 

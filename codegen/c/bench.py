@@ -21,7 +21,7 @@ def _time(fn: Any, reps: int) -> float:
 def bench_block(shape: str, rounds: int = 30, use_blas: bool | None = None
                 ) -> dict[str, float]:
     from ...api import optimize
-    from ...workloads import llama_block_case
+    from ...models.workloads import llama_block_case
     from .runtime import CRuntime
 
     torch.set_num_threads(2)

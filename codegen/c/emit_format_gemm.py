@@ -1,8 +1,8 @@
 """A gemm on a weight stored in a format, quantized (int8 per channel, int4 group-wise:
-quant_formats.py), half precision (fp16, bf16: half.py) or sparse (2:4, 16 x 16 blocks:
-sparse_formats.py), as one call of its kernel: `eq_gemm_q` (quant_gemm.py), which dequantizes
-(widens) in registers, `eq_gemm_w8a8` (w8a8_gemm.py: int8_dynamic, activations coded per row
-and multiplied in integers), or `eq_gemm_sparse` (sparse_gemm.py), which skips what is not
+formats/quant_formats.py), half precision (fp16, bf16: formats/half.py) or sparse (2:4, 16 x 16
+blocks: formats/sparse_formats.py), as one call of its kernel: `eq_gemm_q` (quant_gemm.py), which
+dequantizes (widens) in registers, `eq_gemm_w8a8` (w8a8_gemm.py: int8_dynamic, activations coded per
+row and multiplied in integers), or `eq_gemm_sparse` (sparse_gemm.py), which skips what is not
 stored. They stream the weight once for all rows at few rows (the GEMV of decode, bound by the
 weight's bytes) and run float tiles at more.
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...half_formats import WEIGHT_FORMATS as HALF_FORMATS
+from ...formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
+from ...formats.quant_formats import format_group
 from ...ops import ACTIVATIONS, GemmDescriptor, operands_of
-from ...quant_formats import format_group
 from .emit_norm import inv_rms
 from .gemm_geometry import GemmGeometry, gemm_geometry
 from .loops import PARALLEL_MIN

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from ...half import exact_half_dtypes
-from ...lazy_weights import WeightRef, narrowed
+from ...formats.half import exact_half_dtypes
+from ...weights.lazy_weights import WeightRef, narrowed
 
 
 def holds_bfloat16(table: torch.Tensor) -> bool:

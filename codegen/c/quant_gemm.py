@@ -1,8 +1,8 @@
 """Weight-only quantized GEMMs: float activations times int8, int4 or half-precision weights,
 dequantized (widened) on the fly, accumulated in float32.
 
-Formats (eqsat_llm/quant_formats.py, their reference; W [K, N], the weight as `x @ W` reads it;
-q the stored integers):
+Formats (eqsat_llm/formats/quant_formats.py, their reference; W [K, N], the weight as `x @ W`
+reads it; q the stored integers):
 - "int8": symmetric per output column. scale[n] = max_k |W[k, n]| / 127, q = round(W / scale)
   in [-127, 127], stored int8 [K, N]; W = q[k, n] * scale[n].
 - "int4_g32", "int4_g64", "int4_g128": symmetric per group of `group` consecutive rows of a

@@ -1,15 +1,14 @@
 """`quant_formats.quantize` in C: the same integers and scales bit for bit, in one pass.
 
-Loading a quantized model quantizes every GEMM weight (int8, int4; float8 in
-`eq_quantize_fp8`, rounding as torch's conversion does); torch's form of it (quant_formats.py)
-makes seven passes over each weight in float32 (widen, abs, amax, divide, round, clamp,
-narrow), 0.1 GB/s of bf16 weights on the machines here: most of a warm start. Here the
-weight is read as it lies (float32 or bf16 bits, any strides) in blocks of 64 columns, a tile
-of rows at a time into a local float tile (int4: a group, read once; int8: the block twice,
-its max then its integers), the vector loops running across the columns, with the same
-float32 operations in the same order (|w| max, max / 7 rounded to float16 or max / 127, an
-all-zero group's scale 1, w / scale rounded half to even, clamped), so the result equals
-torch's;
+Loading a quantized model quantizes every GEMM weight (int8, int4; float8 in `eq_quantize_fp8`,
+rounding as torch's conversion does); torch's form of it (formats/quant_formats.py) makes seven
+passes over each weight in float32 (widen, abs, amax, divide, round, clamp, narrow), 0.1 GB/s of
+bf16 weights on the machines here: most of a warm start. Here the weight is read as it lies (float32
+or bf16 bits, any strides) in blocks of 64 columns, a tile of rows at a time into a local float tile
+(int4: a group, read once; int8: the block twice, its max then its integers), the vector loops
+running across the columns, with the same float32 operations in the same order (|w| max, max / 7
+rounded to float16 or max / 127, an all-zero group's scale 1, w / scale rounded half to even,
+clamped), so the result equals torch's;
 tests/test_quantizer.py compares them; benchmarks/load_kernels.py times them side by side
 (transposed bf16 nn.Linear weights: 1.8-3.6 GB/s here, 2.3-8.9x torch's form). Built once per
 machine through the C backend's compile cache; where there is no C compiler, `quantize_in_c`

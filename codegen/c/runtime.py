@@ -43,7 +43,7 @@ class CRuntime:
                  use_blas: bool | None = None, flags: list[str] | None = None,
                  kernel_hook: KernelHook | None = None, fuse_rope: bool = True,
                  profile: bool = False, constants: Mapping[str, torch.Tensor] | None = None):
-        # `constants`: the graph's, or a mapping that makes them on access (lazy_weights.py)
+        # `constants`: the graph's, or a mapping that makes them on access (weights/lazy_weights.py)
         self.graph = graph
         self.constants = constants = graph.constants if constants is None else constants
         self.plan = plan = plan if plan is not None else plan_memory(graph)
@@ -276,7 +276,7 @@ def compiled_program(graph: Graph, plan: MemoryPlan, *, use_blas: bool | None = 
                      flags: list[str] | None = None, kernel_hook: KernelHook | None = None,
                      fuse_rope: bool = True, profile: bool = False) -> CompiledProgram:
     """The planned program's C, emitted and compiled (through the compile cache): what a
-    CRuntime loads. Needs no weight values: a parallel start's child (parallel_start.py)
+    CRuntime loads. Needs no weight values: a parallel start's child (generation/parallel_start.py)
     compiles its program ahead of the process that loads it."""
     link = blas.link_flags() if use_blas is not False else []
     if use_blas and not link:

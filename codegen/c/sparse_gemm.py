@@ -1,7 +1,7 @@
 """Sparse-weight GEMMs: float activations times a pruned float32 weight stored as 2:4
 ("sparse24") or as 16 x 16 blocks ("bsr16"), the zeros skipped, accumulated in float32.
 
-Formats (eqsat_llm/sparse_formats.py, their reference; W [K, N], the weight as `x @ W` reads
+Formats (eqsat_llm/formats/sparse_formats.py, their reference; W [K, N], the weight as `x @ W` reads
 it):
 - "sparse24": 2:4 along K. values float32 [K/2, N]: rows 2g, 2g + 1 hold W[4g + i0, n] and
   W[4g + i1, n] for the group's kept positions i0 < i1; index uint8 [K/4, N], byte i0 | i1 << 2.

@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
-from ...interning import intern
 from ...ir import Graph, TensorType, contiguous_strides, dtype_of
 from ...memcheck import release_freed_memory
 from ...ops import evaluate
 from ...plan import ALIAS, ARENA, COPY_OUT, EXTERN_VIEW, LEAF, OUTPUT, SCALAR, TEMP, MemoryPlan
+from ...weights.interning import intern
 from .errors import UnsupportedByBackend
 from .packed_gemm import PackedWeight
 from .quant_gemm import WeightView
@@ -148,8 +148,8 @@ class Layout:
 
         if not hasattr(constants, "shared"):  # folded constants: equal ones across programs
             return intern(make())
-        # weights made on access (lazy_weights.py) are shared by recipe, not by value: an equal
-        # tensor of another live model would tie this program to that model's storage
+        # weights made on access (weights/lazy_weights.py) are shared by recipe, not by value: an
+        # equal tensor of another live model would tie this program to that model's storage
 
         def make_and_trim() -> torch.Tensor:
             t = make()

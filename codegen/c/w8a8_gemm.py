@@ -1,6 +1,6 @@
 """A GEMM in integers for prefill: float activations quantized to 7-bit codes per row and
 call ("dynamic", as ONNX Runtime's quantize_dynamic does per tensor), times the int8 weight
-(format "int8", eqsat_llm/quant_formats.py: q [K, N] in [-127, 127], W = q[k, n] scale[n]),
+(format "int8", eqsat_llm/formats/quant_formats.py: q [K, N] in [-127, 127], W = q[k, n] scale[n]),
 int32 sums, scaled by the row's scale times the column's.
 
 Activations. Row m of A is coded q = clamp(rint(a / s) + z, 0, 127) with

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from ...half_formats import WEIGHT_FORMATS as HALF_FORMATS
+from ...formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
+from ...formats.quant_formats import DYNAMIC, FLOAT8, FORMATS, format_group
 from ...ir import Node
 from ...ops import MATMUL_OPS, GemmDescriptor, operands_of
-from ...quant_formats import DYNAMIC, FLOAT8, FORMATS, format_group
 from .common import ACT_CODES, apply_act
 from .launch import FLOATS, Launch, Operand, interpreting, merge_levels
 

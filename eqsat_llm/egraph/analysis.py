@@ -32,10 +32,10 @@ from egglog import (
     var,
 )
 
+from ..formats.quant_formats import FORMATS, format_group, stored_dtype
+from ..formats.sparse_formats import BLOCK
+from ..formats.sparse_formats import FORMATS as SPARSE_FORMATS
 from ..ops import REGISTRY, OpDef
-from ..quant_formats import FORMATS, format_group, stored_dtype
-from ..sparse_formats import BLOCK
-from ..sparse_formats import FORMATS as SPARSE_FORMATS
 from .language import ATTR_SORTS, E, Tensor, dtype, input_names, shape
 
 _SORTS = {"i64": i64, "f64": f64, "Vec[i64]": Vec[i64], "String": String}
@@ -365,7 +365,7 @@ def hi_id(t: Tensor) -> i64:
     """Largest leaf number of the weights concatenated in t."""
 
 
-# (to_dtype too: a half-precision weight is read through a conversion to float32, half.py)
+# (to_dtype too: a half-precision weight is read through a conversion to float32, formats/half.py)
 def _weight_id_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
     if not _follows_weight(opdef):
         return

@@ -27,10 +27,10 @@ from egglog.egraph_state import _normalize_global_let_name
 from egglog.runtime import RuntimeExpr
 
 from ..errors import EncodeError
-from ..half import exact_half_dtypes
+from ..formats.half import exact_half_dtypes
+from ..formats.sparse_formats import structure
 from ..ir import Graph, TensorType
 from ..ops import get_op
-from ..sparse_formats import structure
 from .analysis import (
     HALF_EXACT,
     dtype_facts,

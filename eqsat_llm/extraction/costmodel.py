@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CostError, EqsatError
+from ..formats.quant_formats import DYNAMIC
+from ..formats.sparse_formats import FORMATS as SPARSE_FORMATS
 from ..ir import TensorType, dtype_of
 from ..ops import (
     ACTIVATIONS,
@@ -30,8 +32,6 @@ from ..ops import (
     operands_of,
     ops_where,
 )
-from ..quant_formats import DYNAMIC
-from ..sparse_formats import FORMATS as SPARSE_FORMATS
 from .machine import Machine, machine_of_this_host
 
 

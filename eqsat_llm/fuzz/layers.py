@@ -1,8 +1,8 @@
 """Repeated layers for the fuzzer: the "layers" step is an `nn.ModuleList` of identical modules
 (same class, parameter names and shapes; their own values), called one after another as a
 decoder stack calls its layers. That is the structure the capture traces once and splices
-(stamping.py), and the structure equality saturation sees repeated: a template bug, or a rule
-that confuses two layers' weights, shows only in a multi-layer model.
+(capture/stamping.py), and the structure equality saturation sees repeated: a template bug, or
+a rule that confuses two layers' weights, shows only in a multi-layer model.
 
 Stacks of 4 or more are traced once and spliced (stamping.MIN_LAYERS); 2 are traced in full.
 A step's kwargs describe the layer: `kind` (mlp: LLaMA's gated MLP; gelu_mlp: GPT-2's; attn:

@@ -3,8 +3,8 @@ kernel of the program, priced as folded."""
 
 from __future__ import annotations
 
-from .. import sparse_formats
-from ..quant_formats import quantize, quantized_types
+from ..formats import sparse_formats
+from ..formats.quant_formats import quantize, quantized_types
 from .registry import COPY_IN, register
 
 # Quantized weights (optimize(quantize=...)): from a constant float weight [K, N], the integers
@@ -17,7 +17,7 @@ register("weight_scales", 1, "fmt:str", ref=lambda xs, a: quantize(xs[0], a["fmt
          writer=COPY_IN, infer=lambda ins, a: quantized_types(ins[0], a["fmt"])[1])
 
 # Sparse weights (optimize(sparsity="auto")): a constant float weight [K, N] with 2:4 or
-# 16 x 16 block structure, as the stored values and their positions (sparse_formats.py).
+# 16 x 16 block structure, as the stored values and their positions (formats/sparse_formats.py).
 # `blocks`: the stored blocks of bsr16 (the encoder counts them), 0 for sparse24.
 register("sparse_values", 1, "fmt:str blocks:int",
          ref=lambda xs, a: sparse_formats.pack(xs[0], a["fmt"])[0], category="quant",

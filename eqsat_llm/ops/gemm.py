@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
-from .. import sparse_formats
 from ..errors import GraphError
-from ..half_formats import WEIGHT_FORMATS as HALF_FORMATS
-from ..quant_formats import DYNAMIC, FORMATS, coded_activations, dequantize
+from ..formats import sparse_formats
+from ..formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
+from ..formats.quant_formats import DYNAMIC, FORMATS, coded_activations, dequantize
 from ..tensor_type import TensorType
 from .activations import ACTIVATIONS
 from .fused import rms_norm, rms_norm_parts

@@ -1,7 +1,7 @@
 """Why this program: one entry per kernel of the extracted program, for the report.
 
 Each entry names the kernel (op, input and output types), its predicted cost under the model
-extraction used, the rules that built it (recorded when they fired: provenance.py), and the
+extraction used, the rules that built it (recorded when they fired: egraph/provenance.py), and the
 alternatives its e-class held, each with the change of the whole program's predicted cost had
 it been chosen (alternatives.py); a kernel several others read also gets the price of not
 sharing it. The entries are plain dicts: the report's JSON `kernels` (docs/report.md).

@@ -27,7 +27,7 @@ class RuleStat:
     family: str
     soundness: str
     matches: int
-    used: bool = False  # it built an e-node of the extracted program (provenance.py)
+    used: bool = False  # it built an e-node of the extracted program (egraph/provenance.py)
     # it built an e-node of an e-class of the program: a result a later rule matched (or an
     # alternative not chosen)
     in_classes: bool = False
@@ -55,7 +55,7 @@ class Report:
     folded_constants: int = 0
     folded_bytes: int = 0
     timings: dict[str, float] = field(default_factory=dict)
-    # "hit": the program came from the on-disk cache (program_cache.py: a meta-device
+    # "hit": the program came from the on-disk cache (generation/program_cache.py: a meta-device
     # model), "miss": optimized and stored there, "off": not cached (a model with weights)
     program_cache: str = "off"
     backend: str = "reference"
@@ -63,17 +63,18 @@ class Report:
     # nodes the C backend ran in torch between its compiled segments, by op (a fallback by
     # its aten target); empty when everything ran as generated C
     torch_ops: dict[str, int] = field(default_factory=dict)
-    # state writes (a KV cache's index_copy_) run in place on the module's buffer (state.py)
+    # state writes (a KV cache's index_copy_) run in place on the module's buffer (capture/state.py)
     state_in_place: int = 0
     # optimize(quantize=...): the format, the GEMMs it reached and the measured error
     # (quantization.QuantizationReport)
     quantization: Any = None
-    # a bf16/fp16 model computed in float32 on the C backend (half.py)
+    # a bf16/fp16 model computed in float32 on the C backend (formats/half.py)
     computed_in_float32: bool = False
     # the GEMMs whose weight is stored in another format than float32, by format: quantized
     # (optimize(quantize=...)), sparse (sparsity="auto"), half precision (fp16, bf16)
     weight_formats: dict[str, int] = field(default_factory=dict)
-    # constants on the meta device (a model built there: planned only, not runnable; meta.py)
+    # constants on the meta device (a model built there: planned only, not runnable;
+    # weights/meta.py)
     meta_weights: int = 0
     # one entry per kernel of the extracted program: what it is, its predicted (and, when
     # profiled, measured) cost, the rules that built it, the alternatives it beat

@@ -84,14 +84,14 @@ def start_workers(path: str | Path, layers: int, *, max_seq_len: int, batch_size
     # the children import this package from where this process did (a source tree put on
     # sys.path by a script, not installed: found all the same)
     env = os.environ.copy()
-    here = str(Path(__file__).resolve().parent.parent)
+    here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
     workers = {}
     for tokens in dict.fromkeys((1, chunk)):
         fd, name = tempfile.mkstemp(prefix=f"eqsat-program-{tokens}-", suffix=".log")
         with os.fdopen(fd, "w") as errors:
             process = subprocess.Popen(
-                [sys.executable, "-m", "eqsat_llm.parallel_start",
+                [sys.executable, "-m", "eqsat_llm.generation.parallel_start",
                  json.dumps(job | {"tokens": tokens})],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors, env=env)
         workers[tokens] = ProgramWorker(process, Path(name))
@@ -130,7 +130,7 @@ def main(argv: list[str]) -> None:
 
     from . import warm_start
     from .checkpoint import Checkpoint
-    from .generation import cached_step, example_inputs, optimize_step, program_options
+    from .generator import cached_step, example_inputs, optimize_step, program_options
 
     warnings.filterwarnings("ignore")
     job = json.loads(argv[0])
@@ -142,7 +142,7 @@ def main(argv: list[str]) -> None:
     compiled = optimize_step(step, example_inputs(job["tokens"], job["batch_size"],
                                                   job["max_seq_len"], True), options)
     if compiled.target_backend == "c":  # its C compiled too: the loader's compile is a hit
-        from .codegen.c.runtime import compiled_program
+        from ..codegen.c.runtime import compiled_program
 
         compiled_program(compiled.graph, compiled.plan)
     if job["record"] and compiled.cached_as is not None:

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from .errors import EqsatError
-from .ops import evaluate
+from ..errors import EqsatError
+from ..ops import evaluate
 
 WeightSource = Callable[[str], torch.Tensor]  # a graph constant's name -> its values
 
@@ -328,7 +328,7 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         """quantize's pairs for `part`'s columns: one, or for a large transposed weight of a
         source that reads rows apart (a checkpoint), one per slice of its rows, so that its
         float bytes are never in memory whole (a 7B model's LM head: 0.26 GB of bf16)."""
-        from .quant_formats import quantize
+        from ..formats.quant_formats import quantize
 
         ref = _transposed_weight(part)
         rows_of = getattr(self._source, "rows", None)

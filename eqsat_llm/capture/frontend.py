@@ -27,10 +27,10 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import Node as FxNode
 
-from .errors import CaptureError, GraphError
-from .ir import Graph, TensorType, dtype_name
-from .ops import evaluate
-from .ops.elementwise import UNARY
+from ..errors import CaptureError, GraphError
+from ..ir import Graph, TensorType, dtype_name
+from ..ops import evaluate
+from ..ops.elementwise import UNARY
 
 aten = torch.ops.aten
 
@@ -113,7 +113,9 @@ def _quiet(names: tuple[str, ...]):
 _SIGNATURE_ERROR = re.compile(r"too many positional arguments|missing a required argument|"
                               r"unexpected keyword argument|positional argument")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*([^\n]*)')
-_NOT_USER = (os.path.dirname(torch.__file__), os.path.dirname(__file__), "<frozen ")
+# torch's files and the whole eqsat_llm package's (this module is in eqsat_llm/capture/)
+_NOT_USER = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)),
+             "<frozen ")
 
 
 def _user_line(texts: list[str], tracebacks: list[Any] = ()) -> str | None:

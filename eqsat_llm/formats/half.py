@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from ..ir import Graph, TensorType, ValueType
 from .half_formats import FORMAT_OF, WEIGHT_FORMATS
-from .ir import Graph, TensorType, ValueType
 
 __all__ = ["FORMAT_OF", "HALF", "WEIGHT_FORMATS", "compute_in_float32", "exact_half_dtypes",
            "has_half"]

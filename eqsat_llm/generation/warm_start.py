@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .cache import cache_dir, load_pickled, store_verified
+from ..cache import cache_dir, load_pickled, store_verified
 from .checkpoint import Checkpoint
 
 _FORMAT = 1  # bumped when what a record holds changes
@@ -50,7 +50,7 @@ def key(ckpt: Checkpoint, arguments: dict[str, Any]) -> str | None:
     where the program cache is off)."""
     if os.environ.get("EQSAT_PROGRAM_CACHE", "1") == "0":
         return None
-    from .extraction.costmodel import CostModel
+    from ..extraction.costmodel import CostModel
     from .program_cache import _describe, _library_digest
 
     h = hashlib.sha256()
@@ -77,7 +77,7 @@ def facts(ckpt: Checkpoint, model: Any, step: Any, graphs: list[Any]) -> dict[st
     """A StartRecord's fields but the programs, read off the meta-device `model`, its
     CachedStep `step` and the programs' `graphs`: the buffers kept are those the graphs
     read (CheckpointWeights resolves each name as a load would)."""
-    from .lazy_weights import source_names
+    from ..weights.lazy_weights import source_names
 
     source = ckpt.weight_source(model)
     for name in sorted(set().union(*(source_names(g.constants) for g in graphs))):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from ..ir import Graph
 from .frontend import Captured, Slot
-from .ir import Graph
 
 aten = torch.ops.aten
 

@@ -34,10 +34,10 @@ from egglog.declarations import (
 )
 from egglog.runtime import RuntimeExpr
 
-from .egraph.decode import is_literal
-from .egraph.language import ATTR_SORTS, Tensor
-from .ops import REGISTRY
-from .rulebook import Rule
+from ..ops import REGISTRY
+from ..rulebook import Rule
+from .decode import is_literal
+from .language import ATTR_SORTS, Tensor
 
 MADE = "made_"  # prefix of the relations (their tables are not part of the e-graph's size)
 _SORTS = {"i64": i64, "f64": f64, "Vec[i64]": Vec[i64], "String": String}

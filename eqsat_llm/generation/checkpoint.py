@@ -6,7 +6,7 @@ model.safetensors.index.json).
     model = ckpt.empty_model()             # parameters on the meta device, buffers real
     source = ckpt.weight_source(model)     # graph constant name -> tensor read from its shard
 
-The shards are memory-mapped and read one tensor at a time (lazy_weights.py makes each
+The shards are memory-mapped and read one tensor at a time (weights/lazy_weights.py makes each
 prepared weight from them and drops the source bytes), so the full-precision model is never
 held. Every problem is an EqsatError that names the file or the tensor.
 """
@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import EqsatError
-from .meta import suffixes
+from ..errors import EqsatError
+from ..weights.meta import suffixes
 
 INDEX = "model.safetensors.index.json"
 

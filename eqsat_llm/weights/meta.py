@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import EqsatError
-from .ir import Graph
+from ..errors import EqsatError
+from ..ir import Graph
 
 
 def meta_constants(graph: Graph) -> list[str]:
@@ -117,7 +117,7 @@ def plans_on_meta(model: nn.Module) -> bool:
     """Whether a loaded model can be planned on its meta twin with nothing lost: its tensors
     are all on the CPU, and no float32 matrix fits a half dtype exactly (those the planner
     keeps half, which it can tell only from the values: half.exact_half_dtypes)."""
-    from .half import exact_half_dtypes
+    from ..formats.half import exact_half_dtypes
 
     tensors = [*model.parameters(), *model.buffers()]
     return bool(tensors) and all(t.device.type == "cpu" for t in tensors) and not any(

@@ -70,8 +70,9 @@ class LlamaBlock(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        # device="meta": shapes without storage (a 7B model's weights cost nothing; meta.py);
-        # None leaves the device to the caller's default (an enclosing `with torch.device`)
+        # device="meta": shapes without storage (a 7B model's weights cost nothing;
+        # weights/meta.py); None leaves the device to the caller's default (an enclosing `with
+        # torch.device`)
         with torch.device(device) if device is not None else contextlib.nullcontext():
             self._build(d_model, n_heads, ffn, max_seq, rope_base, eps, n_kv_heads)
         if not self.q_proj.weight.is_meta:  # a meta weight has no values to draw

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .cache import cache_dir, load_pickled, store_verified
+from ..cache import cache_dir, load_pickled, store_verified
 
 _FORMAT = 2  # bumped when what an entry holds changes (2: the memory plan too)
 
@@ -129,7 +129,7 @@ def _rule_text(rule: Any) -> str:
 
 @cache
 def _library_rules() -> dict[int, Any]:
-    from .rulebook import load_library
+    from ..rulebook import load_library
 
     return {id(r): r for rules in load_library().values() for r in rules}
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 from egglog import EGraph
 
-from .egraph.analysis import analysis
+from ..rulebook import Rule
+from .analysis import analysis
 from .provenance import MADE, instrumented, recording_ruleset
-from .rulebook import Rule
 
 
 @dataclass(frozen=True)

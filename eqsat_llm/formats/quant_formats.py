@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import torch
 
-from .errors import GraphError
+from ..errors import GraphError
+from ..tensor_type import TensorType
 from .last_call import last_call
-from .tensor_type import TensorType
 
 FORMATS = ("int8", "fp8_e4m3", "fp8_e5m2", "int4_g32", "int4_g64", "int4_g128")
 # the float8 formats: their torch dtype and largest finite value
@@ -75,7 +75,7 @@ def quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     stay small (an LM head's would be several times the head's size)."""
     if w.dim() != 2 or not quantizable(w.shape[0], fmt):
         raise GraphError(f"cannot quantize a weight of shape {tuple(w.shape)} to {fmt}")
-    from .codegen.c.quantizer import quantize_fp8_in_c, quantize_in_c
+    from ..codegen.c.quantizer import quantize_fp8_in_c, quantize_in_c
 
     fast = quantize_fp8_in_c(w, fmt) if fmt in FLOAT8 else \
         quantize_in_c(w, format_group(fmt))  # the same values, in one pass

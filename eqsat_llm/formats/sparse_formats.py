@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import GraphError
+from ..errors import GraphError
+from ..tensor_type import TensorType
 from .last_call import last_call
-from .tensor_type import TensorType
 
 FORMATS = ("sparse24", "bsr16")
 BLOCK = 16

@@ -8,7 +8,7 @@ from a seed, sdpa attention, eval mode.
     refusal("mamba")                            # None, or why the family is not built
 
 The classification against eqsat-llm (compiled / torch steps / refused / WRONG) is
-`eqsat_llm.family_check`; the table is docs/families.md.
+`eqsat_llm.models.family_check`; the table is docs/families.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Each causal-LM family transformers ships (eqsat_llm.families) against eqsat-llm: eager
+"""Each causal-LM family transformers ships (eqsat_llm.models.families) against eqsat-llm: eager
 logits vs `optimize(model, (ids,), backend="c")` with the default rules, at a prompt and at one
 token, classified as
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from ..api import optimize
 from . import families
-from .api import optimize
 
 # float32 programs: error relative to the largest |logit| of eager's output
 TOL = 1e-4

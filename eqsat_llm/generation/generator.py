@@ -27,13 +27,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import EqsatError
+from ..errors import EqsatError
+from ..memcheck import release_freed_memory
+from ..rulebook import resolve
+from ..weights.lazy_weights import WeightSource, source_names
+from ..weights.meta import ParameterSource, meta_twin, plans_on_meta
 from .kv_cache import CachedStep
-from .lazy_weights import WeightSource, source_names
-from .memcheck import release_freed_memory
-from .meta import ParameterSource, meta_twin, plans_on_meta
 from .parallel_start import layers_in, start_workers, wait_budget
-from .rulebook import resolve
 
 DEFAULT_CHUNK = 64
 
@@ -92,7 +92,7 @@ def program_options(model: nn.Module, optimize_options: dict[str, Any]
     dtype = first.dtype if first is not None else torch.float32
     if optimize_options.get("backend", "auto") != "reference" and dtype in (
             torch.bfloat16, torch.float16):
-        dtype = torch.float32  # the backends compute half models in float32 (half.py)
+        dtype = torch.float32  # the backends compute half models in float32 (formats/half.py)
     options = {"measure_eager": False, **optimize_options}
     if options.get("quantize") and "rules" not in options:
         # weights held once: a half-precision weight form would win at prefill (compute)
@@ -105,7 +105,7 @@ def program_options(model: nn.Module, optimize_options: dict[str, Any]
 def optimize_step(step: nn.Module, example: tuple[torch.Tensor, ...],
                   options: dict[str, Any]) -> Any:
     """One program of a Generator: `step` (a CachedStep) optimized on `example`."""
-    from .api import optimize
+    from ..api import optimize
 
     with _step_warnings():
         return optimize(step, example, **options)
@@ -113,7 +113,7 @@ def optimize_step(step: nn.Module, example: tuple[torch.Tensor, ...],
 
 @contextlib.contextmanager
 def _step_warnings():
-    from .api import FallbackWarning
+    from ..api import FallbackWarning
 
     with torch.no_grad(), warnings.catch_warnings():
         # the cache writes run in torch, in place on the buffers: expected, not a fallback
@@ -167,7 +167,7 @@ class GeneratorReport:
     weights_read_bytes: int = 0
     load_seconds: float = 0.0
     # how the prepared weights were made: "checkpoint" (read from its shards at load),
-    # "model" (at load from the model's own tensors, planned on its meta twin: meta.py) or
+    # "model" (at load from the model's own tensors, planned on its meta twin: weights/meta.py) or
     # "folded" (computed while optimizing the loaded model, where the twin cannot stand in)
     weights_from: str = "folded"
     # where each program was optimized: "here", "in a parallel process" (a cold
@@ -259,7 +259,7 @@ class Generator:
         twin = False
         if weights is None and _on_meta_twin(model, options):
             # a loaded model is planned on its meta twin and loaded from its own tensors:
-            # each prepared weight made once, none held beside a folded copy (meta.py)
+            # each prepared weight made once, none held beside a folded copy (weights/meta.py)
             own = ParameterSource(model)
             try:
                 self._optimize(meta_twin(model), dtype, own, options)
@@ -340,7 +340,7 @@ class Generator:
         optimized and planned on the meta device; then each weight is read from the memory-
         mapped shards straight into the form its kernel reads (quantized with `quantize`,
         widened from half...), and its source bytes dropped: the full-precision model is never
-        held (checkpoint.py, lazy_weights.py). `dtype`: the model's, default the
+        held (checkpoint.py, weights/lazy_weights.py). `dtype`: the model's, default the
         checkpoint's. Other options as Generator's and optimize's."""
         from . import warm_start
         from .checkpoint import Checkpoint
@@ -422,7 +422,7 @@ class Generator:
         """from_pretrained from a StartRecord (warm_start.py): no model built, both programs
         from the program cache, where they were optimized (the report's words); None where
         one is gone from it (then a cold start)."""
-        from .api import cached_program
+        from ..api import cached_program
         from .checkpoint import CheckpointWeights
         from .kv_cache import CacheBuffers
 

@@ -1,5 +1,10 @@
 """Capture a model as an IR graph: its repeated layers traced once and spliced in per call
-(stamping.py) where they can be, else every op traced (frontend.py)."""
+(stamping.py) where they can be, else every op traced (frontend.py).
+
+    frontend   torch.export and its core-aten decompositions, each aten op mapped to the IR
+    stamping   repeated layers traced once, spliced in per call
+    state      a model's writes into its own buffers run in place
+"""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .errors import EqsatError
+from ..errors import EqsatError
 from .quant_formats import DYNAMIC, FORMATS
 
 ALIASES = {"int4": "int4_g32", "fp8": "fp8_e4m3"}  # group 32, as the common int4 formats;

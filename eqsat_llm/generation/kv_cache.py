@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import EqsatError
+from ..errors import EqsatError
 
 
 @functools.cache
@@ -53,7 +53,7 @@ def _static_layer_class() -> type:
             self.values.index_copy_(2, pos, value_states.to(self.values.dtype))
             if key_states.dtype == self.keys.dtype:
                 return self.keys, self.values
-            # a cache wider than the model (half.py: the C backend computes a half model in
+            # a cache wider than the model (formats/half.py: the C backend computes a half model in
             # float32, where these conversions vanish) is read in the model's dtype
             return self.keys.to(key_states.dtype), self.values.to(value_states.dtype)
 
