@@ -19,7 +19,7 @@ skips training.
 Systems, each compiled once with `eqsat_llm.optimize(model, (input_ids,), quantize=...,
 measure_eager=False)` on the first held-out batch (4 x 128 bytes) and run on every held-out
 batch (8 of them: 4096 positions); `model` is the torch.export capture that optimize makes
-itself (eqsat_llm.capture.frontend.export, once per weights: it is most of a compile's time here):
+itself (eqsat_llm.capture.export.export, once per weights: it is most of a compile's time here):
 eager fp32, eqsat fp32, int8, fp8_e4m3, fp8_e5m2, int4 (= int4_g32), int4_g64, int4_g128, int8 with
 keep_float=["lm_head"], and int8_dynamic (activations coded per row in 7 bits too: the 4 x 128
 batch is prefill-sized, so its GEMMs multiply integers).
@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quantized import parse_args, write_results
 
 from eqsat_llm import optimize
-from eqsat_llm.capture.frontend import export
+from eqsat_llm.capture.export import export
 from eqsat_llm.formats.quant_formats import DYNAMIC
 from eqsat_llm.formats.quant_formats import FORMATS as QUANT_FORMATS
 from eqsat_llm.models.model_matrix import Logits

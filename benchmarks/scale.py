@@ -68,7 +68,7 @@ def measure(depth: int, seq: int) -> dict:
 
 def measure_full_trace(depth: int, seq: int) -> float:
     """Seconds of the same capture with every layer traced (no stamping), for comparison."""
-    from eqsat_llm.capture.frontend import capture_plain
+    from eqsat_llm.capture.converter import capture_plain
 
     model, x = _meta_model(depth, seq)
     t = time.perf_counter()
@@ -164,7 +164,7 @@ def main() -> None:
             "extraction. No weight has storage: every phase up to the memory plan runs, no "
             "code is generated (docs/memory.md). *layers stamped*: layer calls traced once and "
             "spliced (eqsat_llm/capture/stamping.py); *capture, every layer traced*: the same "
-            "capture without stamping (frontend.capture_plain) in another fresh process, for "
+            "capture without stamping (converter.capture_plain) in another fresh process, for "
             "comparison. Each depth in a fresh process: *peak RSS* is "
             "that process's ru_maxrss (imports included), *before optimize* its RSS once "
             "torch, egglog and the meta model were loaded. *total* is optimize()'s wall time, "

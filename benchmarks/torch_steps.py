@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_cpu import interleaved_medians
 from optimize_time import write_section
 
-from eqsat_llm.capture.frontend import Slot
+from eqsat_llm.capture.converter import Slot
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.ir import Graph, TensorType
 

@@ -24,7 +24,7 @@ import torch
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ..capture.frontend import run_fallback
+from ..capture.converter import run_fallback
 from ..errors import GraphError
 from ..ir import Graph, Node, TensorType, dtype_of
 from ..memcheck import check_fits, output_bytes

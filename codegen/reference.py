@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..capture.frontend import run_fallback
+from ..capture.converter import run_fallback
 from ..errors import GraphError
 from ..ir import Graph
 from ..ops import evaluate

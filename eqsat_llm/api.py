@@ -15,7 +15,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .capture import capture
-from .capture.frontend import Captured
+from .capture.converter import Captured
 from .capture.state import write_state_in_place
 from .egraph.analysis import analysis
 from .egraph.decode import decode, let_classes, program_view, serialize

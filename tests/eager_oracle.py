@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from eqsat_llm.capture.frontend import run_fallback  # a fallback node is a captured torch call
+from eqsat_llm.capture.converter import run_fallback  # a fallback node is a captured torch call
 from eqsat_llm.ir import Graph
 
 BLOCK = 16  # bsr16's block edge

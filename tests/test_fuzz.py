@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eqsat_llm.capture import frontend
+from eqsat_llm.capture import converter
 from eqsat_llm.fuzz import Spec, available_backends, check_spec, fuzz, load_regression
 from eqsat_llm.fuzz.compare import mismatch
 from eqsat_llm.fuzz.shrink import prune, shrink
@@ -59,7 +59,7 @@ def test_a_planted_bug_is_found_shrunk_and_saved(monkeypatch, tmp_path):
     """The frontend made to read torch.neg as exp: the fuzzer must see the program disagree
     with eager, shrink the model to the one neg, and save it."""
     aten = torch.ops.aten
-    monkeypatch.setitem(frontend.ATEN, aten.neg.default, frontend.ATEN[aten.exp.default])
+    monkeypatch.setitem(converter.ATEN, aten.neg.default, converter.ATEN[aten.exp.default])
     result = fuzz(5, 0, ["reference"], save_dir=tmp_path)
     assert result.found, "no model with neg among 5"
     first = result.found[0]

@@ -15,7 +15,7 @@ from torch import nn
 
 from eqsat_llm import optimize
 from eqsat_llm.api import BackendFallbackWarning
-from eqsat_llm.capture.frontend import Slot
+from eqsat_llm.capture.converter import Slot
 from eqsat_llm.codegen import PlannedRuntime, ReferenceRuntime
 from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import compiler

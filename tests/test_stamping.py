@@ -7,7 +7,7 @@ from torch import nn
 
 from eqsat_llm import optimize
 from eqsat_llm.capture import capture, stamping
-from eqsat_llm.capture.frontend import capture_plain
+from eqsat_llm.capture.converter import capture_plain
 from eqsat_llm.models.workloads import LlamaBlock, stacked_llama_blocks
 
 SMALL = {"d_model": 64, "n_heads": 2, "ffn": 128}

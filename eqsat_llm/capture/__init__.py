@@ -1,16 +1,19 @@
 """Capture a model as an IR graph: its repeated layers traced once and spliced in per call
-(stamping.py) where they can be, else every op traced (frontend.py).
+(stamping.py) where they can be, else every op traced.
 
-    frontend   torch.export and its core-aten decompositions, each aten op mapped to the IR
-    stamping   repeated layers traced once, spliced in per call
-    state      a model's writes into its own buffers run in place
+    export       torch.export with the core-aten decompositions; its failures explained
+    converter    the exported fx graph -> the IR, node by node (fallbacks for the rest)
+    aten_table   one converter per aten op
+    stamping     repeated layers traced once, spliced in per call
+    state        a model's writes into its own buffers run in place
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .frontend import Captured, capture_plain
+from . import aten_table  # noqa: F401  (registers the aten conversions)
+from .converter import Captured, capture_plain
 from .stamping import capture_stamped
 
 

@@ -38,7 +38,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .frontend import Captured, capture_plain, converts, export, from_exported
+from .converter import Captured, capture_plain, converts, from_exported
+from .export import export
 
 _KEYS = itertools.count()
 # key -> the stamp its `eqsat_llm::layer` nodes stand for, while a capture runs

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..ir import Graph
-from .frontend import Captured, Slot
+from .converter import Captured, Slot
 
 aten = torch.ops.aten
 
