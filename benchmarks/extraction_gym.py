@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from eqsat_llm.extraction import extract as ex
+from eqsat_llm.extraction.egraph_json import load_egraph
 
 GYM = Path(__file__).resolve().parents[2] / "shared" / "extraction-gym"
 SECTION = "## Extraction on the extraction-gym e-graphs"
@@ -32,7 +33,7 @@ def run(names: list[str], time_limit: float) -> list[dict]:
     available = methods(time_limit)
     rows = []
     for path in sorted(GYM.rglob("*.json")):
-        egraph = ex.load_egraph(path)
+        egraph = load_egraph(path)
         row = {"file": str(path.relative_to(GYM)), "nodes": len(egraph.nodes)}
         for name in names:
             t = time.perf_counter()

@@ -27,6 +27,7 @@ from .errors import EqsatError, RuleError
 from .extraction import extract as extractors
 from .extraction.cost import enode_cost_fn, program_cost
 from .extraction.costmodel import CostModel
+from .extraction.egraph_json import load_egraph
 from .extraction.ilp import extract_ilp
 from .fold import KEEP, Folded, const_classes, fold_constants
 from .formats.half import compute_in_float32, has_half
@@ -539,7 +540,7 @@ def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",
         view = program_view(serialized, roots)
         constant = const_classes(serialized)
     with _phase(timings, "extract"):
-        egraph = extractors.load_egraph(view)
+        egraph = load_egraph(view)
         # predicted microseconds per e-node; constant classes fold at compile time: free
         model = cost_model or CostModel()
         cost_fn = enode_cost_fn(serialized, view, constant, model)

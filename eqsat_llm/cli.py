@@ -285,15 +285,16 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 def cmd_extract(args: argparse.Namespace) -> int:
     from .extraction import extract as ex
+    from .extraction.egraph_json import EGraphFormatError, load_egraph
     from .extraction.ilp import extract_ilp
 
     methods = {"tree": ex.extract_tree_greedy, "dag": ex.extract_dag_greedy,
                "ilp": lambda g: extract_ilp(g, time_limit=args.time_limit)}
     try:
-        egraph = ex.load_egraph(args.file)
+        egraph = load_egraph(args.file)
         result = methods[args.method](egraph)
         ex.check_extraction(egraph, result.choices)
-    except (ex.EGraphFormatError, ex.ExtractionError) as exc:
+    except (EGraphFormatError, ex.ExtractionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a missing or unreadable file

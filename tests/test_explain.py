@@ -17,12 +17,12 @@ from eqsat_llm.egraph.language import E, Tensor
 from eqsat_llm.egraph.provenance import read, recording_ruleset
 from eqsat_llm.egraph.saturate import saturate
 from eqsat_llm.errors import EqsatError
+from eqsat_llm.extraction.egraph_json import load_egraph
 from eqsat_llm.extraction.extract import (
     ExtractionError,
     cheapest_trees,
     dag_cost,
     extract_dag_greedy,
-    load_egraph,
     node_costs,
 )
 from eqsat_llm.ir import VALUE_LEAVES, Graph, TensorType

@@ -12,16 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eqsat_llm.extraction.egraph_json import EGraph, EGraphFormatError, load_egraph
 from eqsat_llm.extraction.extract import (
-    EGraph,
-    EGraphFormatError,
     ExtractionError,
     break_cycles,
     check_extraction,
     dag_cost,
     extract_dag_greedy,
     extract_tree_greedy,
-    load_egraph,
     reachable_classes,
     tree_cost,
 )

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from eqsat_llm.extraction.egraph_json import load_egraph
 from eqsat_llm.extraction.extract import (
     ExtractionError,
     check_extraction,
     dag_cost,
     extract_dag_greedy,
-    load_egraph,
 )
 from eqsat_llm.extraction.ilp import extract_ilp
 

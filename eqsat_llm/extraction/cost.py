@@ -16,7 +16,7 @@ from ..egraph.analysis import CONST_SOURCES, NEVER_CONST
 from ..egraph.decode import class_types, node_attrs
 from ..ir import VALUE_LEAVES, TensorType
 from ..ops import REGISTRY
-from .extract import ENode
+from .egraph_json import ENode
 
 
 def enode_cost_fn(serialized: dict[str, Any], view: dict[str, Any], constant: set[str],

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from .egraph_json import EGraph
 from .extract import (
     CostFn,
-    EGraph,
     Extraction,
     ExtractionError,
     acyclic_worklist,
@@ -36,8 +36,6 @@ from .extract import (
     chosen_cycles,
     dag_cost,
     extract_dag_greedy,
-    extract_tree_greedy,
-    load_egraph,
     node_costs,
     reachable_classes,
     root_classes,
@@ -358,46 +356,3 @@ def _add_rows(
     )
     if status.name == "kError":
         raise RuntimeError("HiGHS rejected the extraction model rows")
-
-
-# --------------------------------------------------------------------------- benchmark script
-
-
-def _main(argv: list[str] | None = None) -> int:
-    """``python -m eqsat_llm.extraction.ilp DIR [--time-limit S] [--out FILE]``: ILP vs greedy
-    table."""
-    import argparse
-    from pathlib import Path
-
-    ap = argparse.ArgumentParser(description=_main.__doc__)
-    ap.add_argument("directory")
-    ap.add_argument("--time-limit", type=float, default=10.0)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    lines = [
-        "| file | nodes | tree cost | dag cost | ilp cost | lower bound | gap | ilp s |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    print("\n".join(lines), flush=True)
-    base = Path(args.directory)
-    for path in sorted(base.rglob("*.json")):
-        eg = load_egraph(path)
-        tree = extract_tree_greedy(eg).cost
-        dag = extract_dag_greedy(eg).cost
-        res = extract_ilp(eg, time_limit=args.time_limit)
-        lb = res.lower_bound
-        gap = (res.cost - lb) / res.cost if lb is not None and res.cost > 0 else 0.0
-        line = (
-            f"| {path.relative_to(base)} | {len(eg.nodes)} | {tree:g} | {dag:g} | "
-            f"{res.cost:g} | {'' if lb is None else f'{lb:g}'} | {gap:.2%} | "
-            f"{res.seconds:.2f} |"
-        )
-        lines.append(line)
-        print(line, flush=True)
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())

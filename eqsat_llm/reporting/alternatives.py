@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..extraction.extract import EGraph, cheapest_trees, reachable_classes
+from ..extraction.egraph_json import EGraph
+from ..extraction.extract import cheapest_trees, reachable_classes
 
 MAX_ALTERNATIVES = 6  # per class, the cheapest kept (the report says how many there were)
 

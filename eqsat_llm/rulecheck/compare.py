@@ -18,11 +18,11 @@ from ..egraph.analysis import analysis, dtype_facts
 from ..egraph.decode import decode, let_classes, program_view, serialize
 from ..egraph.encode import encode, let_name
 from ..errors import EncodeError, GraphError, RuleError
-from ..extraction.extract import EGraph as XGraph
+from ..extraction.egraph_json import EGraph as XGraph
+from ..extraction.egraph_json import load_egraph
 from ..extraction.extract import (
     ExtractionError,
     extract_tree_greedy,
-    load_egraph,
     reachable_classes,
 )
 from ..ir import Graph
