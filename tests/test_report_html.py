@@ -13,7 +13,8 @@ import torch
 from eqsat_llm import optimize
 from eqsat_llm.models.workloads import LlamaBlock
 from eqsat_llm.profile import attach_profile, profile_program
-from eqsat_llm.reporting.html import SECTIONS, dot_titles, graph_dot, layered_svg, render
+from eqsat_llm.reporting.html import SECTIONS, render
+from eqsat_llm.reporting.program_drawing import dot_titles, graph_dot, layered_svg
 from eqsat_llm.reporting.report import Report
 from eqsat_llm.reporting.units import fmt_bytes, fmt_count, fmt_seconds, fmt_us
 
