@@ -182,10 +182,7 @@ def _blas_gemm(geo: GemmGeometry, alpha: float) -> str:
     return f"""{{
 #pragma omp parallel if({int(par)})
 {{
-    int nt = 1, t = 0;
-#ifdef _OPENMP
-    nt = omp_get_num_threads(); t = omp_get_thread_num();
-#endif
+    EQ_THREAD_IDS;
     int64_t per = (({N} + nt - 1) / nt + 15) / 16 * 16;
     int64_t n0 = t * per, n1 = n0 + per < {N} ? n0 + per : {N};
     if (n0 < n1) {{
@@ -210,10 +207,7 @@ def _gen_gemm(geo: GemmGeometry, alpha: float) -> str:
     return f"""{{
 #pragma omp parallel if({int(par)})
 {{
-    int nt = 1, t = 0;
-#ifdef _OPENMP
-    nt = omp_get_num_threads(); t = omp_get_thread_num();
-#endif
+    EQ_THREAD_IDS;
     int64_t per = (({N} + nt - 1) / nt + 15) / 16 * 16;
     int64_t n0 = t * per, n1 = n0 + per < {N} ? n0 + per : {N};
     float acc[{N}] __attribute__((aligned(64)));

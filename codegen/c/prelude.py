@@ -8,6 +8,10 @@ PRELUDE = r"""
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
+/* in a parallel region: this thread's number t of nt, the kernels' work split by it */
+#define EQ_THREAD_IDS int nt = omp_get_num_threads(), t = omp_get_thread_num()
+#else
+#define EQ_THREAD_IDS int nt = 1, t = 0
 #endif
 
 #ifdef EQ_USE_BLAS

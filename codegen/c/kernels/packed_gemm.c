@@ -221,10 +221,7 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
     a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
     {
-        int nt = 1, t = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads(); t = omp_get_thread_num();
-#endif
+        EQ_THREAD_IDS;
         const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
         for (int64_t p = p0; p < p1; p++) {
             const int64_t n0 = p * 32;
@@ -308,10 +305,7 @@ static __attribute__((noinline)) void eq_gemm_packed_swiglu(
     a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
     {
-        int nt = 1, t = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads(); t = omp_get_thread_num();
-#endif
+        EQ_THREAD_IDS;
         const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
         for (int64_t p = p0; p < p1; p++) {
             const int64_t n0 = p * 32;
@@ -363,10 +357,7 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
     a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
     {
-        int nt = 1, t = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads(); t = omp_get_thread_num();
-#endif
+        EQ_THREAD_IDS;
         eq_addend es[4];
         const int64_t g0 = ng * t / nt, g1 = ng * (t + 1) / nt;
         for (int64_t g = g0; g < g1; g++) {

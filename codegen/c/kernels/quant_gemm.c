@@ -429,10 +429,7 @@ static __attribute__((noinline)) void eq_gemm_q(
     }
 #pragma omp parallel if(parallel)
     {
-        int nt = 1, t = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads(); t = omp_get_thread_num();
-#endif
+        EQ_THREAD_IDS;
         const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
         const int64_t n0 = 64 * p0, nc = (64 * p1 < N ? 64 * p1 : N) - n0, ldt = 64 * (p1 - p0);
         if (gemv && p1 > p0) {

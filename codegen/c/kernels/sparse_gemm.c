@@ -484,10 +484,7 @@ static __attribute__((noinline)) void eq_gemm_sparse(
         a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
         {
-            int nt = 1, t = 0;
-#ifdef _OPENMP
-            nt = omp_get_num_threads(); t = omp_get_thread_num();
-#endif
+            EQ_THREAD_IDS;
             const int64_t j0 = eq_bsplit(ptr, nb, t, nt, swiglu);
             const int64_t j1 = eq_bsplit(ptr, nb, t + 1, nt, swiglu);
             eq_bcols(M, N, a, lda, values, ptr, brow, j0, j1, c, ldc, alpha, rowscale, e, ne,
@@ -502,10 +499,7 @@ static __attribute__((noinline)) void eq_gemm_sparse(
     if (!gemv) a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
     {
-        int nt = 1, t = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads(); t = omp_get_thread_num();
-#endif
+        EQ_THREAD_IDS;
         if (gemv) {
             const int64_t n0 = nblk * t / nt * 64;
             const int64_t n1 = t == nt - 1 ? N : nblk * (t + 1) / nt * 64, nc = n1 - n0;

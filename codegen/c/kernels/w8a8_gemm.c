@@ -240,10 +240,7 @@ static __attribute__((noinline)) void eq_gemm_w8a8(
     uint8_t* qa = (uint8_t*)(buf + head);
 #pragma omp parallel if(parallel)
     {
-        int nt = 1, t = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads(); t = omp_get_thread_num();
-#endif
+        EQ_THREAD_IDS;
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++)
             eq_w8_quantize_row(K, a + m * lda, qa + m * ldq, ldq, sa + m, zp + m);
