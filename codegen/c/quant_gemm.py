@@ -118,7 +118,8 @@ from typing import Any
 import torch
 
 from ...errors import GraphError
-from .static_c import kernel_source
+from .packed_gemm import PACKED_GEMM
+from .static_c import StaticLibrary, kernel_source
 from .tiles import QUANT_PANEL
 
 
@@ -220,3 +221,4 @@ def _exactly_half(values: torch.Tensor, name: str) -> torch.Tensor:
 
 
 QUANT_GEMM_C = kernel_source("quant_gemm.c")
+QUANT_GEMM = StaticLibrary("quant_gemm", QUANT_GEMM_C, ("eq_gemm_q",), (PACKED_GEMM,))

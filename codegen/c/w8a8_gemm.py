@@ -80,8 +80,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .packed_gemm import PACKED_GEMM
 from .quant_gemm import WeightView
-from .static_c import kernel_source
+from .static_c import StaticLibrary, kernel_source
 from .tiles import W8A8_K_GROUP, W8A8_PANEL
 
 
@@ -141,3 +142,4 @@ class W8A8Panels(WeightView):
 W8A8_GEMM_C = kernel_source("w8a8_gemm.c")
 # the panel's numbers as tiles.py defines them (the C code restates them)
 W8A8_GEMM_C = W8A8_GEMM_C.replace("{NP}", str(W8A8_PANEL)).replace("{KG}", str(W8A8_K_GROUP))
+W8A8_GEMM = StaticLibrary("w8a8_gemm", W8A8_GEMM_C, ("eq_gemm_w8a8",), (PACKED_GEMM,))
