@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import draws
 from .registry import COPY_IN, register
 
 
@@ -48,9 +49,10 @@ register("sdpa", 3, "is_causal:bool scale:float",
          ref=lambda xs, a: F.scaled_dot_product_attention(
              *xs, is_causal=a["is_causal"], scale=a["scale"], enable_gqa=grouped(xs)),
          category="attention", shape="sdpa", cost="attention", writer=COPY_IN,
-         frontend_form=True, operands="q k v")
+         frontend_form=True, operands="q k v", draw=draws.attention(bool_mask=False))
 register("sdpa_masked", 4, "scale:float",
          ref=lambda xs, a: F.scaled_dot_product_attention(
              xs[0], xs[1], xs[2], attn_mask=xs[3], scale=a["scale"], enable_gqa=grouped(xs)),
          category="attention", shape="sdpa", cost="attention", writer=COPY_IN,
-         frontend_form=True, operands="q k v mask")
+         frontend_form=True, operands="q k v mask",
+         draw=draws.attention(bool_mask=True))

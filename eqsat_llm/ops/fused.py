@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ..tensor_type import TensorType
+from . import draws
 from .attention import kv_heads
 from .matmul import scaled
 from .registry import COPY_IN, TRANSCENDENTAL, Part, operands_of, register
@@ -95,12 +96,12 @@ def _rope_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> li
 # negation and an add per element (x read twice, at j and at its partner j +- D/2, in one
 # kernel). Their references make temporaries: no writer computes them in place.
 register("rms_norm", 2, "eps:float", ref=rms_norm, category="reduction", shape="same",
-         cost="vector", flops=6.0, parts=rms_norm_parts, writer=COPY_IN)
+         cost="vector", flops=6.0, parts=rms_norm_parts, writer=COPY_IN, draw=draws.norm)
 register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
          category="elementwise", shape="broadcast", dtype="same", cost="vector",
          flops=TRANSCENDENTAL + 2, parts=_swiglu_parts, writer=COPY_IN)
 register("attention", 5, "scale:float softcap:float", ref=_attention, category="attention",
          shape="sdpa", cost="attention", parts=_attention_parts, writer=COPY_IN, stride_free=True,
-         operands="q k v bias sinks")
+         operands="q k v bias sinks", draw=draws.attention(bool_mask=False))
 register("rope", 3, ref=_rope, category="elementwise", shape="broadcast", dtype="same",
          cost="vector", flops=4.0, parts=_rope_parts, writer=COPY_IN)

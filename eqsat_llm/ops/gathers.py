@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import draws
 from .registry import COPY_IN, register
 
 aten = torch.ops.aten
@@ -27,10 +28,10 @@ def _embedding(out: torch.Tensor, xs: list[Any], a: dict[str, Any]) -> None:
 
 
 register("embedding", 2, ref=lambda xs, a: F.embedding(xs[1], xs[0]), category="layout",
-         shape="embedding", cost="gather", writer=_embedding)
+         shape="embedding", cost="gather", writer=_embedding, draw=draws.embedding)
 register("index_select", 2, "dim:int",
          ref=lambda xs, a: torch.index_select(xs[0], a["dim"], xs[1]), category="layout",
-         shape="given", cost="gather",
+         shape="given", cost="gather", draw=draws.index_select,
          writer=lambda out, xs, a: torch.index_select(xs[0], a["dim"], xs[1], out=out))
 register("gather", 2, "dim:int", ref=lambda xs, a: torch.gather(xs[0], a["dim"], xs[1]),
          category="layout", shape="given", dtype="same", cost="gather", writer=COPY_IN)

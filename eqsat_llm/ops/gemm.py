@@ -14,6 +14,7 @@ from ..formats import sparse_formats
 from ..formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from ..formats.quant_formats import DYNAMIC, FORMATS, coded_activations, dequantize
 from ..tensor_type import TensorType
+from . import draws
 from .activations import ACTIVATIONS
 from .fused import rms_norm, rms_norm_parts
 from .matmul import scaled
@@ -210,7 +211,8 @@ def _parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Pa
 
 register("gemm", 5, "n:int alpha:float beta:float eps:float prologue:str weight:str "
          "epilogue:str act:str", ref=_gemm, category="matmul", shape="gemm", cost="matmul",
-         parts=_parts, writer=_write, infer=_gemm_type, operands="x w w_scale norm addend")
+         parts=_parts, writer=_write, infer=_gemm_type, operands="x w w_scale norm addend",
+         draw=draws.gemm)
 
 
 def add_gemm(graph: Any, x: int, w: int, *, w_scale: int | None = None, norm: int | None = None,

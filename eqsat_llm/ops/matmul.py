@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import draws
 from .registry import Writer, register
 
 aten = torch.ops.aten
@@ -32,22 +33,23 @@ def _product_writer(fn: Callable[..., Any]) -> Writer:
 
 
 register("mm", 2, "alpha:float", ref=_product(torch.mm), category="matmul", shape="mm",
-         cost="matmul", writer=_product_writer(torch.mm))
+         cost="matmul", writer=_product_writer(torch.mm), draw=draws.product(0, 1))
 register("bmm", 2, "alpha:float", ref=_product(torch.bmm), category="matmul", shape="bmm",
-         cost="matmul", writer=_product_writer(torch.bmm))
+         cost="matmul", writer=_product_writer(torch.bmm), draw=draws.bmm)
 # matmul: batched over leading dims (b may be 2-D: x @ W); the rules rewrite the
 # view/bmm/view and view/mm/view chains of the decompositions into it
 register("matmul", 2, "alpha:float", ref=_product(torch.matmul), category="matmul",
-         shape="matmul", cost="matmul", writer=_product_writer(torch.matmul))
+         shape="matmul", cost="matmul", writer=_product_writer(torch.matmul), draw=draws.matmul)
 register("addmm", 3, "beta:float alpha:float",
          ref=lambda xs, a: torch.addmm(xs[0], xs[1], xs[2], beta=a["beta"], alpha=a["alpha"]),
-         category="matmul", shape="addmm", cost="matmul",
+         category="matmul", shape="addmm", cost="matmul", draw=draws.product(1, 2),
          writer=lambda out, xs, a: torch.addmm(*xs, beta=a["beta"], alpha=a["alpha"], out=out))
 register("linear", 2, ref=lambda xs, a: F.linear(xs[0], xs[1]), category="matmul",
-         shape="linear", cost="matmul",
+         shape="linear", cost="matmul", draw=draws.linear,
          writer=lambda out, xs, a: aten.linear.out(xs[0], xs[1], None, out=out))
 register("linear_bias", 3, ref=lambda xs, a: F.linear(xs[0], xs[1], xs[2]), category="matmul",
-         shape="linear", cost="matmul", writer=lambda out, xs, a: aten.linear.out(*xs, out=out))
+         shape="linear", cost="matmul", writer=lambda out, xs, a: aten.linear.out(*xs, out=out),
+         draw=draws.linear)
 
 # torch's products as captured, each a matmul kernel on both backends until the rules make
 # them the gemm op (ops/gemm.py, also of category "matmul")

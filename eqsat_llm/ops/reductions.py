@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import draws
 from .registry import COPY_IN, EXP_FLOPS, Writer, register
 
 aten = torch.ops.aten
@@ -71,4 +72,5 @@ register("cumsum", 1, "dim:int", ref=lambda xs, a: torch.cumsum(xs[0], a["dim"])
 # the functional op and copies, too.)
 register("layer_norm", 3, "normalized_shape:ints eps:float",
          ref=lambda xs, a: F.layer_norm(xs[0], a["normalized_shape"], xs[1], xs[2], a["eps"]),
-         category="reduction", shape="same", cost="vector", flops=12.0, writer=COPY_IN)
+         category="reduction", shape="same", cost="vector", flops=12.0, writer=COPY_IN,
+         draw=draws.norm)

@@ -76,6 +76,11 @@ class OpDef:
     # the inputs' roles, in order (attention: q k v bias sinks): consumers name an input by
     # its role (operands_of), so that an op that gains an input changes here alone
     operands: tuple[str, ...] = ()
+    # how `rules check` draws input `pos`'s type to fit the inputs already drawn, where they
+    # must agree beyond broadcasting (a matmul's contracted K, attention's heads): draw(c, pos)
+    # -> (TensorType, bound of int64 values or None), or None for any type; `c` is the
+    # checker's context (rulecheck/draws.py Demand: rng, built shapes, a drawn size, ...)
+    draw: Callable[[Any, int], Any] | None = None
 
     def infer_type(self, input_types: list, attrs: dict[str, Any]):
         self.check_attrs(attrs)
@@ -166,7 +171,8 @@ def register(name: str, arity: int | None, attrs: str = "", *, ref=None, categor
              shape: str, dtype: str = "same", cost: str, flops: float = 0.0,
              parts: Parts | None = None, writer: Writer | str | None = None,
              may_view: bool = False, stride_free: bool = False, frontend_form: bool = False,
-             infer=None, operands: str = "") -> None:
+             infer=None, operands: str = "", draw: Callable[[Any, int], Any] | None = None
+             ) -> None:
     """Declare an op. `attrs` is "name:kind name:kind ..."; `operands` "role role ...", one
     per input."""
     parsed = tuple(tuple(a.split(":")) for a in attrs.split())
@@ -184,7 +190,7 @@ def register(name: str, arity: int | None, attrs: str = "", *, ref=None, categor
         raise ValueError(f"{name}: a vector op gives its flops per element, no other op does")
     REGISTRY[name] = OpDef(name, arity, parsed, ref, category, shape, dtype,  # type: ignore
                            cost, flops, parts, writer, may_view, stride_free, frontend_form,
-                           infer, roles)
+                           infer, roles, draw)
     if roles:
         _OPERANDS[name] = namedtuple(f"{name}_operands", roles)  # type: ignore[misc]
 

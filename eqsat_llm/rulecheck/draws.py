@@ -36,60 +36,41 @@ def draw_shape(rng: random.Random, rank: int | None = None) -> tuple[int, ...]:
     return tuple(rng.choice(DRAW["dims"]) for _ in range(rank))
 
 
+class Demand:
+    """What an op's `draw` (OpDef.draw, ops/draws.py) reads: the random source, the op's
+    operand roles, the shapes of the inputs already built (by position), a size drawn for the
+    dim the op chooses freely, and fresh float64 types of a given rank."""
+
+    F = "float64"
+
+    def __init__(self, rng: random.Random, op: str, built: dict[int, TensorType]):
+        self.rng, self.roles = rng, REGISTRY[op].operands
+        self.dim = rng.choice(DRAW["dims"])
+        self.built = {i: t.shape for i, t in built.items()}
+
+    def shape(self, rank: int | None = None) -> tuple[int, ...]:
+        return draw_shape(self.rng, rank)
+
+    def rank(self, *ranks: int) -> Want:
+        """A fresh float64 type of one of these ranks."""
+        return TensorType(draw_shape(self.rng, self.rng.choice(ranks)), self.F), None
+
+    def dims(self) -> tuple[int, ...]:
+        return DRAW["dims"]
+
+
 def input_demand(rng: random.Random, op: str, pos: int,
                  built: dict[int, TensorType]) -> Want | None:
     """A type for input `pos` of `op` that fits the inputs already built (by position); None:
-    any type. Inputs that are sub-patterns are built before fresh leaves, so leaves adapt."""
-    f, d = "float64", rng.choice(DRAW["dims"])
-    b = {i: t.shape for i, t in built.items()}
-
-    def rank(*ranks: int) -> Want:
-        return TensorType(draw_shape(rng, rng.choice(ranks)), f), None
-
+    any type. Inputs that are sub-patterns are built before fresh leaves, so leaves adapt.
+    An op whose inputs must agree beyond broadcasting says how (OpDef.draw); elementwise ops
+    take a shape that broadcasts against their other inputs'."""
+    c = Demand(rng, op, built)
+    f, b = c.F, c.built
     try:
-        if op == "mm" or (op == "addmm" and pos > 0):
-            i, j = (0, 1) if op == "mm" else (1, 2)
-            if pos == i:
-                return (TensorType((d, b[j][0]), f), None) if j in b else rank(2)
-            return (TensorType((b[i][1], d), f), None) if i in b else rank(2)
-        if op == "addmm":  # the bias
-            return (TensorType((b[2][1],), f), None) if 2 in b else rank(1, 2)
-        if op == "bmm":
-            if pos == 0:
-                return (TensorType((b[1][0], d, b[1][1]), f), None) if 1 in b else rank(3)
-            return (TensorType((b[0][0], b[0][2], d), f), None) if 0 in b else rank(3)
-        if op == "matmul":
-            if pos == 0:
-                return (TensorType((*b[1][:-2], d, b[1][-2]), f), None) if 1 in b else rank(2, 3)
-            batch = b[0][:-2] if rng.random() < 0.25 else ()
-            return (TensorType((*batch, b[0][-1], d), f), None) if 0 in b else rank(2)
-        if op in ("linear", "linear_bias"):
-            if pos == 0:
-                return (TensorType((*draw_shape(rng, rng.choice((0, 1, 2))), b[1][1]), f), None) \
-                    if 1 in b else rank(1, 2, 3)
-            if pos == 1:
-                return TensorType((b[2][0] if 2 in b else d, b[0][-1] if 0 in b else d), f), None
-            return TensorType((b[1][0] if 1 in b else d,), f), None
-        if op == "embedding":
-            if pos == 0:
-                return rank(2)
-            bound = b[0][0] if 0 in b else 1  # (the indices' bound: the table's rows)
-            return TensorType(draw_shape(rng, rng.choice((1, 2))), "int64"), bound
-        if op == "index_select" and pos == 1:
-            return TensorType(draw_shape(rng, 1), "int64"), min(b[0]) if 0 in b else 1
-        if REGISTRY[op].category == "attention":
-            return _attention_input(rng, op, pos, b)
-        if op == "gemm":  # x [M, K], w [K, N] (N even half the time: a SwiGLU pair), the
-            # norm weight [K], the addend [N] (a bias or a residual row); w_scale unused
-            k, n = (b[1][0], b[1][1]) if 1 in b else (b[0][-1] if 0 in b else d, d)
-            n = 2 * n if 1 not in b and rng.random() < 0.5 else n
-            shapes = {0: (rng.choice(DRAW["dims"]), k), 1: (k, n), 2: (), 3: (k,), 4: (n,)}
-            return TensorType(shapes[pos], f), None
-        if op in ("layer_norm", "rms_norm"):  # (rms_norm: x, g)
-            if pos > 0:
-                return (TensorType(b[0][-1:], f), None) if 0 in b else rank(1)
-            return (TensorType((*draw_shape(rng, rng.choice((0, 1, 2))), b[1][0]), f), None) \
-                if 1 in b else None
+        draw = REGISTRY[op].draw
+        if draw is not None:
+            return draw(c, pos)
         boolean = op.startswith(("logical_", "bitwise_")) or (op == "where" and pos == 0)
         like = [s for i, s in b.items() if not (op == "where" and i == 0)] or list(b.values())
         if REGISTRY[op].category == "elementwise" and like and rng.random() < 0.75:
@@ -105,47 +86,6 @@ def input_demand(rng: random.Random, op: str, pos: int,
     except (IndexError, KeyError, ValueError, TypeError):
         pass
     return None
-
-
-def _attention_input(rng: random.Random, op: str, pos: int,
-                     b: dict[int, tuple[int, ...]]) -> Want:
-    """Input `pos` of sdpa / sdpa_masked / attention (q, k, v, mask or bias, sinks), 4-D and
-    consistent with the inputs already built: q [B, H, Lq, E], k [B, Hk, Lk, E],
-    v [B, Hk, Lk, Ev], with Hk = H or (k and v fresh, a fifth of the time) a divisor of H
-    (grouped-query attention), H (the first input built) 4 or 6 half the time so that heads
-    can be grouped; a mask or bias of rank 2 to 4 that broadcasts to [B, H, Lq, Lk] (often
-    [Lq, Lk]), sdpa_masked's a bool mask (True = attend) half the time; sinks [B, H, Lq, 1]."""
-    roles = REGISTRY[op].operands
-    built = {roles[i]: s for i, s in b.items()}
-    q, k, v, role = built.get("q"), built.get("k"), built.get("v"), roles[pos]
-    kv = k if k is not None else v
-
-    def first(*dims: int | None) -> int:
-        return next((n for n in dims if n is not None), rng.choice(DRAW["dims"]))
-
-    def at(s: tuple[int, ...] | None, i: int) -> int | None:
-        return None if s is None else s[i]
-
-    batch, lq, lk = first(at(q, 0), at(kv, 0)), first(at(q, 2)), first(at(kv, 2))
-    heads, e = first(at(q, 1), at(kv, 1)), first(at(q, 3), at(k, 3))
-    if q is None and kv is None and rng.random() < 0.5:
-        heads = rng.choice((4, 6))  # heads that grouped-query attention can group
-    if role == "q":
-        return TensorType((batch, heads, lq, e), "float64"), None
-    if role in ("k", "v"):
-        if kv is not None:
-            heads = kv[1]
-        elif rng.random() < 0.2:
-            heads = rng.choice([n for n in DRAW["dims"] if heads % n == 0])
-        return TensorType((batch, heads, lk, e if role == "k" else first(at(v, 3))),
-                          "float64"), None
-    if role == "sinks":  # attention's sinks: a logit per (batch, head, query row)
-        return TensorType((batch, heads, lq, 1), "float64"), None
-    full = (batch, heads, lq, lk)
-    mask = full[-rng.choice((2, 2, 2, 3, 4)):]  # (torch's sdpa rejects a 1-D mask)
-    mask = tuple(1 if rng.random() < 0.25 else n for n in mask)
-    boolean = op == "sdpa_masked" and rng.random() < 0.5
-    return TensorType(mask, "bool" if boolean else "float64"), None
 
 
 def unexpand(rng: random.Random, x: tuple[int, ...],
