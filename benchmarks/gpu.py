@@ -1,8 +1,8 @@
 """GPU: eqsat-llm's Triton backend against eager PyTorch and torch.compile (inductor, modes
 "default" and "max-autotune-no-cudagraphs"), side by side in one process.
 
-    python benchmarks/gpu.py [--rounds 20] [--write]      # on a CUDA machine, bf16
-    python benchmarks/gpu.py --quick                      # tiny fp32 shapes, any machine
+    python benchmarks/gpu.py [--rounds 20] [--dtype bfloat16] [--write]   # on a CUDA machine
+    python benchmarks/gpu.py --quick                      # tiny bf16 shapes, any machine
 
 Rows: the LLaMA-style block (workloads.LlamaBlock) at d=4096, 32 heads (8 KV heads), FFN
 14336: prefill 1 x 2048, and decode of one token with a KV cache of 2048 passed as inputs;
@@ -13,8 +13,8 @@ achieved TFLOP/s (GEMM and attention FLOPs) and TB/s (weights, KV cache, activat
 once) against the device's peaks. Every system's output is checked against eager first.
 
 `--quick` (what the test suite runs, under Triton's interpreter when there is no GPU) uses
-the same rows at tiny shapes in float32, and leaves inductor out on a CPU (its C++ build
-takes minutes and measures nothing about GPUs)."""
+the same rows at tiny shapes (bf16 by default, as on a GPU), and leaves inductor out on a
+CPU (its C++ build takes minutes and measures nothing about GPUs)."""
 
 from __future__ import annotations
 
@@ -141,11 +141,14 @@ def timed(fn: Callable[[], object], cuda: bool) -> float:
 def measure(row: Row, rounds: int, cuda: bool, with_inductor: bool) -> dict[str, float]:
     runs = systems(row, with_inductor)
     with torch.no_grad():
-        want = first(row.model(*row.inputs)).float()
+        eager = first(row.model(*row.inputs))
+        want = eager.float()
         scale = want.abs().max().item() or 1.0
+        # (a half model's output is compared at its dtype's resolution: the systems round
+        # their intermediates differently)
+        tol = 1e-4 if eager.dtype == torch.float32 else 2e-2
         for name, fn in runs.items():  # correctness first, and warm-up (compiles, autotunes)
             err = (first(fn()).float() - want).abs().max().item() / scale
-            tol = 2e-2 if want.dtype != torch.float32 and cuda else 1e-4
             if err > tol:
                 raise SystemExit(f"{row.name}: {name} differs from eager by {err:.2e} "
                                  f"(relative to the largest output)")
@@ -166,10 +169,10 @@ def device_peaks() -> tuple[str, float | None, float | None]:
     return name, None, None
 
 
-def table(results: list[tuple[Row, dict[str, float]]], peaks: tuple) -> str:
+def table(results: list[tuple[Row, dict[str, float]]], peaks: tuple, dtype: torch.dtype) -> str:
     name, tflops, tbs = peaks
     lines = [f"Device: {name}" + (f" (peaks {tflops:.0f} TFLOP/s bf16 dense, {tbs:.2f} TB/s)"
-                                  if tflops else ""), "",
+                                  if tflops else "") + f"; models in {str(dtype)[6:]}", "",
              "| row | system | ms | vs inductor best | TFLOP/s | TB/s |",
              "|---|---|---|---|---|---|"]
     for row, ms in results:
@@ -185,26 +188,28 @@ def table(results: list[tuple[Row, dict[str, float]]], peaks: tuple) -> str:
 def main(argv: list[str] | None = None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--quick", action="store_true", help="tiny fp32 shapes (any machine)")
+    ap.add_argument("--quick", action="store_true", help="tiny shapes (any machine)")
+    ap.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
+                    help="the models' dtype")
     ap.add_argument("--write", action="store_true", help="write the table to RESULTS.md")
     args = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
     if not cuda and not args.quick:
         raise SystemExit("no CUDA device: run with --quick (tiny shapes, Triton's interpreter)")
-    shapes, dtype = (QUICK, torch.float32) if args.quick else (Shapes(), torch.bfloat16)
+    shapes, dtype = (QUICK if args.quick else Shapes()), getattr(torch, args.dtype)
     dev = "cuda" if cuda else "cpu"
     rows = block_rows(shapes, dtype, dev) + [tinyllama_row(shapes, dtype, dev, args.quick)]
     results = []
     for row in rows:
         print(row.name, flush=True)
         results.append((row, measure(row, args.rounds, cuda, with_inductor=cuda)))
-    text = table(results, device_peaks())
+    text = table(results, device_peaks(), dtype)
     print(text)
     if args.write:
         from optimize_time import write_section
 
         cmd = "python benchmarks/gpu.py" + (" --quick" if args.quick else "") + \
-            f" --rounds {args.rounds} --write"
+            f" --dtype {args.dtype} --rounds {args.rounds} --write"
         write_section(f"{SECTION}\n\n`{cmd}`\n\n{text}\n")
     return text
 

@@ -123,11 +123,13 @@ class LlamaBlock(nn.Module):
         batch, seq, width = x.shape
         return x.view(batch, seq, width // self.head_dim, self.head_dim).transpose(1, 2)
 
-    def _rope(self, past: int, seq: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.arange(past, past + seq, device=device, dtype=torch.float32)
-        freqs = torch.outer(positions, self.inv_freq)
+    def _rope(self, past: int, seq: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of the positions past.. past + seq, computed in float32 (a half
+        model's inv_freq widened back) and given in x's dtype, as transformers' rotary does."""
+        positions = torch.arange(past, past + seq, device=x.device, dtype=torch.float32)
+        freqs = torch.outer(positions, self.inv_freq.float())
         emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos(), emb.sin()
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
     def forward(
         self,
@@ -152,7 +154,7 @@ class LlamaBlock(nn.Module):
         k = self._split_heads(self.k_proj(h))
         v = self._split_heads(self.v_proj(h))
 
-        cos, sin = self._rope(past, seq, x.device)
+        cos, sin = self._rope(past, seq, x)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
 
