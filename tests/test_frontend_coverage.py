@@ -155,3 +155,18 @@ def test_an_op_on_constants_is_evaluated_at_capture_not_run_in_torch():
     assert sum(n.op == "fallback" for n in compiled.graph.nodes) == 1
     for got, want in zip(compiled(x), ConstantTorchOp()(x)):
         torch.testing.assert_close(got, want)
+
+
+class LargeConstantTorchOp(torch.nn.Module):
+    """An op outside the registry on a constant too large to evaluate at capture."""
+
+    def forward(self, x):
+        table = torch.erfinv(torch.full((80, 80), 0.5) * x.new_ones(()))
+        return x + table[: x.shape[0], : x.shape[1]]
+
+
+def test_a_large_constant_is_not_evaluated_at_capture():
+    x = torch.rand(3, 8)
+    compiled, _ = _optimize(LargeConstantTorchOp(), (x,))
+    assert compiled.report.fallback_ops == ["aten.erfinv.default"]  # still a torch step
+    torch.testing.assert_close(compiled(x), LargeConstantTorchOp()(x))

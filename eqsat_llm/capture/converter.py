@@ -6,6 +6,7 @@ pure op outside the table whose inputs are small constants is evaluated here ins
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -260,10 +261,15 @@ class GraphConverter:
         values = [self._known_value(i) for i in inputs]
         if any(v is None for v in values):
             return None
-        with torch.no_grad():
-            out = run_fallback({"fn": fn, "template": template}, values)
-        small = isinstance(out, torch.Tensor) and out.numel() <= KNOWN_NUMEL
-        return out.detach().clone() if small else None
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.numel() > KNOWN_NUMEL:
+            return None  # (a tuple, or a large result: left to run in torch)
+        try:
+            with torch.no_grad():
+                out = run_fallback({"fn": fn, "template": template}, values)
+        except Exception:  # noqa: BLE001 - whatever torch refuses here, it runs as a torch step
+            return None
+        return out.detach().clone() if isinstance(out, torch.Tensor) else None
 
     def _known_value(self, root: int) -> Any:
         """The value of IR node `root` if it is computed from small real constants only (no
@@ -280,17 +286,18 @@ class GraphConverter:
                 t = self.g.constants.get(node.attrs["name"])
                 memo[i] = t if isinstance(t, torch.Tensor) and not t.is_meta and \
                     t.numel() <= KNOWN_NUMEL else None
-            elif node.op in ("input", "param", "fallback", "getitem") or any(
+            elif node.op in ("input", "param", "fallback", "getitem") or _large(node) or any(
                     j in memo and memo[j] is None for j in node.inputs):
                 memo[i] = None
             elif pending := [j for j in node.inputs if j not in memo]:
                 stack.extend(pending)
                 continue
             else:
-                with torch.no_grad():
-                    v = evaluate(node.op, [memo[j] for j in node.inputs], node.attrs)
-                memo[i] = v if not isinstance(v, torch.Tensor) or v.numel() <= KNOWN_NUMEL \
-                    else None
+                try:
+                    with torch.no_grad():
+                        memo[i] = evaluate(node.op, [memo[j] for j in node.inputs], node.attrs)
+                except Exception:  # noqa: BLE001 - not known here: the node stays as it is
+                    memo[i] = None
             stack.pop()
         return memo[root]
 
@@ -318,6 +325,11 @@ class GraphConverter:
 
 
 KNOWN_NUMEL = 4096  # constants evaluated at capture: small ones (a threshold, a table)
+
+
+def _large(node: Any) -> bool:
+    """A value too large to evaluate at capture (judged by its type, before computing it)."""
+    return isinstance(node.type, TensorType) and math.prod(node.type.shape) > KNOWN_NUMEL
 
 
 @dataclass(frozen=True)
