@@ -58,14 +58,20 @@ def _cgroup_available() -> int | None:
     return None
 
 
-def available_bytes() -> tuple[int | None, str]:
-    """The bytes a program may still allocate, and where that number comes from; None: no
+def available_bytes(device: Any = None) -> tuple[int | None, str]:
+    """The bytes a program may still allocate (on `device`: host memory unless it is a CUDA
+    device, whose free memory torch reports), and where that number comes from; None: no
     limit known (or the check switched off)."""
     raw = os.environ.get(ENV, "").strip()
     if raw:
         if raw.lower() in ("off", "none"):
             return None, f"{ENV}={raw}"
         return parse_bytes(raw), f"{ENV}={raw}"
+    if getattr(device, "type", None) == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(device)
+        return free, f"free memory of {device} (torch.cuda.mem_get_info)"
     found = [(n, where) for n, where in ((_meminfo_available(), "MemAvailable in /proc/meminfo"),
                                          (_cgroup_available(), "the cgroup's memory.max"))
              if n is not None]
@@ -80,11 +86,12 @@ def _size(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def check_fits(parts: dict[str, int], what: str) -> None:
-    """Raise MemoryLimitError when the bytes of `parts` (name -> bytes about to be allocated)
-    exceed the memory available; `what`: what they are allocated for."""
+def check_fits(parts: dict[str, int], what: str, device: Any = None) -> None:
+    """Raise MemoryLimitError when the bytes of `parts` (name -> bytes about to be allocated,
+    on `device`: host memory by default) exceed the memory available; `what`: what they are
+    allocated for."""
     need = sum(parts.values())
-    have, source = available_bytes()
+    have, source = available_bytes(device)
     if have is None or need <= have:
         return
     shown = ", ".join(f"{name} {_size(b)}" for name, b in parts.items() if b)

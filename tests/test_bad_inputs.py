@@ -481,7 +481,7 @@ class Scaled(torch.nn.Module):
         return x @ (self.w * 2.0) + 1.0  # w * 2 is folded into a constant of 16 KiB
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", (*BACKENDS, "triton"))
 def test_a_program_larger_than_the_memory_limit_is_refused_before_allocating(
         monkeypatch, backend):
     x = torch.randn(64, 64)
@@ -492,7 +492,7 @@ def test_a_program_larger_than_the_memory_limit_is_refused_before_allocating(
                                                r"\(EQSAT_MEMORY_LIMIT=8K\)"):
         fast(Scaled(), (x,), backend)
     monkeypatch.setenv("EQSAT_MEMORY_LIMIT", "20K")  # the folded weight fits, not its program
-    name = "C" if backend == "c" else backend
+    name = {"c": "C", "triton": "Triton"}.get(backend, backend)
     with pytest.raises(MemoryLimitError, match=f"to run this program on the {name} backend: "
                                                r".*outputs per call 16.0 KiB") as info:
         fast(Scaled(), (x,), backend)
@@ -504,6 +504,23 @@ def test_a_program_larger_than_the_memory_limit_is_refused_before_allocating(
     monkeypatch.setenv("EQSAT_MEMORY_LIMIT", "lots")
     with pytest.raises(EqsatError, match="EQSAT_MEMORY_LIMIT='lots': expected bytes"):
         fast(Scaled(), (x,), backend)
+
+
+def test_a_cuda_device_is_checked_against_its_own_free_memory(monkeypatch):
+    """A Triton program on a CUDA device is refused against that device's free memory (what
+    torch.cuda.mem_get_info reports), not the host's."""
+    from eqsat_llm import memcheck
+
+    monkeypatch.delenv("EQSAT_MEMORY_LIMIT", raising=False)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 << 20, 80 << 30))
+    cuda = torch.device("cuda", 0)
+    source = "free memory of cuda:0 (torch.cuda.mem_get_info)"
+    assert memcheck.available_bytes(cuda) == (3 << 20, source)
+    memcheck.check_fits({"arena": 2 << 20}, "run it", cuda)
+    with pytest.raises(MemoryLimitError, match=r"needs about 4.0 MiB more \(arena 4.0 MiB\) "
+                                               r"but 3.0 MiB is available \(free memory of "
+                                               r"cuda:0"):
+        memcheck.check_fits({"arena": 4 << 20}, "run it", cuda)
 
 
 def test_the_limit_defaults_to_the_available_memory(monkeypatch):

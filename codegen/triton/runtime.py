@@ -22,6 +22,7 @@ import torch
 
 from ...errors import GraphError
 from ...ir import Graph, TensorType, dtype_of
+from ...memcheck import check_fits, output_bytes
 from ...plan import COPY_OUT, OUTPUT, MemoryPlan, plan_memory
 from .. import poison
 from ..c.errors import KernelIndexError
@@ -38,6 +39,11 @@ class TritonRuntime:
         self.plan = plan = plan if plan is not None else plan_memory(graph)
         self.graph = graph
         self.program = prog = plan_program(graph, plan)
+        # refused before the constants and the arena are put on the device (memcheck.py)
+        check_fits({"constants": sum(v.numel() * v.element_size() for v in
+                                     graph.constants.values() if isinstance(v, torch.Tensor)),
+                    "arena": plan.arena_bytes, "outputs per call": output_bytes(graph)},
+                   "run this program on the Triton backend", self.device)
         on_device = dataclasses.replace(graph, constants={
             k: v.detach().to(self.device).contiguous() for k, v in graph.constants.items()})
         self.arena = aligned_bytes(plan.arena_bytes, self.device)
