@@ -18,6 +18,8 @@ from ...ir import Node
 from ...ops import operands_of
 from ...ops.attention import kv_group
 from .loops import PARALLEL_MIN, broadcast_strides, collapse
+from .packed_gemm import PACKED_GEMM
+from .static_c import calling
 from .values import Ref
 
 BK = 64  # keys per block
@@ -135,10 +137,11 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
                      float(node.attrs.get("softcap", 0.0)), sink_at)
     head = _sink_pointer(sinks)
     if sq >= BLAS_MIN_ROWS and unit and _packed_scratch_floats(sq, sk, d, dv) <= PACKED_SCRATCH:
-        return head + _packed_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
-                                        bias_ptr, terms, float(node.attrs["scale"]), q, k, v,
-                                        out, bias_values if masked else None,
-                                        (b_rs, b_cs) if masked else (0, 0))
+        body = _packed_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs), bias_ptr,
+                                 terms, float(node.attrs["scale"]), q, k, v, out,
+                                 bias_values if masked else None,
+                                 (b_rs, b_cs) if masked else (0, 0))
+        return calling(head + body, PACKED_GEMM)  # (its panels: eq_panel)
     if blas and sq >= BLAS_MIN_ROWS and unit:
         return head + _blas_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
                                       bias_ptr, terms, float(node.attrs["scale"]), q, k, v, out,

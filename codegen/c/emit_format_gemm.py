@@ -22,10 +22,12 @@ from ...ops import ACTIVATIONS, GemmDescriptor, operands_of
 from .emit_norm import inv_rms
 from .gemm_geometry import GemmGeometry, gemm_geometry
 from .loops import PARALLEL_MIN
-from .quant_gemm import QuantPanels
+from .quant_gemm import QUANT_GEMM, QuantPanels
+from .sparse_gemm import SPARSE_GEMM
+from .static_c import StaticLibrary, calling
 from .tiles import FORMAT_MAX_K, FORMAT_ROW_BLOCK, QUANT_PANEL
 from .values import Layout, Ref
-from .w8a8_gemm import W8A8Panels
+from .w8a8_gemm import W8A8_GEMM, W8A8Panels
 
 HALF_CODES = {"fp16": 16, "bf16": 17}  # eq_gemm_q's fmt
 FLOAT8_CODES = {"fp8_e4m3": 9, "fp8_e5m2": 10}
@@ -59,7 +61,8 @@ def emit_format_gemm(d: GemmDescriptor, out: Ref, ins: list[Ref], geo: GemmGeome
         _quantized_operands(fmt, w, aux, n, swiglu, layout)
     if stored is None:
         return None
-    kernel, operands = stored
+    library, operands = stored  # (the library whose one entry point the call is)
+    kernel = library.entry_points[0]
     addends = []
     if epilogue in ("add", "bias"):  # an addend of the tile epilogue, walked with C's rows
         with_r = gemm_geometry(out, x, None, addend)
@@ -86,14 +89,14 @@ def emit_format_gemm(d: GemmDescriptor, out: Ref, ins: list[Ref], geo: GemmGeome
 
     head = f"{e}\nfloat* o = {out.ptr(const=False)};\nconst float* x = {x.ptr()};"
     if not d.normed:
-        return f"{head}\n{{\n    {call(str(m), 'x', geo.lda, '0')}\n}}"
+        return calling(f"{head}\n{{\n    {call(str(m), 'x', geo.lda, '0')}\n}}", library)
     if k > FORMAT_MAX_K or norm.dtype not in ("float32", "float64") or len(norm.shape) > 1:
         return None
     g = f"(float){norm.literal('double')}" if norm.space == "scalar" else \
         f"g[c * {norm.strides[-1] if norm.shape and norm.shape[0] != 1 else 0}]"
     g_decl = "" if norm.space == "scalar" else f"\nconst float* g = {norm.ptr()};"
     blk = min(FORMAT_ROW_BLOCK, m)
-    return f"""{head}{g_decl}
+    return calling(f"""{head}{g_decl}
 float xn[{blk} * {k}] __attribute__((aligned(64)));
 for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
     const int64_t mb = {m} - m0 < {blk} ? {m} - m0 : {blk};
@@ -105,14 +108,14 @@ for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
         for (int64_t c = 0; c < {k}; c++) nr[c] = xr[c] * r * {g};
     }}
     {call("mb", "xn", k, "m0")}
-}}"""
+}}""", library)
 
 
 def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
-                        layout: Layout | None) -> tuple[str, str] | None:
-    """eq_gemm_q's weight arguments: format code, group, the integers (half formats: the
-    values) and the scales (half formats: none) as QuantPanels prepares them (panels of
-    QUANT_PANEL columns; a SwiGLU weight's two halves apart)."""
+                        layout: Layout | None) -> tuple[StaticLibrary, str] | None:
+    """QUANT_GEMM (eq_gemm_q) and its weight arguments: format code, group, the integers
+    (half formats: the values) and the scales (half formats: none) as QuantPanels prepares
+    them (panels of QUANT_PANEL columns; a SwiGLU weight's two halves apart)."""
     half = HALF_FORMATS.get(fmt)
     group = 0 if half else format_group(fmt)
     if len(w.shape) != 2 or w.strides[1] != 1 or layout is None:
@@ -124,7 +127,7 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     pq = QuantPanels(qname, w.offset, w.shape[0], n, w.strides[0], halves)
     if half:
         wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), "int16")  # (the values' bits)
-        return "eq_gemm_q", f"{HALF_CODES[fmt]}, 0, {wq.ptr()}, NULL"
+        return QUANT_GEMM, f"{HALF_CODES[fmt]}, 0, {wq.ptr()}, NULL"
     if scales.dtype != "float32" or scales.strides[-1] != 1 or scales.shape[-1] != halves * n:
         return None
     if group and (len(scales.shape) != 2 or w.shape[0] * 2 != scales.shape[0] * group):
@@ -137,14 +140,14 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), w.dtype)
     ws = layout.prepared(ps, (ps.panels(), ps.rows, QUANT_PANEL), ps.c_dtype)
     code = FLOAT8_CODES.get(fmt) or (8 if group == 0 else 4)
-    return "eq_gemm_q", f"{code}, {group}, {wq.ptr()}, {ws.ptr()}"
+    return QUANT_GEMM, f"{code}, {group}, {wq.ptr()}, {ws.ptr()}"
 
 
 def _dynamic_operands(w: Ref, scales: Ref, n: int, swiglu: bool,
-                      layout: Layout | None) -> tuple[str, str] | None:
-    """eq_gemm_w8a8's weight arguments: the int8 integers, the scales and the integers' column
-    sums, as W8A8Panels prepares them (panels of W8A8_PANEL columns, K in groups of
-    W8A8_K_GROUP: tiles.py)."""
+                      layout: Layout | None) -> tuple[StaticLibrary, str] | None:
+    """W8A8_GEMM (eq_gemm_w8a8) and its weight arguments: the int8 integers, the scales and
+    the integers' column sums, as W8A8Panels prepares them (panels of W8A8_PANEL columns, K
+    in groups of W8A8_K_GROUP: tiles.py)."""
     halves = 2 if swiglu else 1
     if layout is None or len(w.shape) != 2 or w.strides[1] != 1 or w.dtype != "int8" or \
             w.shape[1] != halves * n or scales.dtype != "float32" or \
@@ -157,11 +160,12 @@ def _dynamic_operands(w: Ref, scales: Ref, n: int, swiglu: bool,
     specs = (pq, replace(pq, part="colsum"), W8A8Panels(sname, scales.offset, 1, n, 0, halves,
                                                         "scale"))
     wq, colsum, s = (layout.prepared(p, p.shape(), p.dtype()) for p in specs)
-    return "eq_gemm_w8a8", f"{wq.ptr()}, {s.ptr()}, {colsum.ptr()}"
+    return W8A8_GEMM, f"{wq.ptr()}, {s.ptr()}, {colsum.ptr()}"
 
 
-def _sparse_operands(fmt: str, values: Ref, index: Ref) -> tuple[str, str] | None:
-    """eq_gemm_sparse's weight arguments: format code, values, positions, row stride."""
+def _sparse_operands(fmt: str, values: Ref, index: Ref) -> tuple[StaticLibrary, str] | None:
+    """SPARSE_GEMM (eq_gemm_sparse) and its weight arguments: format code, values,
+    positions, row stride."""
     if values.dtype != "float32":
         return None
     if fmt == "sparse24":
@@ -173,4 +177,4 @@ def _sparse_operands(fmt: str, values: Ref, index: Ref) -> tuple[str, str] | Non
         if values.strides != (256, 16, 1) or index.dtype != "int32" or index.strides != (1,):
             return None
         code, ldw = 16, 0
-    return "eq_gemm_sparse", f"{code}, {values.ptr()}, {index.ptr()}, {ldw}"
+    return SPARSE_GEMM, f"{code}, {values.ptr()}, {index.ptr()}, {ldw}"

@@ -20,7 +20,8 @@ from ...ops import GemmDescriptor
 from .fuse_rope import RopeEpilogue, packed_gemm_call
 from .gemm_geometry import GemmGeometry, gemm_geometry
 from .loops import PARALLEL_MIN, broadcast_strides
-from .packed_gemm import ACTIVATIONS
+from .packed_gemm import ACTIVATIONS, PACKED_GEMM
+from .static_c import calling
 from .tiles import BLAS_MIN_M, PACKED_MIN_M
 from .values import Layout, Ref
 
@@ -107,7 +108,7 @@ def emit_product(d: GemmDescriptor, out: Ref, ins: list[Ref], geo: GemmGeometry,
         lines.append(_act_epilogue(out, act, c_off))
     if geo.batch:
         lines.append("}")
-    return "\n".join(lines)
+    return calling("\n".join(lines), PACKED_GEMM) if packed is not None else "\n".join(lines)
 
 
 def _packed_weight(geo: GemmGeometry, b: Ref, layout: Layout | None) -> Ref | None:

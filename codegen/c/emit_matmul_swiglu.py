@@ -9,6 +9,8 @@ from __future__ import annotations
 from ...ops import GemmDescriptor
 from .gemm_geometry import GemmGeometry
 from .loops import PARALLEL_MIN, loop_nest
+from .packed_gemm import PACKED_GEMM
+from .static_c import calling
 from .tiles import SWIGLU_CHUNK
 from .values import Layout, Ref
 
@@ -29,8 +31,9 @@ def emit_matmul_swiglu(d: GemmDescriptor, out: Ref, ins: list[Ref], geo: GemmGeo
         pg, pu = geo.packed_b(wg, layout), geo.packed_b(wu, layout)
         if pg is not None and pu is not None:
             par = 2 * geo.macs >= PARALLEL_MIN * 8 and n >= 64
-            return (f"eq_gemm_packed_swiglu({geo.m}, {n}, {k}, {x.ptr()}, {geo.lda}, "
-                    f"{pg.ptr()}, {pu.ptr()}, {out.ptr(const=False)}, {geo.ldc}, {int(par)});")
+            return calling(f"eq_gemm_packed_swiglu({geo.m}, {n}, {k}, {x.ptr()}, {geo.lda}, "
+                           f"{pg.ptr()}, {pu.ptr()}, {out.ptr(const=False)}, {geo.ldc}, "
+                           f"{int(par)});", PACKED_GEMM)
     b, cx, co, chunk = geo.b, geo.a.cols, geo.c.cols, SWIGLU_CHUNK
     assert b is not None
 

@@ -24,6 +24,8 @@ from .emit_norm import inv_rms
 from .fuse_rope import RopeEpilogue, packed_gemm_call
 from .gemm_geometry import GemmGeometry
 from .loops import PARALLEL_MIN, loop_nest
+from .packed_gemm import PACKED_GEMM
+from .static_c import calling
 from .tiles import NORM_MAX_LOCAL, NORM_ROW_BLOCK
 from .values import Layout, Ref
 
@@ -48,7 +50,7 @@ def emit_rms_norm_matmul(d: GemmDescriptor, out: Ref, ins: list[Ref], geo: GemmG
     eps, alpha = float(d.eps), float(d.alpha)
     packed = _packed(geo, w, g, layout)
     if packed is not None and geo.rows_evenly_spaced and geo.unit_columns:
-        return _fused(x, g, out, packed, geo, eps, alpha, ropes)
+        return calling(_fused(x, g, out, packed, geo, eps, alpha, ropes), PACKED_GEMM)
     if ropes or K > NORM_MAX_LOCAL or N > NORM_MAX_LOCAL:
         return None
     return _rowwise(x, w, g, out, geo, eps, alpha)

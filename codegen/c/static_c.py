@@ -4,7 +4,6 @@ The generated programs include them (emit.py); the load-time helpers build them 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -15,32 +14,41 @@ KERNELS = Path(__file__).resolve().parent / "kernels"
 
 @dataclass(frozen=True)
 class StaticLibrary:
-    """A static C library a generated program includes when one of its kernels calls one of
-    the library's entry points; `builds_on`: the libraries it calls itself (included before)."""
+    """A static C library a generated program includes when one of its kernels declares it
+    calls it (`calling`); `entry_points`: the functions kernels call; `builds_on`: the
+    libraries it calls itself (included before)."""
     name: str
     source: str
     entry_points: tuple[str, ...]
     builds_on: tuple[StaticLibrary, ...] = ()
 
 
-_CALL = re.compile(r"\b(eq_\w+)\(")
+class KernelCode(str):
+    """A kernel's C body and the static libraries it calls (an emitter's declaration:
+    `calling(code, PACKED_GEMM)`); a program includes those and what they build on."""
+    libraries: frozenset[StaticLibrary] = frozenset()
 
 
-def libraries_called(codes: Iterable[str], libraries: Iterable[StaticLibrary]
-                     ) -> list[StaticLibrary]:
-    """The libraries whose entry points the kernels' `codes` call, each after those it builds
-    on, in the order `libraries` lists them."""
-    called = {name for code in codes for name in _CALL.findall(code)}
+def calling(code: str, *libraries: StaticLibrary) -> KernelCode:
+    """`code`, declared to call these libraries' entry points."""
+    out = KernelCode(code)
+    out.libraries = getattr(code, "libraries", frozenset()) | frozenset(libraries)
+    return out
+
+
+def included(codes: Iterable[str], order: Iterable[StaticLibrary]) -> list[StaticLibrary]:
+    """The libraries the kernels' `codes` declare (calling), each with those it builds on, in
+    `order`."""
     wanted: set[str] = set()
 
     def want(lib: StaticLibrary) -> None:
         wanted.add(lib.name)
         for base in lib.builds_on:
             want(base)
-    for lib in libraries:
-        if called.intersection(lib.entry_points):
+    for code in codes:
+        for lib in getattr(code, "libraries", ()):
             want(lib)
-    return [lib for lib in libraries if lib.name in wanted]
+    return [lib for lib in order if lib.name in wanted]
 
 
 @cache
