@@ -4,15 +4,14 @@ A float32 program's GEMMs read each weight as panels of PACKED_PANEL columns (pa
 torch's form of the layout (PackedWeight.prepare_in_torch) takes the weight's view as a row-
 major flat tensor (a copy where the constant is a transposed view, as a widened nn.Linear
 weight is), widens it, pads its columns and permutes it into panels: four passes over the
-weight in float32 (with a copy first where the constant is a transposed view), most of a float32
-model's warm start (a profile of TinyLlama's put 12.5 of 14.7 s there; with this packer the
-start went from 13.8 to 7.5-9.7 s, and with `pack_columns_in_c` reading the checkpoint's bf16
-parts directly to 3.9 s, RESULTS "Generating from a checkpoint"; the packing alone runs
-1.5-1.7x torch's form on a contiguous constant, RESULTS "Load-time kernels").
-Here each panel is written once, straight from the constant as it lies (float32 or bf16
-bits, its own strides), the threads taking panels. The values are the same, bit for bit
-(tests/test_packer.py). Where there is no C compiler, or the constant is not a 2-D float32 or
-bf16 tensor on the CPU, `pack_in_c` returns None and torch's form runs."""
+weight in float32. Here each panel is written once, straight from the constant as it lies
+(float32 or bf16 bits, its own strides), the threads taking panels; `pack_columns_in_c` packs
+a weight whose columns a checkpoint stores apart (a merged q, k, v) part by part from the
+stored tensors. The values are the same, bit for bit (tests/test_packer.py,
+tests/test_lazy_weights.py). What it saves at a float32 start: docs/memory.md and RESULTS.md
+("Load-time kernels", "Generating from a checkpoint"). Where there is no C compiler, or the
+constant is not a 2-D float32 or bf16 tensor on the CPU, `pack_in_c` returns None and torch's
+form runs."""
 
 from __future__ import annotations
 
