@@ -43,12 +43,13 @@ def pack_columns_in_c(parts: list[tuple[int, torch.Tensor]], k: int, n: int
     source's [width, k] tensor) per part, each transposed into its panels straight from the
     source (a merged q, k and v read from a checkpoint in bf16: no widened copy, no join).
     None where a part does not start on a panel or pack_in_c declines."""
+    for first, w in parts:  # every part checked before the panels are allocated
+        ragged = w.shape[0] % PACKED_PANEL and first + w.shape[0] != n  # shares a panel
+        if first % PACKED_PANEL or ragged or w.dim() != 2 or w.shape[1] != k:
+            return None
     out = torch.empty(-(-n // PACKED_PANEL), k, PACKED_PANEL, dtype=torch.float32)
     for first, w in parts:
         width = w.shape[0]
-        ragged = width % PACKED_PANEL and first + width != n  # shares a panel with the next
-        if first % PACKED_PANEL or ragged or w.dim() != 2 or w.shape[1] != k:
-            return None
         panels = out[first // PACKED_PANEL:-(-(first + width) // PACKED_PANEL)]
         if pack_in_c(w, 0, k, width, 1, k, out=panels) is None:
             return None

@@ -91,10 +91,16 @@ def _slice(c: GraphConverter, node: FxNode, x: FxNode, dim: int = 0, start: int 
            end: int | None = None, step: int = 1) -> int:
     shape = c.shape(x)
     dim = norm_dim(dim, len(shape))
-    n = shape[dim]
+    start, end = _slice_bounds(shape[dim], start, end)
+    return c.g.add("slice", (c.t(x),), dim=dim, start=start, end=end, step=step)
+
+
+def _slice_bounds(n: int, start: int | None, end: int | None) -> tuple[int, int]:
+    """A slice's start and end on a dim of size n as torch reads them: None for the ends,
+    negative from the end, clamped to [0, n], end not before start."""
     start = 0 if start is None else max(0, min(n, start + n if start < 0 else start))
     end = n if end is None else max(0, min(n, end + n if end < 0 else end))
-    return c.g.add("slice", (c.t(x),), dim=dim, start=start, end=max(start, end), step=step)
+    return start, max(start, end)
 
 
 @converts(aten.slice_scatter.default)
@@ -105,8 +111,7 @@ def _slice_scatter(c: GraphConverter, node: FxNode, base: FxNode, src: FxNode, d
     shape = c.shape(base)
     dim = norm_dim(dim, len(shape))
     n = shape[dim]
-    start = 0 if start is None else max(0, min(n, start + n if start < 0 else start))
-    end = n if end is None else max(start, min(n, end + n if end < 0 else end))
+    start, end = _slice_bounds(n, start, end)
     if c.g.type_of(c.t(src)).dtype != c.g.type_of(c.t(base)).dtype:
         raise Unsupported
     if step != 1:

@@ -412,22 +412,27 @@ class LazyConstants(Mapping[str, torch.Tensor]):
         recipe = recipe_of(t)
         parts = _cat_parts(t, 1) if recipe is not None and recipe.op == "cat" and \
             recipe.attrs["dim"] % 2 == 1 else [t]
-        out, first = [], 0
+        inside, first = [], 0  # (first column in the view, the part's source weight)
         for part in parts:
             ref = _transposed_weight(part)
             if ref is None:
                 return None
             width = ref.meta.shape[0]
             if offset <= first and first + width <= offset + cols:
-                stored = self._source(ref.name)
-                if tuple(stored.shape) != tuple(ref.meta.shape) or stored.dtype not in (
-                        torch.float32, torch.bfloat16):
-                    return None
-                out.append((first - offset, stored))
+                inside.append((first - offset, ref))
             elif first < offset + cols and offset < first + width:
                 return None  # the view cuts this part
             first += width
-        return out if sum(s.shape[0] for _, s in out) == cols else None
+        if sum(ref.meta.shape[0] for _, ref in inside) != cols:
+            return None
+        out = []  # (the geometry checked first: nothing read for a view that does not fit)
+        for at, ref in inside:
+            stored = self._source(ref.name)
+            if tuple(stored.shape) != tuple(ref.meta.shape) or stored.dtype not in (
+                    torch.float32, torch.bfloat16):
+                return None  # (materialize then names the mismatch)
+            out.append((at, stored))
+        return out
 
     def shared(self, key: Hashable | None, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         """The prepared tensor made for `key` by an earlier program from this source, else
