@@ -15,14 +15,21 @@ from eqsat_llm import EqsatError, Generator
 from eqsat_llm.formats.half import FORMAT_OF
 from eqsat_llm.generation.generator import _GENERATORS
 from eqsat_llm.generation.kv_cache import CachedStep
-from eqsat_llm.models.model_matrix import ENCODERS, FAMILIES, build
+from eqsat_llm.models.model_matrix import ENCODERS, FAMILIES, SIZES, build
 
 MAX_LEN, CHUNK = 64, 8
 # a prompt shorter than one chunk (padded) and one that ends mid-chunk (last chunk moved back)
 PROMPTS = (5, 19)
 
 
+# a LLaMA deep enough for its layers to be traced once and spliced (capture/stamping.py)
+STAMPED = "llama-5-layers"
+
+
 def causal_lm(family: str) -> torch.nn.Module:
+    if family == STAMPED:
+        torch.manual_seed(0)
+        return FAMILIES["llama"]({**SIZES["small"], "layers": 5}, "sdpa").eval()
     return build(family, seq=1)[0].model
 
 
@@ -45,7 +52,7 @@ def reference(model: torch.nn.Module, ids: torch.Tensor, new: int, **kw) -> torc
                               **kw)
 
 
-@pytest.fixture(scope="module", params=["llama", "gpt2", "falcon"])
+@pytest.fixture(scope="module", params=["llama", "gpt2", "falcon", STAMPED])
 def family_generator(request):
     model = causal_lm(request.param)
     gen = quiet_generator(model, MAX_LEN, batch_size=2, prefill_chunk=CHUNK)
@@ -71,6 +78,8 @@ def test_both_programs_run_in_c_and_write_the_cache_in_place(family_generator):
     for program in (gen.decode_program, gen.prefill_program):
         report = program.report
         assert report.backend == "c"
+        # the first layer traced, the others spliced, each writing its own cache in place
+        assert report.stamped_calls == (layers - 1 if layers >= 4 else 0)
         assert report.state_in_place == 2 * layers  # every K and V write: no copy back
         assert set(report.torch_ops) == {"aten.index_put_.default"}, report.torch_ops
         assert report.op_counts_after.get("attention") == layers

@@ -1,5 +1,6 @@
 """Repeated layers traced once (eqsat_llm/capture/stamping.py): the IR is the full trace's, node for
-node; layers that may differ, keyword calls and layers that write state are traced in full."""
+node, for plain layers, keyword calls and transformers' layers over the Generator's KV cache;
+layers that may differ, read their index or write their own state are traced in full."""
 
 import pytest
 import torch
@@ -71,13 +72,76 @@ class ByKeyword(nn.Module):
         return x
 
 
-def test_keyword_calls_are_traced_in_full():
+def test_keyword_calls_are_stamped():
     torch.manual_seed(0)
     model, x = ByKeyword().eval(), torch.randn(2, 16)
     compiled = optimize(model, (x,), backend="reference", measure_eager=False)
-    assert stamping.LAST["stamped_calls"] == 0
+    assert stamping.LAST["stamped_calls"] == DEPTH - 1
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)
+
+
+def tiny_llama(layers=DEPTH + 1):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2)).eval()
+
+
+@pytest.mark.parametrize("tokens", [1, 5], ids=["decode", "prefill"])
+def test_transformers_layers_over_the_kv_cache_are_stamped(tokens):
+    """Keyword calls, a `layer_idx` per layer, and cache writes inside the layer: the spliced
+    calls write their own layer's cache, and the IR is the full trace's."""
+    from eqsat_llm.generation.generator import example_inputs
+    from eqsat_llm.generation.kv_cache import CachedStep
+
+    model = tiny_llama()
+    step, example = CachedStep(model, 1, 16), example_inputs(tokens, 1, 16, False)
+    stamped = capture(step, example)
+    assert stamping.LAST == {"stamped_calls": DEPTH, "fallback": None}
+    full = capture_plain(step, example)
+    assert canonical(stamped.graph) == canonical(full.graph)
+    assert stamped.mutations == full.mutations == [("state", n) for n in step.cache_names()]
+    assert stamped.aten_op_counts == full.aten_op_counts
+    assert all(type(vars(m).get("layer_idx", 0)) is int for m in model.modules())
+
+
+class IndexedLayer(nn.Module):
+    """Layers that differ only in `layer_idx`: one of them reads it as data."""
+
+    def __init__(self, index, branch):
+        super().__init__()
+        self.proj, self.layer_idx, self.branch = nn.Linear(16, 16), index, branch
+
+    def forward(self, x):
+        if self.branch and self.layer_idx % 2:
+            return torch.tanh(self.proj(x))
+        return torch.relu(self.proj(x))
+
+
+@pytest.mark.parametrize("branch", [False, True], ids=["index-unread", "index-read"])
+def test_a_layer_that_reads_its_index_is_traced_in_full(branch):
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Sequential(IndexedLayer(i, branch)) for i in range(DEPTH))).eval()
+    x = torch.randn(2, 16)
+    compiled = optimize(model, (x,), backend="reference", measure_eager=False)
+    if branch:
+        assert stamping.LAST["stamped_calls"] == 0
+        assert "depends on its index" in stamping.LAST["fallback"]
+    else:
+        assert stamping.LAST == {"stamped_calls": DEPTH - 1, "fallback": None}
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)
+
+
+def test_the_layer_index_marker_refuses_every_use():
+    index = stamping._INDEX
+    for use in (lambda: index % 2, lambda: index == 0, lambda: bool(index), lambda: [1][index],
+                lambda: f"{index}", lambda: {index: 0}, lambda: index + 1, lambda: 0 < index):
+        with pytest.raises(stamping._LayerIndexUsed):
+            use()
 
 
 class Counting(nn.Module):

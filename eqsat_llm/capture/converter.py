@@ -44,6 +44,9 @@ class Captured:
     # tensors themselves (the module's own), read at run time as inputs after the user's.
     mutations: list[tuple[str, Any]] = field(default_factory=list)
     state: dict[str, torch.Tensor] = field(default_factory=dict)
+    # layer calls spliced from a layer traced once (stamping.py), or why every layer was traced
+    stamped_calls: int = 0
+    stamping_fallback: str | None = None
 
 
 class Unsupported(Exception):

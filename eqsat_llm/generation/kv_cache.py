@@ -37,7 +37,11 @@ def _static_layer_class() -> type:
     class BufferLayer(StaticLayer):
         """A static cache layer on given buffers, written at positions `past + arange(T)`
         (the run-time `cumulative_length`), without advancing it: the caller owns the
-        position, so the same program serves every step."""
+        position, so the same program serves every step. Its update reads and writes nothing
+        but STAMP_STATE, the constructor's arguments: a layer calling it can be traced once
+        for all layers (capture/stamping.py)."""
+
+        STAMP_STATE = ("keys", "values", "cumulative_length")
 
         def __init__(self, keys: torch.Tensor, values: torch.Tensor, past: torch.Tensor):
             super().__init__(keys.shape[-2])

@@ -39,6 +39,9 @@ class Report:
     op_counts_after: Counter[str] = field(default_factory=Counter)
     aten_op_counts: dict[str, int] = field(default_factory=dict)
     fallback_ops: list[str] = field(default_factory=list)
+    # layer calls spliced from one traced layer at capture, or why every layer was traced
+    stamped_calls: int = 0
+    stamping_fallback: str | None = None
     iterations: int = 0
     stop_reason: str = ""
     egraph_size_per_iteration: list[int] = field(default_factory=list)
@@ -115,6 +118,11 @@ class Report:
         if self.folded_constants:
             lines.append(f"constants folded at compile time: {self.folded_constants} values, "
                          f"{self.folded_bytes / 2**20:.2f} MiB prepared")
+        if self.stamped_calls:
+            lines.append(f"capture: {self.stamped_calls} repeated layer calls spliced from "
+                         "layers traced once")
+        elif self.stamping_fallback:
+            lines.append(f"capture: every layer traced ({self.stamping_fallback})")
         if self.fallback_ops:
             lines.append("fallback to torch: " + ", ".join(self.fallback_ops))
         lines.append(f"backend {self.backend}" + ("; ran in torch: " + ", ".join(
