@@ -81,6 +81,37 @@ def test_keyword_calls_are_stamped():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)
 
 
+class WithNone(nn.Module):
+    """A layer returning (output, None), as transformers' layers do without attention weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, x, scale=1.0):
+        return torch.tanh(self.proj(x)) * scale, None
+
+
+class CallsWithNone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(WithNone() for _ in range(DEPTH))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x, scale=0.5)[0]
+        return x
+
+
+def test_a_result_holding_none_is_stamped():
+    torch.manual_seed(0)
+    model, x = CallsWithNone().eval(), torch.randn(2, 16)
+    compiled = optimize(model, (x,), backend="reference", measure_eager=False)
+    assert stamping.LAST["stamped_calls"] == DEPTH - 1
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)
+
+
 def tiny_llama(layers=DEPTH + 1):
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -8,16 +8,17 @@ optimize() (benchmarks/scale.py). A deep model repeats one layer, so:
    are grouped when they compute the same function of their inputs and their own weights: the
    same classes all the way down, the same parameter and buffer names, shapes, dtypes and
    strides, equal plain attributes, no hooks and no patched `forward` (`same_function`). A
-   `layer_idx` (transformers' layers carry their index) may differ: see 4.
+   layer index (transformers' layers carry theirs) may differ: see 4.
 2. **Tracing.** While the model is exported, each grouped layer's forward is wrapped. A call's
    arguments, positional and keyword, are flattened into tensors and a *spec* of everything
    else (None, numbers, strings, tuples, and a KV cache, below); the first call with a given
    spec and tensor types is traced as usual and its result types recorded, with the tensors it
    wrote in place (their version counters moved); a later call of the group with the same spec
    and types becomes one node of the custom op `eqsat_llm::layer(inputs, weights, key)`
-   returning the recorded results and the new values of the tensors it writes, which are
-   copied into them (`copy_`, as export functionalizes any in-place write). Export and its
-   decomposition then cost one layer plus the glue.
+   returning the recorded results (flattened as the arguments are: a tuple holding a None is
+   rebuilt) and the new values of the tensors it writes, which are copied into them
+   (`copy_`, as export functionalizes any in-place write). Export and its decomposition then
+   cost one layer plus the glue.
 3. **Splicing.** The layer traced first is captured alone (a *template*: its own IR, weights as
    leaves named as in the layer, arguments rebuilt from the spec), and the frontend's
    converter of `eqsat_llm::layer` copies the template into the model's IR with the call's
@@ -29,9 +30,9 @@ optimize() (benchmarks/scale.py). A deep model repeats one layer, so:
    class names in `STAMP_STATE` the tensors its `update` reads and writes and takes them, in
    that order, in its constructor (the Generator's static cache, generation/kv_cache.py). The
    call's state is that layer's tensors; the template's cache holds one such layer rebuilt on
-   the template's inputs. The layer's index is its `layer_idx` attribute; in the template
-   every `layer_idx` is a marker (`_LayerIndex`) that the template's cache accepts and that
-   refuses any other use (comparison, arithmetic, indexing, hashing, formatting): a layer
+   the template's inputs. The layer's index is its `layer_idx` (or `layer_id`) attribute; in
+   the template every one is a marker (`_LayerIndex`) that the template's cache accepts and
+   that refuses any other use (comparison, arithmetic, indexing, hashing, formatting): a layer
    whose code reads its index other than to find its cache layer fails its template, and the
    capture falls back to the full trace.
 
@@ -64,8 +65,8 @@ _ACTIVE: dict[int, _Stamp] = {}
 _MODULE_INTERNALS = frozenset(vars(nn.Module()))
 _HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                 "_backward_pre_hooks")
-# the attribute naming a layer's index (transformers): may differ within a group (4. above)
-LAYER_INDEX = "layer_idx"
+# the attributes naming a layer's index (transformers): may differ within a group (4. above)
+LAYER_INDEX = ("layer_idx", "layer_id")
 # plain values a call may pass besides tensors: part of the spec, equal in every stamped call
 _PLAIN = (type(None), bool, int, float, str, torch.dtype, torch.device)
 # the last capture: how many layer calls were stamped, or why it fell back to a full trace
@@ -108,7 +109,7 @@ class _Stamp:
     inputs: list[Meta]
     device: torch.device
     results: list[Meta]
-    single: bool  # the layer returns a tensor, not a tuple
+    result_spec: Spec  # how the layer's result is rebuilt from its tensors
     written: list[int]  # the inputs the layer writes in place, by position
     weight_names: list[str]  # the layer's parameters then buffers, in the order calls pass them
     template: Captured | None = None
@@ -153,7 +154,7 @@ def _same_tensors(x: dict[str, Any], y: dict[str, Any]) -> bool:
 
 
 def _equal_attribute(name: str, x: Any, y: Any) -> bool:
-    if name == LAYER_INDEX and type(x) is int and type(y) is int:
+    if name in LAYER_INDEX and type(x) is int and type(y) is int:
         return True  # the template reads it as a marker: any other use fails it
     return _equal(x, y)
 
@@ -262,7 +263,8 @@ def _rebuild(spec: Spec, tensors: tuple[torch.Tensor, ...]) -> Any:
 
 def _layer_index(layer: nn.Module) -> int | None:
     """The layer's index, where its modules carry one (one value for all), else None."""
-    found = {vars(m)[LAYER_INDEX] for m in layer.modules() if type(vars(m).get(LAYER_INDEX)) is int}
+    found = {vars(m)[name] for m in layer.modules() for name in LAYER_INDEX
+             if type(vars(m).get(name)) is int}
     return found.pop() if len(found) == 1 else None
 
 
@@ -308,16 +310,16 @@ class _TemplateCache:
 
 @contextmanager
 def _marked_indices(layer: nn.Module) -> Iterator[None]:
-    """The layer's `layer_idx` attributes as the marker for the time of its template capture."""
-    saved = [(m, vars(m)[LAYER_INDEX]) for m in layer.modules()
-             if type(vars(m).get(LAYER_INDEX)) is int]
+    """The layer's index attributes as the marker for the time of its template capture."""
+    saved = [(m, name, vars(m)[name]) for m in layer.modules() for name in LAYER_INDEX
+             if type(vars(m).get(name)) is int]
     try:
-        for m, _ in saved:
-            vars(m)[LAYER_INDEX] = _INDEX
+        for m, name, _ in saved:
+            vars(m)[name] = _INDEX
         yield
     finally:
-        for m, index in saved:
-            vars(m)[LAYER_INDEX] = index
+        for m, name, index in saved:
+            vars(m)[name] = index
 
 
 # --- 3. tracing ---------------------------------------------------------------------------------
@@ -360,26 +362,28 @@ def _stamped_forward(layer: nn.Module, gid: int, original: Any,
             stamps[key] = _record(layer, spec, inputs, tensors[0].device, out, written)
             return out
         stamp = stamps[key]
-        if stamp is None:  # the traced call returned something else than tensors
+        if stamp is None:  # the traced call returned what tensors and a spec cannot rebuild
             return original(*args, **kwargs)
         weights = [t for _, t in layer.named_parameters()] + [t for _, t in layer.named_buffers()]
         out = torch.ops.eqsat_llm.layer(tensors, weights, stamp.key)
         for k, new in zip(stamp.written, out[len(stamp.results):]):
             tensors[k].copy_(new)
-        results = out[:len(stamp.results)]
-        return results[0] if stamp.single else tuple(results)
+        return _rebuild(stamp.result_spec, tuple(out[:len(stamp.results)]))
     return forward
 
 
 def _record(layer: nn.Module, spec: Spec, inputs: list[Meta], device: torch.device, out: Any,
             written: list[int]) -> _Stamp | None:
-    outs = [out] if isinstance(out, torch.Tensor) else out
-    if not isinstance(outs, (list, tuple)) or not outs or not all(
-            isinstance(o, torch.Tensor) for o in outs):
+    results: list[torch.Tensor] = []
+    try:
+        result_spec = _flatten(out, results, None)
+    except _NotStamped:
+        return None
+    if not results:
         return None
     names = [n for n, _ in layer.named_parameters()] + [n for n, _ in layer.named_buffers()]
-    stamp = _Stamp(next(_KEYS), layer, spec, inputs, device, [_meta(o) for o in outs],
-                   isinstance(out, torch.Tensor), written, names)
+    stamp = _Stamp(next(_KEYS), layer, spec, inputs, device, [_meta(o) for o in results],
+                   result_spec, written, names)
     _ACTIVE[stamp.key] = stamp
     return stamp
 
@@ -427,9 +431,11 @@ class _Call(nn.Module):
         super().__init__()
         self.layer, self._spec = layer, spec
 
-    def forward(self, *tensors: torch.Tensor) -> Any:
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         args, kwargs = _rebuild(self._spec, tensors)
-        return self.layer(*args, **kwargs)
+        results: list[torch.Tensor] = []
+        _flatten(self.layer(*args, **kwargs), results, None)
+        return tuple(results)
 
 
 def _template(stamp: _Stamp) -> str | None:
