@@ -124,6 +124,7 @@ print(json.dumps({"format": fmt, "bare": bare, "model": model_bytes, "model_s": 
     resource.RUSAGE_SELF).ru_maxrss * 1024, "prepared": sum(held.values()),
     "child_peak": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
     "decode_optimized": gen.report.decode_optimized,
+    "stamped": [p.report.stamped_calls for p in programs],
     "prefill_optimized": gen.report.prefill_optimized,
     "decode_prepared": sum({w.untyped_storage().data_ptr(): w.untyped_storage().nbytes()
                             for w in gen.decode_program._runtime.weights
@@ -312,7 +313,8 @@ def checkpoint_table(rows: list[dict]) -> list[str]:
     lines = [
              ("| format | peak RSS GB | prepared weights GB (decode's) | KV cache + arenas GB "
               "| bare process GB | (peak - bare) / held | cold start s (weights s, GB/s read) "
-              "| programs optimized: decode, prefill (largest child's peak GB) "
+              "| programs optimized: decode, prefill (largest child's peak GB; layer calls "
+              "spliced at capture) "
               "| warm start s (weights s) | imports s (cold, warm) | decode tok/s |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -327,7 +329,8 @@ def checkpoint_table(rows: list[dict]) -> list[str]:
                      f"{r['start_s']:.1f} ({r['load_s']:.1f}, "
                      f"{r['read_bytes'] / GB / max(r['load_s'], 1e-9):.2f}) | "
                      f"{r['decode_optimized']}, {r['prefill_optimized']} "
-                     f"({r['child_peak'] / GB:.2f}) | {warm} | "
+                     f"({r['child_peak'] / GB:.2f}; {' + '.join(map(str, r['stamped']))}) "
+                     f"| {warm} | "
                      f"{imports} | {r['decode_tok_s'] or 0:.1f} |")
     return lines
 
