@@ -37,14 +37,16 @@ static __attribute__((noinline)) void eq_tile_epilogue(
 }
 #if defined(__AVX512F__)
 #include <immintrin.h>
-/* one tile: C[rows, 32] = alpha * A[rows, K] @ Bpanel[K, 32], ncols of the 32 stored */
+/* one tile: C[rows, 32] = alpha * A[rows, K] @ Bpanel[K, 32], ncols of the 32 stored; pf
+   (unless NULL): pfk bytes a k of what the caller streams next, prefetched (eq_panel) */
 static inline __attribute__((always_inline)) void eq_tile(
         const int rows, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
-        int64_t ldc, int ncols, float alpha) {
+        int64_t ldc, int ncols, float alpha, const char* pf, int64_t pfk) {
     __m512 x0[14], x1[14];
 #pragma GCC unroll 14
     for (int r = 0; r < rows; r++) { x0[r] = _mm512_setzero_ps(); x1[r] = _mm512_setzero_ps(); }
     for (int64_t k = 0; k < K; k++) {
+        if (pf) __builtin_prefetch(pf + ((k * pfk) & ~(int64_t)63), 0, 2);
         const __m512 b0 = _mm512_load_ps(bp + k * 32), b1 = _mm512_load_ps(bp + k * 32 + 16);
 #pragma GCC unroll 14
         for (int r = 0; r < rows; r++) {
@@ -72,7 +74,7 @@ static inline __attribute__((always_inline)) void eq_tile(
    ncols (<= 16) of the 16 stored. */
 static inline __attribute__((always_inline)) void eq_tile_half(
         const int rows, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
-        int64_t ldc, int ncols, float alpha) {
+        int64_t ldc, int ncols, float alpha, const char* pf, int64_t pfk) {
     __m256 x0[6], x1[6];
 #pragma GCC unroll 6
     for (int r = 0; r < rows; r++) { x0[r] = _mm256_setzero_ps(); x1[r] = _mm256_setzero_ps(); }
@@ -80,6 +82,7 @@ static inline __attribute__((always_inline)) void eq_tile_half(
        figures in RESULTS.md; a one-off comparison did: see docs/c-backend.md) */
 #pragma GCC unroll 4
     for (int64_t k = 0; k < K; k++) {
+        if (pf) __builtin_prefetch(pf + ((k * pfk) & ~(int64_t)63), 0, 2);
         const __m256 b0 = _mm256_loadu_ps(bp + k * 32), b1 = _mm256_loadu_ps(bp + k * 32 + 8);
 #pragma GCC unroll 6
         for (int r = 0; r < rows; r++) {
@@ -126,46 +129,63 @@ static inline __attribute__((always_inline)) void eq_row32(
 }
 static inline __attribute__((always_inline)) void eq_tile(
         const int rows, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
-        int64_t ldc, int ncols, float alpha) {
-    if (rows == 1) {
+        int64_t ldc, int ncols, float alpha, const char* pf, int64_t pfk) {
+    if (rows == 1) {  /* (decode: its GEMV streams the panel itself) */
         eq_row32(K, a, bp, c, ncols, alpha);
         return;
     }
-    eq_tile_half(rows, K, a, lda, bp, c, ldc, ncols < 16 ? ncols : 16, alpha);
-    if (ncols > 16) eq_tile_half(rows, K, a, lda, bp + 16, c + 16, ldc, ncols - 16, alpha);
+    eq_tile_half(rows, K, a, lda, bp, c, ldc, ncols < 16 ? ncols : 16, alpha, pf, pfk);
+    if (ncols > 16)
+        eq_tile_half(rows, K, a, lda, bp + 16, c + 16, ldc, ncols - 16, alpha, 0, 0);
 }
 #define EQ_MR 6  /* the tallest tile (12 ymm accumulators) */
 #endif
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-/* rows of A in tiles of EQ_MR, the rest in tiles of 8 (when smaller than EQ_MR), 4, 2, 1 */
+/* the rows of a tile that starts `left` rows before the end: EQ_MR, else 8 (when smaller than
+   EQ_MR), 4, 2, 1 */
+static inline int eq_tile_rows(int64_t left) {
+    return left >= EQ_MR ? EQ_MR : (EQ_MR > 8 && left >= 8) ? 8 : left >= 4 ? 4
+           : left >= 2 ? 2 : 1;
+}
+/* C[0:M, n0:n0 + ncols] = A @ the panel, with the epilogue, in tiles of eq_tile_rows rows.
+   pf (unless NULL): K * pfk bytes the caller reads next (the next panel), prefetched while
+   this one runs, a share of them by each tile, evenly down K: the first tile would otherwise
+   stream a panel from memory at the FMA rate (more than a core's bandwidth) while the others
+   find it in L2 (measured, TinyLlama's 64 x 2048 x 5632: 225 -> 301 GFLOP/s on two cores). */
 static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda,
                      const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
-                     const float* rowscale, const eq_addend* e, int ne, int act) {
+                     const float* rowscale, const eq_addend* e, int ne, int act,
+                     const void* pf, int64_t pfk) {
     const int epi = rowscale || ne || act;
+    int64_t tiles = 0;
+    for (int64_t m = 0; m < M; m += eq_tile_rows(M - m)) tiles++;
+    const int64_t share = pf ? pfk / tiles : 0;  /* bytes a k that each tile prefetches */
+    const char* tpf = share ? (const char*)pf : 0;
     for (int64_t m = 0; m < M;) {
-        const int64_t left = M - m;
-        const int rows = left >= EQ_MR ? EQ_MR : (EQ_MR > 8 && left >= 8) ? 8 : left >= 4 ? 4
-                         : left >= 2 ? 2 : 1;
+        const int rows = eq_tile_rows(M - m);
         const float* ar = a + m * lda;
         float* cr = c + m * ldc + n0;
         switch (rows) {
-        case EQ_MR: eq_tile(EQ_MR, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
+        case EQ_MR: eq_tile(EQ_MR, K, ar, lda, bpan, cr, ldc, ncols, alpha, tpf, share); break;
 #if EQ_MR > 8
-        case 8: eq_tile(8, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
+        case 8: eq_tile(8, K, ar, lda, bpan, cr, ldc, ncols, alpha, tpf, share); break;
 #endif
-        case 4: eq_tile(4, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
-        case 2: eq_tile(2, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
-        default: eq_tile(1, K, ar, lda, bpan, cr, ldc, ncols, alpha); break;
+        case 4: eq_tile(4, K, ar, lda, bpan, cr, ldc, ncols, alpha, tpf, share); break;
+        case 2: eq_tile(2, K, ar, lda, bpan, cr, ldc, ncols, alpha, tpf, share); break;
+        default: eq_tile(1, K, ar, lda, bpan, cr, ldc, ncols, alpha, tpf, share); break;
         }
         if (epi) eq_tile_epilogue(rows, cr, ldc, m, n0, ncols, rowscale, e, ne, act);
+        if (tpf) tpf += K * share;
         m += rows;
     }
 }
 #else
-/* portable: the same panels and epilogue, one row of 32 accumulators at a time */
+/* portable: the same panels and epilogue, one row of 32 accumulators at a time (no prefetch) */
 static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda,
                      const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
-                     const float* rowscale, const eq_addend* e, int ne, int act) {
+                     const float* rowscale, const eq_addend* e, int ne, int act,
+                     const void* pf, int64_t pfk) {
+    (void)pf, (void)pfk;
     for (int64_t m = 0; m < M; m++) {
         float acc[32] = {0};
         for (int64_t k = 0; k < K; k++) {
@@ -227,7 +247,7 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
             const int64_t n0 = p * 32;
             const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
             eq_panel(M, K, a, lda, bp + p * K * 32, c, ldc, n0, ncols, alpha, rowscale, e, ne,
-                     act);
+                     act, p + 1 < p1 ? bp + (p + 1) * K * 32 : 0, 128);
         }
     }
 }
@@ -236,14 +256,20 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
    (L1) and are joined as they are stored; neither product is written out. */
 static void eq_panel_swiglu(int64_t M, int64_t K, const float* a, int64_t lda, const float* bg,
                             const float* bu, float* c, int64_t ldc, int64_t n0, int ncols,
-                            float alpha, const float* rowscale) {
+                            float alpha, const float* rowscale, const float* ng,
+                            const float* nu) {
     float tg[14 * 32] __attribute__((aligned(64)));
     float tu[14 * 32] __attribute__((aligned(64)));
-    for (int64_t m = 0; m < M; m += 14) {
+    /* the next pair of panels ng, nu (unless NULL) prefetched a share per block of rows */
+    const int64_t blocks = (M + 13) / 14, share = 128 / blocks;
+    for (int64_t m = 0, i = 0; m < M; m += 14, i++) {
         const int rows = M - m < 14 ? (int)(M - m) : 14;
         const float* rs = rowscale ? rowscale + m : 0;
-        eq_panel(rows, K, a + m * lda, lda, bg, tg, 32, 0, 32, alpha, rs, 0, 0, 0);
-        eq_panel(rows, K, a + m * lda, lda, bu, tu, 32, 0, 32, alpha, rs, 0, 0, 0);
+        const int64_t at = i * K * share / 4;  /* (floats) */
+        eq_panel(rows, K, a + m * lda, lda, bg, tg, 32, 0, 32, alpha, rs, 0, 0, 0,
+                 ng && share ? ng + at : 0, share);
+        eq_panel(rows, K, a + m * lda, lda, bu, tu, 32, 0, 32, alpha, rs, 0, 0, 0,
+                 nu && share ? nu + at : 0, share);
         for (int r = 0; r < rows; r++) {
             float* cr = c + (m + r) * ldc + n0;
             const float* gr = tg + r * 32;
@@ -288,12 +314,12 @@ static void eq_expanded_panels(int64_t M, int64_t K, const float* a, int64_t lda
                                const eq_addend* e, int ne, int act, int swiglu) {
     for (int q = 0; 32 * q < ncols; q++) {
         const int nq = ncols - 32 * q < 32 ? ncols - 32 * q : 32;
-        if (swiglu)
+        if (swiglu)  /* (panels prepared per call: in cache already, nothing to prefetch) */
             eq_panel_swiglu(M, K, a, lda, bp + q * K * 32, bu + q * K * 32, c, ldc, n0 + 32 * q,
-                            nq, alpha, rowscale);
+                            nq, alpha, rowscale, 0, 0);
         else
             eq_panel(M, K, a, lda, bp + q * K * 32, c, ldc, n0 + 32 * q, nq, alpha, rowscale,
-                     e, ne, act);
+                     e, ne, act, 0, 0);
     }
 }
 /* C[M, N] = swiglu(A @ Bg, A @ Bu) = g * sigmoid(g) * u, Bg and Bu packed alike: per panel,
@@ -310,8 +336,10 @@ static __attribute__((noinline)) void eq_gemm_packed_swiglu(
         for (int64_t p = p0; p < p1; p++) {
             const int64_t n0 = p * 32;
             const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
+            const int more = p + 1 < p1;
             eq_panel_swiglu(M, K, a, lda, bg + p * K * 32, bu + p * K * 32, c, ldc, n0, ncols,
-                            1.0f, 0);
+                            1.0f, 0, more ? bg + (p + 1) * K * 32 : 0,
+                            more ? bu + (p + 1) * K * 32 : 0);
         }
     }
 }
@@ -370,8 +398,11 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
                 for (int i = 0; i < ne; i++) { es[i] = e[i]; es[i].p += m * e[i].rs; }
                 for (int64_t p = pa; p < pb; p++) {
                     const int ncols = (int)(N - p * 32 < 32 ? N - p * 32 : 32);
+                    /* (all rows at once: the next panel prefetched as in eq_gemm_packed) */
+                    const int next = !r && p + 1 < (g1 * gp < np ? g1 * gp : np);
                     eq_panel(rows, K, a + m * lda, lda, bp + p * K * 32, c + m * ldc, ldc, p * 32,
-                             ncols, alpha, rowscale ? rowscale + m : 0, es, ne, act);
+                             ncols, alpha, rowscale ? rowscale + m : 0, es, ne, act,
+                             next ? bp + (p + 1) * K * 32 : 0, 128);
                 }
                 if (r) eq_rope_rows(r, c, ldc, m, m_base + m, rows, n0);
             }
