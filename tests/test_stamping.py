@@ -72,15 +72,6 @@ class ByKeyword(nn.Module):
         return x
 
 
-def test_keyword_calls_are_stamped():
-    torch.manual_seed(0)
-    model, x = ByKeyword().eval(), torch.randn(2, 16)
-    compiled = optimize(model, (x,), backend="reference", measure_eager=False)
-    assert stamping.LAST["stamped_calls"] == DEPTH - 1
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)
-
-
 class WithNone(nn.Module):
     """A layer returning (output, None), as transformers' layers do without attention weights."""
 
@@ -103,9 +94,10 @@ class CallsWithNone(nn.Module):
         return x
 
 
-def test_a_result_holding_none_is_stamped():
+@pytest.mark.parametrize("stack", [ByKeyword, CallsWithNone], ids=["keyword", "result-none"])
+def test_keyword_calls_and_results_holding_none_are_stamped(stack):
     torch.manual_seed(0)
-    model, x = CallsWithNone().eval(), torch.randn(2, 16)
+    model, x = stack().eval(), torch.randn(2, 16)
     compiled = optimize(model, (x,), backend="reference", measure_eager=False)
     assert stamping.LAST["stamped_calls"] == DEPTH - 1
     with torch.no_grad():
