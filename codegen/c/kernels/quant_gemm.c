@@ -168,12 +168,22 @@ static inline __attribute__((always_inline)) void eq_qtile(
             }
         }
     } else {
+#if EQ_QV == 16 && defined(__AVX512F__)
+        /* the low nibble's float looked up (vpermps reads an index's low 4 bits): one
+           instruction instead of a mask and a conversion, both on the FMA ports */
+        const __m512 nibbles = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                              14, 15);
+#endif
         for (int64_t k = 0; k < kc; k += 2) {
             if (pf) __builtin_prefetch(w + k / 2 * ldw + pf, 0, EQ_QPFL);
 #pragma GCC unroll 8
             for (int v = 0; v < nv; v++) {
                 const eq_qi q = eq_qwiden(w + k / 2 * ldw + v * EQ_QV, 0);
+#if EQ_QV == 16 && defined(__AVX512F__)
+                const eq_qf lo = (eq_qf)_mm512_permutexvar_ps((__m512i)q, nibbles);
+#else
                 const eq_qf lo = __builtin_convertvector(q & 15, eq_qf);
+#endif
                 const eq_qf xf = __builtin_convertvector(q, eq_qf);
 #pragma GCC unroll 4
                 for (int r = 0; r < rows; r++) {
