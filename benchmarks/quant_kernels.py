@@ -113,16 +113,26 @@ def build(source: str, flags: list[str], path: Path) -> ctypes.CDLL:
 def baseline_source(rev: str) -> tuple[str, str]:
     """(the C of eq_gemm_q at git revision rev with its packed GEMM, the layout it reads:
     "rows", "panels", or "panels16": panels with int4's scales as float16)"""
+    def show(path: str) -> str | None:
+        out = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"],
+                             check=False, capture_output=True, text=True)
+        return out.stdout if out.returncode == 0 else None
+
     def module(path: str) -> tuple[dict[str, str], str]:
         """(the module's top-level string constants, its text), read without running it"""
-        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True,
-                              capture_output=True, text=True).stdout
+        text = show(path) or ""
         strings = {t.id: node.value.value for node in ast.parse(text).body
                    if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
                    for t in node.targets if isinstance(t, ast.Name)}
         return strings, text
     q, text = module("codegen/c/quant_gemm.py")
-    packed = module("codegen/c/packed_gemm.py")[0]["PACKED_GEMM_C"]
+    # since session 20 the kernels are C files (their activation cases left out: not called)
+    packed = show("codegen/c/kernels/packed_gemm.c")
+    if packed is not None:
+        q["QUANT_GEMM_C"] = show("codegen/c/kernels/quant_gemm.c") or ""
+        packed = packed.replace("/*EQ_ACT_CASES*/", "").replace("/*EQ_ACT_LOOPS*/", "")
+    else:
+        packed = module("codegen/c/packed_gemm.py")[0]["PACKED_GEMM_C"]
     layout = ("panels16" if "def of_scales" in text else "panels") \
         if "class QuantPanels" in text else "rows"
     return (PRELUDE + packed + q["QUANT_GEMM_C"] + FLUSH +
