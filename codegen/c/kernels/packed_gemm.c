@@ -139,6 +139,8 @@ static inline __attribute__((always_inline)) void eq_tile(
         eq_tile_half(rows, K, a, lda, bp + 16, c + 16, ldc, ncols - 16, alpha, 0, 0);
 }
 #define EQ_MR 6  /* the tallest tile (12 ymm accumulators) */
+#else
+#define EQ_MR 1  /* (portable: one row at a time) */
 #endif
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 /* the rows of a tile that starts `left` rows before the end: EQ_MR, else 8 (when smaller than
@@ -151,7 +153,9 @@ static inline int eq_tile_rows(int64_t left) {
    pf (unless NULL): K * pfk bytes the caller reads next (the next panel), prefetched while
    this one runs, a share of them by each tile, evenly down K: the first tile would otherwise
    stream a panel from memory at the FMA rate (more than a core's bandwidth) while the others
-   find it in L2 (measured, TinyLlama's 64 x 2048 x 5632: 225 -> 301 GFLOP/s on two cores). */
+   find it in L2 (measured, TinyLlama's 64 x 2048 x 5632: 225 -> 301 GFLOP/s on two cores).
+   Callers pass it only when a panel takes more than one tile: a single tile (decode) streams
+   its panel at the memory's rate anyway, and the hardware prefetcher keeps up. */
 static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda,
                      const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
                      const float* rowscale, const eq_addend* e, int ne, int act,
@@ -247,7 +251,7 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
             const int64_t n0 = p * 32;
             const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
             eq_panel(M, K, a, lda, bp + p * K * 32, c, ldc, n0, ncols, alpha, rowscale, e, ne,
-                     act, p + 1 < p1 ? bp + (p + 1) * K * 32 : 0, 128);
+                     act, M > EQ_MR && p + 1 < p1 ? bp + (p + 1) * K * 32 : 0, 128);
         }
     }
 }
@@ -336,7 +340,7 @@ static __attribute__((noinline)) void eq_gemm_packed_swiglu(
         for (int64_t p = p0; p < p1; p++) {
             const int64_t n0 = p * 32;
             const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
-            const int more = p + 1 < p1;
+            const int more = M > 14 && p + 1 < p1;  /* (more than one block of rows) */
             eq_panel_swiglu(M, K, a, lda, bg + p * K * 32, bu + p * K * 32, c, ldc, n0, ncols,
                             1.0f, 0, more ? bg + (p + 1) * K * 32 : 0,
                             more ? bu + (p + 1) * K * 32 : 0);
@@ -399,7 +403,7 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
                 for (int64_t p = pa; p < pb; p++) {
                     const int ncols = (int)(N - p * 32 < 32 ? N - p * 32 : 32);
                     /* (all rows at once: the next panel prefetched as in eq_gemm_packed) */
-                    const int next = !r && p + 1 < (g1 * gp < np ? g1 * gp : np);
+                    const int next = !r && M > EQ_MR && p + 1 < (g1 * gp < np ? g1 * gp : np);
                     eq_panel(rows, K, a + m * lda, lda, bp + p * K * 32, c + m * ldc, ldc, p * 32,
                              ncols, alpha, rowscale ? rowscale + m : 0, es, ne, act,
                              next ? bp + (p + 1) * K * 32 : 0, 128);
