@@ -38,7 +38,10 @@ optimize() (benchmarks/scale.py). A deep model repeats one layer, so:
 
 Anything unexpected falls back to the full trace: a template that writes its own state, that
 writes other tensors than its first call did, that fails to export or reads its index, or a
-trace that fails with stamping (the plain capture then reports its own error).
+trace that fails with stamping (the plain capture then reports its own error). For the time
+of a capture the model's grouped layers are patched (their forward wrapped, the template's
+index attributes marked), restored after: a model must not run in another thread while it
+is captured.
 """
 
 from __future__ import annotations
