@@ -78,17 +78,20 @@ def cpu(results: str) -> str:
     return "\n".join(out) + "\n\n" + source(title, text) + "\n"
 
 
-def llamacpp(results: str) -> str:
-    title = "llama.cpp side by side"
-    text = section(results, title)
-    head, rows = table(text)
-    out = ["| | " + " | ".join(r[0] for r in rows) + " |", "|---|" + "---|" * len(rows)]
-    for label, cell in (("prefill, ms", "prefill ms, eqsat / llama.cpp"),
-                        ("decode, ms a token", "decode ms/token, eqsat / llama.cpp")):
-        i = head.index(cell)  # its ratio is the column after it
-        out.append(f"| {label} | " + " | ".join(
-            f"{r[i]} ({r[i + 1].rstrip('x')})" for r in rows) + " |")
-    return "\n".join(out) + "\n\n" + source(title, text) + "\n"
+def side_by_side(title: str, peer: str) -> Callable[[str], str]:
+    """A peer's section (benchmarks/llamacpp.py, ort_genai.py): prefill and decode, eqsat-llm /
+    the peer with the ratio, one column per precision."""
+    def block(results: str) -> str:
+        text = section(results, title)
+        head, rows = table(text)
+        out = ["| | " + " | ".join(r[0] for r in rows) + " |", "|---|" + "---|" * len(rows)]
+        for label, cell in (("prefill, ms", f"prefill ms, eqsat / {peer}"),
+                            ("decode, ms a token", f"decode ms/token, eqsat / {peer}")):
+            i = head.index(cell)  # its ratio is the column after it
+            out.append(f"| {label} | " + " | ".join(
+                f"{r[i]} ({r[i + 1].rstrip('x')})" for r in rows) + " |")
+        return "\n".join(out) + "\n\n" + source(title, text) + "\n"
+    return block
 
 
 MODEL_NAMES = {"llama": "LLaMA", "qwen3": "Qwen3", "granite": "Granite", "olmo2": "OLMo2",
@@ -176,8 +179,10 @@ def sparse(results: str) -> str:
     return "\n".join(out) + "\n\n" + source(title, text) + "\n"
 
 
-FIGURES: dict[str, Callable[[str], str]] = {"cpu": cpu, "llamacpp": llamacpp, "models": models,
-                                             "quantized": quantized, "sparse": sparse}
+FIGURES: dict[str, Callable[[str], str]] = {
+    "cpu": cpu, "llamacpp": side_by_side("llama.cpp side by side", "llama.cpp"),
+    "ortgenai": side_by_side("ONNX Runtime GenAI side by side", "ORT GenAI"), "models": models,
+    "quantized": quantized, "sparse": sparse}
 
 
 def generated(readme: str, results: str) -> str:

@@ -1,0 +1,179 @@
+"""ONNX Runtime GenAI as a peer: the same weights, prefill and decode side by side, per precision.
+
+    .venv/bin/python benchmarks/ort_genai.py [--work DIR] [--pairs fp32,int8,int4]
+        [--prompt 128] [--new 64] [--rounds 2] [--write]
+
+Needs the bench extra (`onnxruntime-genai`). Never in the test path. ORT's own generation
+loop, in place of a hand-written one: its model builder (`onnxruntime_genai.models.builder`,
+CPU execution provider, its defaults) turns the TinyLlama-shaped bf16 checkpoint of
+benchmarks/llamacpp.py into an ONNX model per precision: fp32; int8 and int4 as its
+`MatMulNBits` weights in blocks of 32 (its CPU default `accuracy_level` 4: activations
+quantized to int8 in the kernel). The builder wants a tokenizer; the checkpoint has none (tokens
+are fed as ids), so a word-level one of the vocabulary's size is written beside links to the
+shards, with `architectures` in its config.json. Its session runs `--threads` intra-op
+threads (the machine's cores; left unset it ran one here). Each run a fresh process, the systems
+alternated, best of `--rounds`: ORT GenAI's `append_tokens` (prefill) and
+`generate_next_token` (decode), greedy; eqsat-llm's Generator as in llamacpp.py, on the same
+prompt. Greedy tokens: how many agree with transformers' eager fp32 from the start.
+--write puts the table into benchmarks/RESULTS.md ("ONNX Runtime GenAI side by side")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checkpoint_memory import SHAPES, write_checkpoint
+from llamacpp import EAGER, EQSAT, agreeing, child
+from optimize_time import cpu_name, write_section
+
+PAIRS = ("fp32", "int8", "int4")
+
+ORT = r"""
+import json, sys, time
+import torch, onnxruntime_genai as og
+path, prompt_file, new = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ids = torch.load(prompt_file)[0].tolist()
+model = og.Model(path)
+params = og.GeneratorParams(model)
+params.set_search_options(max_length=len(ids) + new, do_sample=False)
+gen = og.Generator(model, params)
+t0 = time.perf_counter()
+gen.append_tokens(ids)
+t1 = time.perf_counter()
+for _ in range(new - 1):
+    gen.generate_next_token()
+t2 = time.perf_counter()
+seq = [int(t) for t in gen.get_sequence(0)]
+print(json.dumps({"prefill_ms": (t1 - t0) * 1e3, "decode_ms": (t2 - t1) * 1e3 / (new - 1),
+                  "tokens": seq[len(ids):]}))
+"""
+
+
+def builder_input(ckpt: Path, out: Path) -> Path:
+    """The checkpoint as the builder reads it: links to its shards, `architectures` in its
+    config, and a word-level tokenizer of the vocabulary's size."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in ckpt.iterdir():
+        if f.name != "config.json" and not (out / f.name).exists():
+            (out / f.name).symlink_to(f.resolve())
+    config = json.loads((ckpt / "config.json").read_text())
+    config["architectures"] = ["LlamaForCausalLM"]
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    vocab = {"<unk>": 0, **{f"t{i}": i for i in range(1, config["vocab_size"])}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="t1",
+                            eos_token="t2").save_pretrained(str(out))
+    return out
+
+
+def build(source: Path, out: Path, precision: str, env: dict[str, str]) -> None:
+    done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i",
+                           str(source), "-o", str(out), "-p", precision, "-e", "cpu", "-c",
+                           str(out.parent / "builder-cache")], capture_output=True, text=True,
+                          env=env, check=False)
+    if done.returncode:
+        raise SystemExit(f"the builder failed for {precision}:\n{done.stderr[-3000:]}")
+
+
+def threads(model: Path, n: int) -> None:
+    """Its session's intra-op threads set to n: left unset, ORT GenAI ran one thread here
+    (int4 decode 76.8 ms a token, 42.3 with 2 threads on this 2-core machine)."""
+    path = model / "genai_config.json"
+    config = json.loads(path.read_text())
+    config["model"]["decoder"]["session_options"]["intra_op_num_threads"] = n
+    path.write_text(json.dumps(config, indent=4))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--layers", type=int, default=22)
+    p.add_argument("--prompt", type=int, default=128)
+    p.add_argument("--new", type=int, default=64)
+    p.add_argument("--pairs", default=",".join(PAIRS))
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--work", type=Path, help="keep the files here (default: a temp dir)")
+    p.add_argument("--write", action="store_true")
+    args = p.parse_args()
+    import onnxruntime_genai as og
+    import torch
+
+    pairs = args.pairs.split(",")
+    work = args.work or Path(tempfile.mkdtemp(prefix="eqsat-ortgenai-"))
+    work.mkdir(parents=True, exist_ok=True)
+    ckpt = work / "ckpt"
+    if not (ckpt / "config.json").exists():
+        ckpt.mkdir(exist_ok=True)
+        write_checkpoint(ckpt, SHAPES["tinyllama"], args.layers)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", XDG_CACHE_HOME=str(work / "cache"))
+    source = builder_input(ckpt, work / "ortgenai-input")
+    models = {}
+    for fmt in pairs:
+        models[fmt] = work / f"ortgenai-{fmt}"
+        if not (models[fmt] / "genai_config.json").exists():
+            build(source, models[fmt], fmt, env)
+        threads(models[fmt], args.threads)
+        size = sum(f.stat().st_size for f in models[fmt].glob("model.onnx*"))
+        print(f"{fmt}: {size / 1e9:.2f} GB", flush=True)
+    prompt = work / "prompt.pt"
+    torch.save(torch.randint(3, 30000, (1, args.prompt),
+                             generator=torch.Generator().manual_seed(1)), prompt)
+    common = (str(prompt), str(args.new))
+    eager = child(EAGER, str(ckpt), *common, env=env)["tokens"]
+    best: dict[tuple[str, str], dict] = {}
+    tokens: dict[tuple[str, str], list[int]] = {}
+    t_start = time.time()
+    for r in range(args.rounds):
+        for fmt in pairs:
+            runs = [("eqsat-llm", lambda f=fmt: child(EQSAT, str(ckpt), f, *common, env=env)),
+                    ("ORT GenAI", lambda f=fmt: child(ORT, str(models[f]), *common, env=env))]
+            for system, run in runs[::1 if r % 2 == 0 else -1]:
+                got = run()
+                print(f"round {r}: {fmt} {system}: prefill {got['prefill_ms']:.0f} ms, "
+                      f"decode {got['decode_ms']:.1f} ms/token", flush=True)
+                tokens[(fmt, system)] = got["tokens"]
+                old = best.get((fmt, system))
+                best[(fmt, system)] = {k: min(got[k], old[k]) if old else got[k]
+                                       for k in ("prefill_ms", "decode_ms")}
+    lines = [("| precision | ORT GenAI model | prefill ms, eqsat / ORT GenAI | ratio | decode "
+              "ms/token, eqsat / ORT GenAI | ratio | greedy tokens = transformers fp32 (eqsat "
+              "/ ORT GenAI) |"), "|---|---|---|---|---|---|---|"]
+    for fmt in pairs:
+        e, o = best[(fmt, "eqsat-llm")], best[(fmt, "ORT GenAI")]
+        size = sum(f.stat().st_size for f in models[fmt].glob("model.onnx*"))
+        lines.append(
+            f"| {fmt} | {size / 1e9:.2f} GB | {e['prefill_ms']:.0f} / {o['prefill_ms']:.0f} | "
+            f"{e['prefill_ms'] / o['prefill_ms']:.2f}x | {e['decode_ms']:.1f} / "
+            f"{o['decode_ms']:.1f} | {e['decode_ms'] / o['decode_ms']:.2f}x | "
+            f"{agreeing(tokens[(fmt, 'eqsat-llm')], eager)} / "
+            f"{agreeing(tokens[(fmt, 'ORT GenAI')], eager)} of {args.new} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.write:
+        head = (f"Command: `.venv/bin/python benchmarks/ort_genai.py {' '.join(sys.argv[1:])}` "
+                f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))}, {cpu_name()}, "
+                f"{platform.machine()}, {os.cpu_count()} cores; onnxruntime-genai "
+                f"{og.__version__}, its builder's CPU defaults, {args.threads} intra-op "
+                f"threads; torch {torch.__version__}). "
+                f"TinyLlama-1.1B shape, {args.layers} layers, random bf16 weights; prompt "
+                f"{args.prompt} tokens in one call, then {args.new} greedy tokens; each run a "
+                f"fresh process, the systems alternated, best of {args.rounds} rounds. Ratio: "
+                "eqsat-llm's time over ORT GenAI's (below 1: eqsat-llm faster).")
+        write_section(head + "\n\n" + table,
+                      "## ONNX Runtime GenAI side by side (benchmarks/ort_genai.py)")
+
+
+if __name__ == "__main__":
+    main()
