@@ -220,3 +220,40 @@ def test_a_kv_cache_write_runs_in_place_without_copying_the_cache(backend):
             torch.testing.assert_close(got[0], ref(x, pos), atol=1e-5, rtol=1e-5)
             assert model.cache is buffer
             torch.testing.assert_close(model.cache, ref.cache)
+
+
+class RowWrites(nn.Module):
+    """A cache's rows written at run-time positions along dim 2, as index_copy_ or as
+    `buf[:, :, pos] = x` (index_put_), then read."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+        self.register_buffer("cache", torch.zeros(1, 2, 8, 4))
+
+    def forward(self, x, pos):
+        if self.form == "index_copy":
+            self.cache.index_copy_(2, pos, x)
+        else:
+            self.cache[:, :, pos] = x
+        return self.cache.sum(-1) * 2.0
+
+
+@pytest.mark.parametrize("form", ["index_copy", "index_put"])
+def test_cache_rows_are_written_in_c_with_positions_checked(form):
+    """The in-place row write runs in the C program (no torch step); negative positions count
+    from the end as in torch; one out of range raises instead of writing elsewhere."""
+    from eqsat_llm.codegen.c.errors import KernelIndexError
+
+    model, ref = RowWrites(form), RowWrites(form)
+    x = torch.randn(1, 2, 3, 4)
+    compiled = optimize(model, (x, torch.tensor([0, 1, 2])), backend="c", measure_eager=False)
+    assert compiled.report.state_in_place == 1 and compiled.report.torch_ops == {}
+    with torch.no_grad():
+        for pos in ([5, 6, 7], [-1, 0, -8] if form == "index_put" else [3, 0, 1]):
+            x = torch.randn(1, 2, 3, 4)
+            pos = torch.tensor(pos)
+            torch.testing.assert_close(compiled(x, pos), ref(x, pos))
+            torch.testing.assert_close(model.cache, ref.cache)
+        with pytest.raises(KernelIndexError):
+            compiled(x, torch.tensor([0, 8, 1]))

@@ -41,7 +41,7 @@ from .emit_elementwise import (
     emit_rope,
 )
 from .emit_format_gemm import prepared_operands
-from .emit_gather import GATHER_OPS, emit_gather
+from .emit_gather import GATHER_OPS, emit_gather, emit_row_write
 from .emit_gemm import emit_gemm
 from .emit_matmul import emit_matmul
 from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
@@ -233,6 +233,9 @@ def emit_program(graph: Graph, plan: MemoryPlan, *, blas: bool = False,
             body = emit_fused(graph, g, refs, restrict)
             assert body is not None  # fusion_groups checked every member
             parts.append((Kernel(name, nid, node.op, fused=g.members), body))
+        elif "rows_at" in node.attrs and all(refs[i].in_c for i in node.inputs) and (
+                body := emit_row_write(node.attrs["rows_at"], [refs[i] for i in node.inputs])):
+            parts.append((Kernel(name, nid, label), body))  # a state's rows written in place
         elif kind == TEMP or (kind in (ARENA, OUTPUT) and not _in_c(node, refs)) or \
                 node.attrs.get("inplace"):  # (a state write in place: torch's own op)
             torch_at.append((len(parts), nid))

@@ -50,6 +50,34 @@ def emit_gather(node: Node, out: Ref, ins: list[Ref]) -> str | None:
     return _index(node, out, x, ins[1:])
 
 
+def emit_row_write(dim: int, ins: list[Ref]) -> str | None:
+    """A model's state write run in place (capture/state.py `rows_at`): state[.., pos[t], ..] =
+    values[.., t, ..] along `dim`, in the state's own storage (a KV cache's new keys). Each
+    position is checked as torch does (negatives from the end); one out of range writes
+    nothing and sets eq_index_error. None where the operands are not of that form."""
+    state, pos, values = ins
+    if dim < 0:
+        dim += len(state.shape)
+    if pos.ctype not in INDEX_CT or len(pos.shape) != 1 or values.dtype != state.dtype or \
+            not 0 <= dim < len(state.shape):
+        return None
+    rows = (*state.shape[:dim], pos.shape[0], *state.shape[dim + 1:])  # values broadcast to it
+    if len(values.shape) > len(rows) or any(
+            m not in (1, r) for m, r in zip(values.shape[::-1], rows[::-1])):
+        return None
+    n = state.shape[dim]
+    vst = broadcast_strides(rows, values.shape, values.strides)
+    pst = tuple(pos.strides[0] if k == dim else 0 for k in range(len(rows)))
+    decl = (f"{state.ctype}* s = {state.ptr(const=False)};\n"
+            f"const {values.ctype}* v = {values.ptr()};\nconst {pos.ctype}* ix = {pos.ptr()};")
+
+    def body(offs: list[str]) -> str:
+        return (f"    int64_t q = (int64_t)ix[{offs[2]}];\n    q += q < 0 ? {n} : 0;\n"
+                f"    if ((uint64_t)q < {n}ULL) s[{offs[0]} + q * {state.strides[dim]}] = "
+                f"v[{offs[1]}];\n    else EQ_INDEX_ERROR();")
+    return decl + "\n" + loop_nest(rows, [_zero(state.strides, [dim]), vst, pst], body)
+
+
 def _zero(strides: tuple[int, ...], dims: list[int]) -> tuple[int, ...]:
     return tuple(0 if k in dims else s for k, s in enumerate(strides))
 

@@ -43,5 +43,28 @@ def write_state_in_place(graph: Graph, captured: Captured) -> list[int]:
             continue  # another reader needs the old value: a new buffer, copied back
         write.attrs = {**write.attrs, "fn": IN_PLACE[fn], "target": str(IN_PLACE[fn]),
                        "inplace": True}
+        dim = rows_written(fn, write.attrs["template"])
+        if dim is not None:
+            write.attrs["rows_at"] = dim
         done.append(k)
     return done
+
+
+def rows_written(fn: object, template: tuple) -> int | None:
+    """The dim d when the write is `state[..., pos, ...] = values` along d, its inputs state,
+    pos (1-D) and values in that order: `index_put(state, [None] * d + [pos], values)` without
+    accumulate, or `index_copy(state, d, pos, values)` (the C backend writes such rows itself,
+    codegen/c/emit_gather.py); else None."""
+    args, kwargs = template
+    if kwargs:
+        return None
+    if fn is aten.index_put.default and len(args) in (3, 4) and args[0] == Slot(0) and \
+            args[2] == Slot(2) and (len(args) == 3 or args[3] is False):
+        index = args[1]
+        if isinstance(index, (list, tuple)) and index and index[-1] == Slot(1) and \
+                all(i is None for i in index[:-1]):
+            return len(index) - 1
+    if fn is aten.index_copy.default and len(args) == 4 and isinstance(args[1], int) and \
+            args[0] == Slot(0) and args[2] == Slot(1) and args[3] == Slot(2):
+        return args[1]
+    return None
