@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -228,27 +229,67 @@ def agreeing(a: list[int], b: list[int]) -> int:
     return n
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+# --- what every generation peer's benchmark shares (also benchmarks/ort_genai.py) -------------
+def peer_arguments(description: str, pairs: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--layers", type=int, default=22)
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--new", type=int, default=64)
-    p.add_argument("--pairs", default="fp32,bf16,int8,int4")
+    p.add_argument("--pairs", default=pairs)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--work", type=Path, help="keep the files here (default: a temp dir)")
     p.add_argument("--write", action="store_true")
-    args = p.parse_args()
-    import llama_cpp
-    import torch
+    return p.parse_args()
 
-    pairs = args.pairs.split(",")
-    work = args.work or Path(tempfile.mkdtemp(prefix="eqsat-llamacpp-"))
+
+def work_checkpoint(work: Path | None, prefix: str, layers: int) -> tuple[Path, Path]:
+    """(the work folder, the TinyLlama-shaped bf16 checkpoint in it, written once)"""
+    work = work or Path(tempfile.mkdtemp(prefix=prefix))
     work.mkdir(parents=True, exist_ok=True)
     ckpt = work / "ckpt"
     if not (ckpt / "config.json").exists():
         ckpt.mkdir(exist_ok=True)
-        write_checkpoint(ckpt, SHAPES["tinyllama"], args.layers)
+        write_checkpoint(ckpt, SHAPES["tinyllama"], layers)
+    return work, ckpt
+
+
+def write_prompt(work: Path, tokens: int) -> Path:
+    import torch
+
+    prompt = work / "prompt.pt"
+    torch.save(torch.randint(3, 30000, (1, tokens),
+                             generator=torch.Generator().manual_seed(1)), prompt)
+    return prompt
+
+
+def alternated(pairs: list[str], runs: dict[str, Callable[[str], dict]], rounds: int
+               ) -> tuple[dict[tuple[str, str], dict], dict[tuple[str, str], list[int]]]:
+    """Each system's run per precision, `rounds` times, the systems' order alternated from
+    round to round: (the best prefill and decode ms per (precision, system), the tokens of the
+    last run)."""
+    best: dict[tuple[str, str], dict] = {}
+    tokens: dict[tuple[str, str], list[int]] = {}
+    for r in range(rounds):
+        for fmt in pairs:
+            for system, run in list(runs.items())[::1 if r % 2 == 0 else -1]:
+                got = run(fmt)
+                print(f"round {r}: {fmt} {system}: prefill {got['prefill_ms']:.0f} ms, "
+                      f"decode {got['decode_ms']:.1f} ms/token", flush=True)
+                tokens[(fmt, system)] = got["tokens"]
+                old = best.get((fmt, system))
+                best[(fmt, system)] = {k: min(got[k], old[k]) if old else got[k]
+                                       for k in ("prefill_ms", "decode_ms")}
+    return best, tokens
+
+
+def main() -> None:
+    args = peer_arguments(__doc__.split("\n\n")[0], "fp32,bf16,int8,int4")
+    import llama_cpp
+    import torch
+
+    pairs = args.pairs.split(",")
+    work, ckpt = work_checkpoint(args.work, "eqsat-llamacpp-", args.layers)
     f32 = work / "model-F32.gguf"
     if not f32.exists():
         write_gguf(ckpt, f32)
@@ -259,28 +300,14 @@ def main() -> None:
         if not files[fmt].exists():
             quantize_gguf(f32, files[fmt], ftype)
         print(f"{kind}: {files[fmt].stat().st_size / 1e9:.2f} GB", flush=True)
-    prompt = work / "prompt.pt"
-    torch.save(torch.randint(3, 30000, (1, args.prompt),
-                             generator=torch.Generator().manual_seed(1)), prompt)
     env = dict(os.environ, HF_HUB_OFFLINE="1", XDG_CACHE_HOME=str(work / "cache"))
-    common = (str(prompt), str(args.new))
+    common = (str(write_prompt(work, args.prompt)), str(args.new))
     eager = child(EAGER, str(ckpt), *common, env=env)["tokens"]
-    best: dict[tuple[str, str], dict] = {}
-    tokens: dict[tuple[str, str], list[int]] = {}
     t_start = time.time()
-    for r in range(args.rounds):
-        for fmt in pairs:
-            runs = [("eqsat-llm", lambda f=fmt: child(EQSAT, str(ckpt), f, *common, env=env)),
-                    ("llama.cpp", lambda f=fmt: child(LLAMA, str(files[f]), *common,
-                                                      str(args.threads), env=env))]
-            for system, run in runs[::1 if r % 2 == 0 else -1]:
-                got = run()
-                print(f"round {r}: {fmt} {system}: prefill {got['prefill_ms']:.0f} ms, "
-                      f"decode {got['decode_ms']:.1f} ms/token", flush=True)
-                tokens[(fmt, system)] = got["tokens"]
-                old = best.get((fmt, system))
-                best[(fmt, system)] = {k: min(got[k], old[k]) if old else got[k]
-                                       for k in ("prefill_ms", "decode_ms")}
+    best, tokens = alternated(pairs, {
+        "eqsat-llm": lambda f: child(EQSAT, str(ckpt), f, *common, env=env),
+        "llama.cpp": lambda f: child(LLAMA, str(files[f]), *common, str(args.threads),
+                                     env=env)}, args.rounds)
     lines = [("| eqsat-llm / llama.cpp | file (llama.cpp) | prefill ms, eqsat / llama.cpp | "
               "ratio | decode ms/token, eqsat / llama.cpp | ratio | greedy tokens = "
               "transformers fp32 (eqsat / llama.cpp) |"), "|---|---|---|---|---|---|---|"]

@@ -19,19 +19,25 @@ prompt. Greedy tokens: how many agree with transformers' eager fp32 from the sta
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkpoint_memory import SHAPES, write_checkpoint
-from llamacpp import EAGER, EQSAT, agreeing, child
+from llamacpp import (
+    EAGER,
+    EQSAT,
+    agreeing,
+    alternated,
+    child,
+    peer_arguments,
+    work_checkpoint,
+    write_prompt,
+)
 from optimize_time import cpu_name, write_section
 
 PAIRS = ("fp32", "int8", "int4")
@@ -97,26 +103,12 @@ def threads(model: Path, n: int) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--layers", type=int, default=22)
-    p.add_argument("--prompt", type=int, default=128)
-    p.add_argument("--new", type=int, default=64)
-    p.add_argument("--pairs", default=",".join(PAIRS))
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--work", type=Path, help="keep the files here (default: a temp dir)")
-    p.add_argument("--write", action="store_true")
-    args = p.parse_args()
+    args = peer_arguments(__doc__.split("\n\n")[0], ",".join(PAIRS))
     import onnxruntime_genai as og
     import torch
 
     pairs = args.pairs.split(",")
-    work = args.work or Path(tempfile.mkdtemp(prefix="eqsat-ortgenai-"))
-    work.mkdir(parents=True, exist_ok=True)
-    ckpt = work / "ckpt"
-    if not (ckpt / "config.json").exists():
-        ckpt.mkdir(exist_ok=True)
-        write_checkpoint(ckpt, SHAPES["tinyllama"], args.layers)
+    work, ckpt = work_checkpoint(args.work, "eqsat-ortgenai-", args.layers)
     env = dict(os.environ, HF_HUB_OFFLINE="1", XDG_CACHE_HOME=str(work / "cache"))
     source = builder_input(ckpt, work / "ortgenai-input")
     models = {}
@@ -127,26 +119,12 @@ def main() -> None:
         threads(models[fmt], args.threads)
         size = sum(f.stat().st_size for f in models[fmt].glob("model.onnx*"))
         print(f"{fmt}: {size / 1e9:.2f} GB", flush=True)
-    prompt = work / "prompt.pt"
-    torch.save(torch.randint(3, 30000, (1, args.prompt),
-                             generator=torch.Generator().manual_seed(1)), prompt)
-    common = (str(prompt), str(args.new))
+    common = (str(write_prompt(work, args.prompt)), str(args.new))
     eager = child(EAGER, str(ckpt), *common, env=env)["tokens"]
-    best: dict[tuple[str, str], dict] = {}
-    tokens: dict[tuple[str, str], list[int]] = {}
     t_start = time.time()
-    for r in range(args.rounds):
-        for fmt in pairs:
-            runs = [("eqsat-llm", lambda f=fmt: child(EQSAT, str(ckpt), f, *common, env=env)),
-                    ("ORT GenAI", lambda f=fmt: child(ORT, str(models[f]), *common, env=env))]
-            for system, run in runs[::1 if r % 2 == 0 else -1]:
-                got = run()
-                print(f"round {r}: {fmt} {system}: prefill {got['prefill_ms']:.0f} ms, "
-                      f"decode {got['decode_ms']:.1f} ms/token", flush=True)
-                tokens[(fmt, system)] = got["tokens"]
-                old = best.get((fmt, system))
-                best[(fmt, system)] = {k: min(got[k], old[k]) if old else got[k]
-                                       for k in ("prefill_ms", "decode_ms")}
+    best, tokens = alternated(pairs, {
+        "eqsat-llm": lambda f: child(EQSAT, str(ckpt), f, *common, env=env),
+        "ORT GenAI": lambda f: child(ORT, str(models[f]), *common, env=env)}, args.rounds)
     lines = [("| precision | ORT GenAI model | prefill ms, eqsat / ORT GenAI | ratio | decode "
               "ms/token, eqsat / ORT GenAI | ratio | greedy tokens = transformers fp32 (eqsat "
               "/ ORT GenAI) |"), "|---|---|---|---|---|---|---|"]
