@@ -161,8 +161,9 @@ static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float
                      const float* rowscale, const eq_addend* e, int ne, int act,
                      const void* pf, int64_t pfk) {
     const int epi = rowscale || ne || act;
-    int64_t tiles = 0;
-    for (int64_t m = 0; m < M; m += eq_tile_rows(M - m)) tiles++;
+    int64_t tiles = 0;  /* (counted only when there is something to prefetch) */
+    if (pf)
+        for (int64_t m = 0; m < M; m += eq_tile_rows(M - m)) tiles++;
     const int64_t share = pf ? pfk / tiles : 0;  /* bytes a k that each tile prefetches */
     const char* tpf = share ? (const char*)pf : 0;
     for (int64_t m = 0; m < M;) {
