@@ -43,7 +43,13 @@ from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C, QuantPanels
 from eqsat_llm.codegen.c.tiles import PACKED_PANEL as NR
-from eqsat_llm.formats.quant_formats import format_group, quantize
+from eqsat_llm.formats.quant_formats import (
+    DYNAMIC4,
+    DYNAMIC_STORED,
+    coded_blocks,
+    format_group,
+    quantize,
+)
 
 
 def flush_bytes() -> int:
@@ -159,9 +165,9 @@ def dense_call(dll, m: int, k: int, n: int, a, bp, c):
     return lambda: dll.dense(m, n, k, a.data_ptr(), bp.data_ptr(), c.data_ptr())
 
 
-def quant_call(lib, m: int, k: int, n: int, a, group: int, q, s, c):
-    return lambda: lib.qgemm(m, n, k, a.data_ptr(), 8 if group == 0 else 4, group, q.data_ptr(),
-                             s.data_ptr(), c.data_ptr())
+def quant_call(lib, m: int, k: int, n: int, a, code: int, group: int, q, s, c):
+    return lambda: lib.qgemm(m, n, k, a.data_ptr(), code, group, q.data_ptr(), s.data_ptr(),
+                             c.data_ptr())
 
 
 def time_round(dll, fn, calls: int, cold: bool) -> float:
@@ -212,19 +218,24 @@ def main(argv: list[str] | None = None) -> None:
             bp = torch.nn.functional.pad(w, (0, -n % NR)).reshape(k, -1, NR).permute(1, 0, 2)
             bp = bp.contiguous()
             fns = {"fp32 packed": dense_call(dll, m, k, n, a, bp, c)}
-            nbytes, refs = {"fp32 packed": k * n * 4}, {"fp32 packed": w}
+            nbytes, refs = {"fp32 packed": k * n * 4}, {"fp32 packed": (a, w)}
             for fmt in args.formats:
-                group = format_group(fmt)
+                stored = DYNAMIC_STORED.get(fmt, fmt)  # int4_dynamic: int4_g32's operands
+                group = format_group(stored)
+                code = 5 if fmt == DYNAMIC4 else 8 if group == 0 else 4
                 for tag, (lib, layout) in libs.items():
-                    q, s, wd = operands(fmt, k, n, torch.Generator().manual_seed(k + n), layout)
+                    if tag and fmt == DYNAMIC4 and layout != "panels16":
+                        continue  # (a revision before int4_dynamic's kernel)
+                    q, s, wd = operands(stored, k, n, torch.Generator().manual_seed(k + n),
+                                        layout)
                     name = f"{tag}{fmt}"
-                    fns[name] = quant_call(lib, m, k, n, a, group, q, s, c)
+                    fns[name] = quant_call(lib, m, k, n, a, code, group, q, s, c)
                     nbytes[name] = (k * n // (1 if group == 0 else 2) +
                                     (n * 4 if group == 0 else k // group * n * s.element_size()))
-                    refs[name] = wd
+                    refs[name] = (coded_blocks(a) if fmt == DYNAMIC4 else a, wd)
             for name, fn in fns.items():
                 fn()
-                err = (c - a @ refs[name]).abs().max().item()
+                err = (c - refs[name][0] @ refs[name][1]).abs().max().item()
                 if err > 1e-3 * k ** 0.5:
                     raise AssertionError(f"{name} wrong on {m}x{k}x{n}: max error {err}")
             modes = ((True, False) if args.warm else (True,)) if m <= 8 else (False,)

@@ -31,7 +31,7 @@ from .extraction.egraph_json import load_egraph
 from .extraction.ilp import extract_ilp
 from .fold import KEEP, Folded, const_classes, fold_constants
 from .formats.half import compute_in_float32, has_half
-from .formats.quant_formats import DYNAMIC
+from .formats.quant_formats import DYNAMIC_STORED
 from .formats.quant_formats import FORMATS as QUANT_FORMATS
 from .formats.quantization import (
     QuantizationReport,
@@ -375,7 +375,9 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
     `quantize` ("int8", "fp8" (= fp8_e4m3), "int4", ...: quant_formats.FORMATS) stores constant
     weights as integers (weight-only, approximate: the report measures the error against the
     float model; "int8_dynamic" also codes the activations per row where an integer product
-    pays, at prefill), except those `keep_float` names (modules or parameter-name globs).
+    pays, at prefill; "int4_dynamic" int4_g32 weights with the activations coded per block of
+    32 where the byte product pays, at decode), except those `keep_float` names (modules or
+    parameter-name globs).
     `sparsity="auto"` reads the 2:4 and 16 x 16 block structure of constant weights and runs
     the GEMMs where skipping their zeros pays on sparse kernels (exact: docs/sparsity.md)."""
     if backend not in BACKENDS:
@@ -508,7 +510,7 @@ def _quantization_report(compiled: Compiled, model: Any, fmt: str, keep_float: l
                          inputs: tuple, kwargs: dict | None) -> QuantizationReport:
     """How many GEMMs read integer weights, and the error against the float model on the
     example inputs (not run for a model that writes its state in place)."""
-    count = sum(n.op == "gemm" and n.attrs["weight"] in (*QUANT_FORMATS, DYNAMIC)
+    count = sum(n.op == "gemm" and n.attrs["weight"] in (*QUANT_FORMATS, *DYNAMIC_STORED)
                 for n in compiled.graph.nodes)
     errors = []
     if callable(model) and not compiled.captured.mutations and not compiled.meta_weights:

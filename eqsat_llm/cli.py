@@ -97,7 +97,9 @@ def _add_program_options(p: argparse.ArgumentParser) -> None:
                    help="weights as int8, fp8 (= fp8_e4m3), fp8_e5m2, int4 (= int4_g32), "
                    "int4_g64 or int4_g128; "
                    "int8_dynamic: int8 weights and activations coded per row where an "
-                   "integer product pays (prefill) (docs/quantization.md)")
+                   "integer product pays (prefill); int4_dynamic: int4_g32 weights and "
+                   "activations coded per block of 32 where the byte product pays (decode) "
+                   "(docs/quantization.md)")
     p.add_argument("--keep-float", metavar="NAMES",
                    help="with --quantize: comma-separated modules or parameter globs kept float")
     p.add_argument("--sparsity", choices=["auto"],

@@ -126,8 +126,8 @@ def dequantized(fmt: str, w: torch.Tensor, w_scale: Any, k: int, n: int) -> torc
         value = torch.where(exponent > 0, (1 + mantissa / 2 ** m) * 2 ** (exponent - bias),
                             mantissa / 2 ** m * 2.0 ** (1 - bias))
         return sign * value * w_scale.float()[None, :]
-    if fmt.startswith("int4_g"):  # nibbles: row 2i low, 2i + 1 high, stored q + 8
-        group = int(fmt[len("int4_g"):])
+    if fmt.startswith("int4_g") or fmt == "int4_dynamic":  # nibbles: row 2i low, 2i + 1
+        group = 32 if fmt == "int4_dynamic" else int(fmt[len("int4_g"):])  # high, q + 8
         out = torch.empty(k, n)
         out[0::2] = (w & 0x0F).float() - 8
         out[1::2] = (w >> 4).float() - 8
@@ -169,6 +169,20 @@ def code_rows(x: torch.Tensor) -> torch.Tensor:
     return out.reshape(x.shape).to(x.dtype)
 
 
+def code_blocks(x: torch.Tensor) -> torch.Tensor:
+    """int4_dynamic's activations as its kernel sees them (codegen/c/quant_gemm.py: each block
+    of 32 along K coded q = clamp(rint(a / s), -127, 127), s = max |a| / 127, the division a
+    multiply by its float32 reciprocal), decoded as s q."""
+    rows = x.reshape(-1, x.shape[-1] // 32, 32).float()
+    s = rows.abs().amax(-1, keepdim=True) / 127
+    ok = rows.isfinite().all(-1, keepdim=True) & (s >= 1e-30)
+    inv = 1.0 / torch.where(ok, s, torch.ones_like(s))
+    q = torch.round(rows * inv).clamp(-127, 127)
+    out = torch.where(ok, s * q, torch.zeros_like(rows))
+    out = torch.where(rows.isfinite().all(-1, keepdim=True), out, float("nan"))
+    return out.reshape(x.shape).to(x.dtype)
+
+
 def _gemm(xs: list[Any], a: dict) -> torch.Tensor:
     x, w, w_scale, norm, addend = xs
     if a["prologue"] == "rms_norm":
@@ -177,6 +191,8 @@ def _gemm(xs: list[Any], a: dict) -> torch.Tensor:
     weight = dequantized(a["weight"], w, w_scale, x.shape[-1], 2 * n if swiglu else n)
     if a["weight"] == "int8_dynamic":
         x = code_rows(x)
+    if a["weight"] == "int4_dynamic":
+        x = code_blocks(x)
     weight = weight.to(x.dtype)
     if a["epilogue"] == "bias":
         y = torch.addmm(addend, x, weight, beta=a["beta"], alpha=a["alpha"])

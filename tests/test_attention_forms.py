@@ -208,6 +208,27 @@ def test_sinks_on_each_kernel_path(sq, sk, monkeypatch):
     assert (want - without).abs().max() > 0.05  # the sinks change the answer
 
 
+@pytest.mark.parametrize("heads,kv,sq", [(6, 2, 3), (8, 2, 1), (4, 4, 5)])
+def test_flash_tiles_take_rows_from_every_head_of_a_group(heads, kv, sq, monkeypatch):
+    """The flash-style kernel's tile holds the rows of all the query heads of one KV head
+    (at decode, the group's heads): a bias and sinks that differ per head and row, and tiles
+    that cross from one head's rows to the next (6 x 3 rows in tiles of 8), against the
+    eager spelling."""
+    sk = 19
+    g = Graph()
+    q, k, v = inp(g, (2, heads, sq, 16)), inp(g, (2, kv, sk, 16)), inp(g, (2, kv, sk, 16))
+    bias = torch.randn(1, heads, sq, sk).masked_fill(torch.rand(1, heads, sq, sk) < 0.3,
+                                                     float("-inf"))
+    sinks = torch.randn(2, heads, sq, 1)
+    g.outputs = [g.add("attention", (q, k, v, const(g, bias), const(g, sinks)), scale=0.25,
+                       softcap=0.0)]
+    xs = rand_inputs(g)
+    want = EAGER["attention"](xs[:3] + [bias, sinks], {"scale": 0.25, "softcap": 0.0})
+    monkeypatch.setattr(emit_attention, "PACKED_SCRATCH", 0)
+    got = CRuntime(g, use_blas=False).run(xs)[0]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("sq", [3, 70])
 def test_rows_that_see_no_key_are_zero_as_in_sdpa(sq, monkeypatch):
     g = Graph()

@@ -64,14 +64,16 @@ OPTIONS = {"int8": {"quantize": "int8"}, "fp8_e4m3": {"quantize": "fp8"},
            "fp8_e5m2": {"quantize": "fp8_e5m2"},
            "int4_g32": {"quantize": "int4"}, "int4_g64": {"quantize": "int4_g64"},
            "int4_g128": {"quantize": "int4_g128"},
-           "int8_dynamic": {"quantize": "int8_dynamic"}, "bf16": {}, "fp16": {},
+           "int8_dynamic": {"quantize": "int8_dynamic"},
+           "int4_dynamic": {"quantize": "int4_dynamic"}, "bf16": {}, "fp16": {},
            "sparse24": {"sparsity": "auto"}, "bsr16": {"sparsity": "auto"}}
 # (format, rows): decode's GEMV and prefill's panels; int8_dynamic multiplies integers at
-# prefill only, 2:4 is taken at decode only (the cost model keeps the dense GEMM at prefill)
+# prefill only, int4_dynamic at decode only, 2:4 is taken at decode only (the cost model
+# keeps the dense GEMM at prefill)
 CASES = [("int8", 1), ("int8", 33), ("fp8_e4m3", 1), ("fp8_e4m3", 33), ("fp8_e5m2", 1),
          ("fp8_e5m2", 33), ("int4_g32", 1), ("int4_g64", 33),
-         ("int4_g128", 1), ("int8_dynamic", 33), ("bf16", 1), ("fp16", 33), ("sparse24", 1),
-         ("bsr16", 33)]
+         ("int4_g128", 1), ("int8_dynamic", 33), ("int4_dynamic", 1), ("bf16", 1), ("fp16", 33),
+         ("sparse24", 1), ("bsr16", 33)]
 _COMPILED: dict[tuple[str, int], tuple] = {}
 
 
@@ -121,7 +123,7 @@ def test_kernel_matches_torch_on_the_stored_weight(fmt, rows):
             assert torch.equal(deq, want)
         else:  # the scales from their definition, each weight within half a step
             group = 0 if fmt in ("int8", "int8_dynamic") or fmt.startswith("fp8") else \
-                int(fmt.rsplit("g", 1)[1])
+                32 if fmt == "int4_dynamic" else int(fmt.rsplit("g", 1)[1])
             top = want.abs().amax(0) if not group else \
                 want.reshape(k // group, group, n).abs().amax(1)
             top_value, bits, least = {"fp8_e4m3": (448, 3, -6), "fp8_e5m2": (57344, 2, -14)}.get(
@@ -185,14 +187,16 @@ def test_the_oracle_fails_on_a_wrong_dequantization(fmt, rows):
         assert relative_error(got, wrong) > 3 * RTOL, what
 
 
-def test_the_oracle_fails_when_int8_dynamic_activations_are_not_coded():
-    _, x, compiled, gemms = compiled_case("int8_dynamic", 33)
+@pytest.mark.parametrize("fmt,rows,plain", [("int8_dynamic", 33, "int8"),
+                                            ("int4_dynamic", 1, "int4_g32")])
+def test_the_oracle_fails_when_dynamic_activations_are_not_coded(fmt, rows, plain):
+    _, x, compiled, gemms = compiled_case(fmt, rows)
     with torch.no_grad():
         got = compiled(x)
     for node in gemms:
-        node.attrs = {**node.attrs, "weight": "int8"}  # (the same weight, x as it is)
+        node.attrs = {**node.attrs, "weight": plain}  # (the same weight, x as it is)
     try:
         assert relative_error(got, run_eager(compiled.graph, [x])[0]) > 3 * RTOL
     finally:
         for node in gemms:
-            node.attrs = {**node.attrs, "weight": "int8_dynamic"}
+            node.attrs = {**node.attrs, "weight": fmt}

@@ -1,7 +1,8 @@
 """The kernels' narrower paths on a wide machine (codegen/c/isa.py): one program of GEMMs on
-every weight format (packed float, int8, fp8 e4m3 and e5m2, int4, int8 activations, fp16,
-bf16, 2:4 and block sparse), each at one row and at 130, built with AVX-512 switched off and with
-x86-64's baseline only, against torch's reference. `bash scripts/test-isa ISA` runs the
+every weight format (packed float, int8, fp8 e4m3 and e5m2, int4, int8 activations, int4
+with activations coded per block, fp16, bf16, 2:4 and block sparse), each at one row and at
+130, built without VNNI, with AVX-512 switched off and with x86-64's baseline only, against
+torch's reference. `bash scripts/test-isa ISA` runs the
 whole C test set under one setting; this keeps the default run checking them in seconds."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from eqsat_llm.codegen.c import CRuntime
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.codegen.c.isa import ISA_FLAGS, isa_flags
 from eqsat_llm.extraction.machine import machine_key
-from eqsat_llm.formats.quant_formats import DYNAMIC, quantize
+from eqsat_llm.formats.quant_formats import DYNAMIC, DYNAMIC4, DYNAMIC_STORED, quantize
 from eqsat_llm.formats.sparse_formats import pack
 from eqsat_llm.ir import Graph
 from eqsat_llm.ops.gemm import GEMM_DEFAULTS
@@ -30,9 +31,11 @@ pytestmark = [
 ]
 
 # each setting's flags, and a macro its build must not define (the path it switches off);
+# "no-vnni" keeps AVX-512 without its byte dot product (int4_dynamic's vpmaddubsw path);
 # "no-avx512" keeps AVX-VNNI where the CPU has it (Sapphire Rapids): the int8 tile's
 # 256-bit vpdpbusd path, which the "avx2" setting also turns off
-SETTINGS = {"no-avx512": (["-mno-avx512f"], "__AVX512F__"),
+SETTINGS = {"no-vnni": (["-mno-avx512vnni", "-mno-avxvnni"], "__AVX512VNNI__"),
+            "no-avx512": (["-mno-avx512f"], "__AVX512F__"),
             "avx2": (ISA_FLAGS["avx2"], "__AVXVNNI__"),
             "portable": (ISA_FLAGS["portable"], "__SSE4_1__")}
 K, N = 64, 48
@@ -56,7 +59,7 @@ def _weight(g: Graph, fmt: str, gen: torch.Generator) -> dict:
             w = w * (torch.arange(K) // 16 % 2 == 0)[:, None]  # every other block row
         values, index = pack(w, fmt)
         return {"w": const(g, values), "w_scale": const(g, index)}
-    q, s = quantize(w, "int8" if fmt == DYNAMIC else fmt)
+    q, s = quantize(w, DYNAMIC_STORED.get(fmt, fmt))
     return {"w": const(g, q), "w_scale": const(g, s)}
 
 
@@ -67,8 +70,8 @@ def _program() -> Graph:
     g = Graph()
     xs = [inp(g, (m, K)) for m in (1, 130)]  # 130: row tails on every ISA's tile
     bias, zero = const(g, torch.randn(N, generator=gen)), scalar(g, 0.0)
-    fmts = ["float", "int8", "fp8_e4m3", "fp8_e5m2", "int4_g32", DYNAMIC, "fp16", "bf16",
-            "sparse24", "bsr16"]
+    fmts = ["float", "int8", "fp8_e4m3", "fp8_e5m2", "int4_g32", DYNAMIC, DYNAMIC4, "fp16",
+            "bf16", "sparse24", "bsr16"]
     for k, fmt in enumerate(fmts):
         w = _weight(g, fmt, gen)
         for x in xs:

@@ -122,6 +122,24 @@ def test_int8_dynamic_multiplies_integers_at_prefill_and_keeps_the_gemv_at_decod
 
 
 @needs_cc
+@pytest.mark.parametrize("case,fmt", [("decode", "int4_dynamic"), ("prefill", "int4_g32")])
+def test_int4_dynamic_multiplies_bytes_at_decode_and_keeps_int4_at_prefill(case, fmt):
+    model, inputs = llama_block_case(case)
+    compiled = optimize(model, inputs, quantize="int4_dynamic", measure_eager=False)
+    report = compiled.report
+    assert report.backend == "c" and not report.torch_ops, report.torch_ops
+    assert report.weight_formats == {fmt: 4}, report.weight_formats
+    (err,) = report.quantization.outputs
+    assert report.quantization.quantized_weights == 4 and 0 < err.max_rel <= 0.25, err
+    with torch.no_grad():  # torch eager on the coded blocks and the stored nibbles; as for
+        # int8_dynamic, a code may flip at a rounding tie (a row or two, a code's worth)
+        want = run_eager(compiled.graph, list(inputs))[0]
+        got = compiled(*inputs)
+    err = (want - got).abs().reshape(-1, want.shape[-1]).amax(1) / float(want.abs().max())
+    assert int((err > 1e-4).sum()) <= max(1, err.numel() // 32) and float(err.max()) <= 2e-3, err
+
+
+@needs_cc
 def test_keep_float_leaves_the_named_weights_alone():
     model, inputs = llama_block_case("decode")
     compiled = optimize(model, inputs, quantize="int8", keep_float=["o_proj", "down_proj*"],

@@ -146,40 +146,99 @@ def emit_attention(node: Node, out: Ref, ins: list[Ref], blas: bool = False,
         return head + _blas_attention(nb, sq, sk, d, dv, offs, (q_rs, k_rs, v_rs, o_rs),
                                       bias_ptr, terms, float(node.attrs["scale"]), q, k, v, out,
                                       (b_rs, b_cs) if masked else (0, 0))
-    tiles = (sq + QT - 1) // QT
-    work = nb * sq * sk * (d + dv)
-    par = work >= PARALLEL_MIN * 4 and nb * tiles >= 2
-    scale = f"{float(node.attrs['scale']).hex()}f"
-    bval = (f"bp[(i0 + r) * {b_rs} + (j0 + j) * {b_cs}]" if not bias_lit else bias_lit)
+    kv_strides = bst + row_st  # out, q, k, v, bias (, sinks); the group's dim last
+    return head + _flash_attention(
+        FlashShape(kv_batch, group, sq, sk, d, dv), kv_strides, bias_ptr, bias_lit,
+        (q_rs, k_rs, v_rs, o_rs, b_rs, b_cs, s_rs if sinks.space != "scalar" else 0), masked,
+        (q_cs, k_cs, v_cs, o_cs), terms.softcap, sink_at if sinks.space == "scalar" else None,
+        float(node.attrs["scale"]), q, k, v, out)
+
+
+@dataclass(frozen=True)
+class FlashShape:
+    """The flash kernel's problem: the KV heads' batch, query heads per KV head, query rows,
+    keys, and the head dims of q/k and of v."""
+    kv_batch: tuple[int, ...]
+    group: int
+    sq: int
+    sk: int
+    d: int
+    dv: int
+
+
+def _flash_attention(shape: FlashShape, strides: list[tuple[int, ...]], bias_ptr: str,
+                     bias_lit: str, row_strides: tuple[int, ...], masked: bool,
+                     col_strides: tuple[int, ...], softcap: float, sink_lit: str | None,
+                     scale: float, q: Ref, k: Ref, v: Ref, out: Ref) -> str:
+    """One pass over blocks of keys with an online softmax. A task is one KV head and a tile
+    of up to QT query rows drawn from all the query heads of its group (at decode the
+    group's heads are the rows), so that each key block is transposed once for the group,
+    not once per query head. strides: over the batch of out, q, k, v, bias (and sinks), the
+    group's dim last when group > 1 (k's and v's stride 0 there); sink_lit: the sink as a
+    literal ("" for none), None when the sinks are a tensor."""
+    kv_batch, group, sq, sk, d, dv = (shape.kv_batch, shape.group, shape.sq, shape.sk,
+                                      shape.d, shape.dv)
+    q_rs, k_rs, v_rs, o_rs, b_rs, b_cs, s_rs = row_strides
+    q_cs, k_cs, v_cs, o_cs = col_strides
+    if group > 1:  # a query head's offset: its KV head's, plus g steps within the group
+        g_st = [st[-1] for st in strides]
+        strides = [st[:-1] for st in strides]
+    else:
+        g_st = [0] * len(strides)
+    bsh, bss = collapse(kv_batch, strides)
+    nkv = 1
+    for n in bsh:
+        nkv *= n
+    offs = [_batch_offset("bk", bsh, st) for st in bss]
+    rows = group * sq  # (g, i) pairs, g-major
+    tiles = (rows + QT - 1) // QT
+    par = nkv * rows * sk * (d + dv) >= PARALLEL_MIN * 4 and nkv * tiles >= 2
+    terms = RowTerms("", softcap, "srow[{}][0]" if sink_lit is None else sink_lit)
+    row_ptrs = (f"""        qrow[r] = qp0 + {offs[1]} + g * {g_st[1]} + i * {q_rs};
+        orow[r] = op0 + {offs[0]} + g * {g_st[0]} + i * {o_rs};
+        brow[r] = bp0 ? bp0 + {offs[4]} + g * {g_st[4]} + i * {b_rs} : bp0;""" +
+                (f"\n        srow[r] = snp0 + {offs[5]} + g * {g_st[5]} + i * {s_rs};"
+                 if sink_lit is None else ""))
+    bval = f"brow[r][(j0 + j) * {b_cs}]" if not bias_lit else bias_lit
     skip = ""
     if masked:
         skip = f"""
-            int live = 0;
-            for (int r = 0; r < nr; r++)
-                for (int j = 0; j < nk; j++)
-                    live |= bp[(i0 + r) * {b_rs} + (j0 + j) * {b_cs}] != -INFINITY;
-            if (!live) continue;"""
-    sink_start = (f"m[r] = {terms.sink('i0 + r')}; l[r] = m[r] == -INFINITY ? 0.0f : 1.0f;"
-                  if terms.sink_at else "m[r] = -INFINITY; l[r] = 0.0f;")
-    return head + f"""const float* qp0 = {q.ptr()};
+        int live = 0;
+        for (int r = 0; r < nr; r++)
+            for (int j = 0; j < nk; j++)
+                live |= brow[r][(j0 + j) * {b_cs}] != -INFINITY;
+        if (!live) continue;"""
+    sink_start = ("m[r] = srow[r][0]; l[r] = m[r] == -INFINITY ? 0.0f : 1.0f;"
+                  if sink_lit is None else
+                  f"m[r] = {sink_lit}; l[r] = m[r] == -INFINITY ? 0.0f : 1.0f;" if sink_lit
+                  else "m[r] = -INFINITY; l[r] = 0.0f;")
+    sinks = "\n    const float* srow[{QT}];" if sink_lit is None else ""
+    return f"""const float* qp0 = {q.ptr()};
 const float* kp0 = {k.ptr()};
 const float* vp0 = {v.ptr()};
 float* op0 = {out.ptr(const=False)};
 const float* bp0 = {bias_ptr if bias_ptr != "0" else "(const float*)0"};
 #pragma omp parallel for schedule(static, 1) if({int(par)})
-for (int64_t task = 0; task < {nb * tiles}; task++) {{
-    const int64_t bi = task / {tiles}, i0 = (task % {tiles}) * {QT};
-    const int nr = {sq} - i0 < {QT} ? (int)({sq} - i0) : {QT};
-{_head_pointers(offs)}
+for (int64_t task = 0; task < {nkv * tiles}; task++) {{
+    const int64_t bk = task / {tiles}, r0 = (task % {tiles}) * {QT};
+    const int nr = {rows} - r0 < {QT} ? (int)({rows} - r0) : {QT};
+    const float* kp = kp0 + {offs[2]};
+    const float* vp = vp0 + {offs[3]};
+    const float* qrow[{QT}];
+    float* orow[{QT}];
+    const float* brow[{QT}];{sinks.replace("{QT}", str(QT))}
     float m[{QT}], l[{QT}];
     float acc[{QT}][{dv}] __attribute__((aligned(64)));
     float qr[{QT}][{d}] __attribute__((aligned(64)));
     float kt[{d}][{BK}] __attribute__((aligned(64)));
     float s[{BK}] __attribute__((aligned(64)));
     for (int r = 0; r < nr; r++) {{
+        const int64_t g = (r0 + r) / {sq}, i = (r0 + r) % {sq};
+        (void)g; (void)i;
+{row_ptrs}
         {sink_start}
         for (int c = 0; c < {dv}; c++) acc[r][c] = 0.0f;
-        for (int c = 0; c < {d}; c++) qr[r][c] = qp[(i0 + r) * {q_rs} + c * {q_cs}];
+        for (int c = 0; c < {d}; c++) qr[r][c] = qrow[r][c * {q_cs}];
     }}
     for (int64_t j0 = 0; j0 < {sk}; j0 += {BK}) {{
         const int nk = {sk} - j0 < {BK} ? (int)({sk} - j0) : {BK};{skip}
@@ -197,7 +256,7 @@ for (int64_t task = 0; task < {nb * tiles}; task++) {{
             }}
             float bm = -INFINITY;
             for (int j = 0; j < nk; j++) {{
-                s[j] = {terms.capped(f"s[j] * {scale}")} + {bval};
+                s[j] = {terms.capped(f"s[j] * {scale.hex()}f")} + {bval};
                 bm = s[j] > bm ? s[j] : bm;
             }}
             if (bm == -INFINITY) continue;
@@ -220,7 +279,7 @@ for (int64_t task = 0; task < {nb * tiles}; task++) {{
     }}
     for (int r = 0; r < nr; r++) {{
         const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  /* no key visible: 0, as sdpa */
-        for (int c = 0; c < {dv}; c++) op[(i0 + r) * {o_rs} + c * {o_cs}] = acc[r][c] * inv;
+        for (int c = 0; c < {dv}; c++) orow[r][c * {o_cs}] = acc[r][c] * inv;
     }}
 }}"""
 

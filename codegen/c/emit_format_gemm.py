@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
-from ...formats.quant_formats import format_group
+from ...formats.quant_formats import ACTIVATION_BLOCK, DYNAMIC4, DYNAMIC_STORED, format_group
 from ...ops import ACTIVATIONS, GemmDescriptor, operands_of
 from .emit_norm import inv_rms
 from .gemm_geometry import GemmGeometry, gemm_geometry
@@ -117,7 +117,10 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     (half formats: the values) and the scales (half formats: none) as QuantPanels prepares
     them (panels of QUANT_PANEL columns; a SwiGLU weight's two halves apart)."""
     half = HALF_FORMATS.get(fmt)
-    group = 0 if half else format_group(fmt)
+    dynamic4 = fmt == DYNAMIC4  # int4_g32's operands; activations coded in the kernel
+    group = 0 if half else format_group(DYNAMIC_STORED.get(fmt, fmt))
+    if dynamic4 and (w.shape[0] * 2) % ACTIVATION_BLOCK:
+        return None
     if len(w.shape) != 2 or w.strides[1] != 1 or layout is None:
         return None
     halves = 2 if swiglu else 1
@@ -139,7 +142,7 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     ps = QuantPanels.of_scales(sname, scales.offset, srows, n, srs, halves, group)
     wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), w.dtype)
     ws = layout.prepared(ps, (ps.panels(), ps.rows, QUANT_PANEL), ps.c_dtype)
-    code = FLOAT8_CODES.get(fmt) or (8 if group == 0 else 4)
+    code = FLOAT8_CODES.get(fmt) or (8 if group == 0 else 5 if dynamic4 else 4)
     return QUANT_GEMM, f"{code}, {group}, {wq.ptr()}, {ws.ptr()}"
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CostError, EqsatError
-from ..formats.quant_formats import DYNAMIC
+from ..formats.quant_formats import DYNAMIC, DYNAMIC4
 from ..formats.sparse_formats import FORMATS as SPARSE_FORMATS
 from ..ir import TensorType, dtype_of
 from ..ops import (
@@ -164,7 +164,9 @@ class CostModel:
             return self._roofline(0.0, 0.0, written + sum(nbytes(t) for t in ins[1:]), written)
         if kind == "matmul":
             mm_flops, m_eff, epilogue = _matmul_shape(op, attrs, ins, out)
-            return self._roofline(mm_flops, epilogue, read, written, m_eff, gemm=True)
+            overlap = GEMV_OVERLAP if _format_gemv(op, attrs, out) else 0.0
+            return self._roofline(mm_flops, epilogue, read, written, m_eff, gemm=True,
+                                  overlap=overlap)
         mm_flops, m_eff, vec = _attention_shape(op, ins, out)
         extra = FALLBACK_SECONDS if op in FRONTEND_FORMS else 0.0
         return self._roofline(mm_flops, vec, read, written, m_eff, gemm=True, extra=extra)
@@ -179,7 +181,7 @@ class CostModel:
 
     def _roofline(self, mm_flops: float, vec_flops: float, read: float, written: float,
                   m_eff: int = 1, extra: float = 0.0, slowdown: float = 1.0,
-                  gemm: bool = False) -> KernelCost:
+                  gemm: bool = False, overlap: float = 0.0) -> KernelCost:
         mc = self.machine
         compute = vec_flops / mc.vector_flops
         if mm_flops:
@@ -190,7 +192,8 @@ class CostModel:
             bound = "overhead"
         else:
             bound = "compute" if compute >= memory else "memory"
-        seconds = max(compute, memory) + self.overhead(gemm) + extra
+        seconds = max(compute, memory) + overlap * min(compute, memory) + \
+            self.overhead(gemm) + extra
         return KernelCost(mm_flops + vec_flops, read, written, seconds, bound)
 
 
@@ -274,6 +277,24 @@ SPARSE_GEMM_EFFICIENCY = {"sparse24": 0.45, "bsr16": 0.9}
 # decode is priced too high here.
 DYNAMIC_GEMM_FACTOR = 0.42
 DYNAMIC_GEMV_PENALTY = 2.0
+# A GEMV's work per stored byte against float32's, where it differs (benchmarks/quant_kernels.py
+# --warm, the weight in cache, 2 threads, AVX-512: fp32 56.5 GB/s, int8 55.8, int4_g32 35.8,
+# int4_dynamic 56.0 at 1 x 5632 x 2048): int4_g32 widens each nibble to float, int4_dynamic
+# multiplies bytes. At more rows int4_dynamic dequantizes as int4 does, after coding the
+# activations: priced as the float tiles, so that prefill keeps int4_g32.
+GEMV_WORK_PER_BYTE = {"int4_g32": 1.6, "int4_g64": 1.6, "int4_g128": 1.6}
+# A format GEMV's compute overlaps the weight's stream imperfectly: it is priced at the larger
+# of the two plus this share of the smaller. (In the TinyLlama int4_g32 decode program the
+# GEMVs read 80% of the streaming rate while their in-cache rate is 1.25x it: time ~ memory +
+# 0.35 compute.) It breaks the tie between formats that stream the same bytes.
+GEMV_OVERLAP = 0.35
+
+
+def _format_gemv(op: str, attrs: dict[str, Any], out: TensorType) -> bool:
+    """Whether a kernel is a GEMV streaming a weight stored in a format (GEMV_OVERLAP)."""
+    if op != "gemm" or attrs.get("weight", "float") == "float" or not out.shape:
+        return False
+    return out.numel // max(out.shape[-1], 1) <= QUANT_GEMV_ROWS
 
 
 def _weight_format_factor(fmt: str, w: TensorType, aux: TensorType, rows: int,
@@ -291,9 +312,12 @@ def _weight_format_factor(fmt: str, w: TensorType, aux: TensorType, rows: int,
         stored = w.numel * element_bytes(w.dtype)
         if sparse:
             stored += aux.numel * element_bytes(aux.dtype)
-        return stored / (4.0 * weights) * (DYNAMIC_GEMV_PENALTY if fmt == DYNAMIC else 1.0)
+        return stored / (4.0 * weights) * (DYNAMIC_GEMV_PENALTY if fmt == DYNAMIC else
+                                           GEMV_WORK_PER_BYTE.get(fmt, 1.0))
     if fmt == DYNAMIC:
         return DYNAMIC_GEMM_FACTOR
+    if fmt == DYNAMIC4:
+        return 1.0
     if sparse:
         return w.numel / weights / SPARSE_GEMM_EFFICIENCY[fmt]
     return 1.0 - QUANT_TIE_BREAK

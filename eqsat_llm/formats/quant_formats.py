@@ -27,7 +27,10 @@ weight_scales (ops/formats.py).
 
 The gemm format DYNAMIC ("int8_dynamic") stores W as int8 and also codes the activations,
 per row and per call, in 7 bits with a zero point (code_rows below): the product is then in
-integers (codegen/c/w8a8_gemm.py), as ONNX Runtime's dynamic quantization does."""
+integers (codegen/c/w8a8_gemm.py), as ONNX Runtime's dynamic quantization does.
+The gemm format DYNAMIC4 ("int4_dynamic") stores W as int4_g32 and codes the activations per
+block of 32 along K, symmetric in 8 bits (code_blocks below: llama.cpp's Q8_0): the GEMV
+then multiplies bytes (codegen/c/quant_gemm.py), as llama.cpp's Q4_0 x Q8_0 product does."""
 
 from __future__ import annotations
 
@@ -42,6 +45,9 @@ FORMATS = ("int8", "fp8_e4m3", "fp8_e5m2", "int4_g32", "int4_g64", "int4_g128")
 FLOAT8 = {"fp8_e4m3": (torch.float8_e4m3fn, 448.0), "fp8_e5m2": (torch.float8_e5m2, 57344.0)}
 DYNAMIC = "int8_dynamic"  # int8 weights (stored as "int8"), activations coded per row
 ACTIVATION_CODES = 127  # codes 0..127: 7 bits (w8a8_gemm.py: why not 8)
+DYNAMIC4 = "int4_dynamic"  # int4_g32 weights, activations coded per block of ACTIVATION_BLOCK
+ACTIVATION_BLOCK = 32
+DYNAMIC_STORED = {DYNAMIC: "int8", DYNAMIC4: "int4_g32"}  # what a dynamic format's W is
 
 
 def format_group(fmt: str) -> int:
@@ -177,3 +183,30 @@ def coded_activations(x: torch.Tensor) -> torch.Tensor:
     rows = x.reshape(-1, x.shape[-1]).float()
     q, s, z = code_rows(rows)
     return (s[:, None] * (q - z[:, None])).reshape(x.shape).to(x.dtype)
+
+
+def code_blocks(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes, scales) of the float32 a [M, K] (K a multiple of ACTIVATION_BLOCK) as the
+    int4_dynamic kernel computes them, per block of 32 along K: s = max |a| / 127, codes q =
+    clamp(rint(a * (1 / s)), -127, 127) (the float32 reciprocal), so that a ~ s q within s / 2;
+    s = 0 and codes 0 for a block of zeros (max below 1e-30), s = NaN for a block holding NaN
+    or inf. codes [M, K], scales [M, K / 32]."""
+    m, k = a.shape
+    blocks = a.reshape(m, k // ACTIVATION_BLOCK, ACTIVATION_BLOCK)
+    s = blocks.abs().amax(2) / 127.0
+    bad = ~blocks.isfinite().all(2) | ~(s <= 3.0e38)
+    zero = ~bad & ~(s >= 1e-30)
+    inv = 1.0 / torch.where(bad | zero, torch.ones_like(s), s)
+    q = torch.round(blocks * inv[..., None]).clamp(-127, 127)
+    q[bad | zero] = 0
+    s = torch.where(zero, torch.zeros_like(s), s)
+    return q.reshape(m, k), torch.where(bad, torch.full_like(s, float("nan")), s)
+
+
+def coded_blocks(x: torch.Tensor) -> torch.Tensor:
+    """x [..., K] as the int4_dynamic gemm sees it: each block of 32 coded (code_blocks) and
+    decoded, s q, in x's dtype."""
+    rows = x.reshape(-1, x.shape[-1]).float()
+    q, s = code_blocks(rows)
+    decoded = q.reshape(len(rows), -1, ACTIVATION_BLOCK) * s[..., None]
+    return decoded.reshape(x.shape).to(x.dtype)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..errors import EqsatError
-from .quant_formats import DYNAMIC, FORMATS
+from .quant_formats import DYNAMIC_STORED, FORMATS
 
 ALIASES = {"int4": "int4_g32", "fp8": "fp8_e4m3"}  # group 32, as the common int4 formats;
 # e4m3, as FP8 weights are usually stored
@@ -24,16 +24,19 @@ ALIASES = {"int4": "int4_g32", "fp8": "fp8_e4m3"}  # group 32, as the common int
 
 def resolve_format(quantize: str) -> str:
     fmt = ALIASES.get(quantize, quantize)
-    if fmt not in (*FORMATS, DYNAMIC):
+    if fmt not in (*FORMATS, *DYNAMIC_STORED):
         raise EqsatError(f"unknown quantize format {quantize!r}; one of "
-                         f"{sorted([*ALIASES, *FORMATS, DYNAMIC])}")
+                         f"{sorted([*ALIASES, *FORMATS, *DYNAMIC_STORED])}")
     return fmt
 
 
 def rule_families(fmt: str) -> list[str]:
-    """The rule families of a quantize= format: int8_dynamic's integer product competes with
-    the weight-only int8 GEMM (decode keeps the GEMV)."""
-    return ["quantize-int8", f"quantize-{DYNAMIC}"] if fmt == DYNAMIC else [f"quantize-{fmt}"]
+    """The rule families of a quantize= format: a dynamic format's integer product competes
+    with the weight-only GEMM of its stored format (int8_dynamic: decode keeps the int8 GEMV;
+    int4_dynamic: prefill keeps int4's float tiles)."""
+    if fmt in DYNAMIC_STORED:
+        return [f"quantize-{DYNAMIC_STORED[fmt]}", f"quantize-{fmt}"]
+    return [f"quantize-{fmt}"]
 
 
 def keep_float_matcher(patterns: Iterable[str]) -> Callable[[str], bool] | None:

@@ -12,7 +12,14 @@ import torch
 from ..errors import GraphError
 from ..formats import sparse_formats
 from ..formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
-from ..formats.quant_formats import DYNAMIC, FORMATS, coded_activations, dequantize
+from ..formats.quant_formats import (
+    DYNAMIC,
+    DYNAMIC4,
+    FORMATS,
+    coded_activations,
+    coded_blocks,
+    dequantize,
+)
 from ..tensor_type import TensorType
 from . import draws
 from .activations import ACTIVATIONS
@@ -29,6 +36,8 @@ from .registry import Part, operands_of, register
 #             (half_formats.WEIGHT_FORMATS: "fp16", "bf16"): W is w, held in that dtype
 #             (w_scale unused) | "int8_dynamic": W as "int8", and x's rows coded in 7 bits
 #             and decoded first (quant_formats.coded_activations: the integer product's result)
+#             | "int4_dynamic": W as "int4_g32", and x's blocks of 32 coded in 8 bits and
+#             decoded first (quant_formats.coded_blocks)
 #   epilogue  "none" | "add": + addend (it broadcasts into the product) | "bias":
 #             torch.addmm(addend, x, W, beta, alpha) (x 2-D) | "swiglu": W = [Wg | Wu] with n
 #             columns each, silu(x @ Wg) * (x @ Wu)
@@ -39,7 +48,8 @@ from .registry import Part, operands_of, register
 GEMM_PROLOGUES = ("none", "rms_norm")
 GEMM_EPILOGUES = ("none", "add", "bias", "swiglu")
 GEMM_ACTS = ("none", *ACTIVATIONS)
-GEMM_WEIGHTS = ("float", *FORMATS, DYNAMIC, *sparse_formats.FORMATS, *HALF_FORMATS)
+GEMM_WEIGHTS = ("float", *FORMATS, DYNAMIC, DYNAMIC4, *sparse_formats.FORMATS,
+                *HALF_FORMATS)
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,10 @@ class GemmDescriptor:
         return self.weight == DYNAMIC
 
     @property
+    def dynamic4(self) -> bool:  # int4_g32 weights, activations coded per block of 32
+        return self.weight == DYNAMIC4
+
+    @property
     def columns(self) -> int:
         """The weight's columns: n, or 2 n for SwiGLU's gate and up halves."""
         return self.n * (2 if self.swiglu else 1)
@@ -133,6 +147,8 @@ def _gemm(xs: list[Any], a: dict[str, Any]) -> Any:
         weight = w.to(x.dtype)
     elif d.dynamic:
         x, weight = coded_activations(x), dequantize(w, w_scale, "int8").to(x.dtype)
+    elif d.dynamic4:
+        x, weight = coded_blocks(x), dequantize(w, w_scale, "int4_g32").to(x.dtype)
     else:
         weight = dequantize(w, w_scale, d.weight).to(x.dtype) if d.stored else w
     if d.epilogue == "bias":
@@ -186,7 +202,7 @@ def _parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> list[Pa
     parts: list[Part] = []
     if d.normed:
         parts += rms_norm_parts({"eps": d.eps}, [x, norm], x)
-    if d.dynamic:  # x's rows coded and decoded: a pass over x (and the range's)
+    if d.dynamic or d.dynamic4:  # x coded and decoded: a pass over x (and the range's)
         parts += [("mul", {}, [x, x], x)] * 2
     if d.half:
         parts.append(("to_dtype", {"dtype": x.dtype}, [w], weight))

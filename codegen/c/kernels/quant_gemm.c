@@ -320,6 +320,216 @@ static __attribute__((noinline)) void eq_qgemv(
     }
 }
 
+/* ---- int4_dynamic (fmt 5): int4_g32 weights times activations coded per block of 32 ---- */
+/* A's rows coded as quant_formats.code_blocks defines: per block of 32, s = max |a| / 127,
+   codes rint(a * (1 / s)) in [-127, 127] (s = 0, codes 0 for a block below 1e-30; s = NaN,
+   codes 0 for a block holding NaN or inf). codes [M][K] int8, each 8 of a block stored k + 0,
+   2, 4, 6, then 1, 3, 5, 7 (the GEMV's lanes hold a column's low nibbles, then its high
+   ones); scales [M][K / 32]; offs [M][K / 32] = -8 * the block's sum of codes (the nibbles
+   hold q + 8). decoded (when not NULL): [M][K] float, s * code in k's order (prefill). */
+static void eq_qcode4(int64_t M, int64_t K, const float* a, int64_t lda, int8_t* codes,
+                      float* scales, int32_t* offs, float* decoded) {
+    const int64_t nb = K / 32;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float* x = a + m * lda + b * 32;
+            float mx = 0.0f, bad = 0.0f;
+#pragma omp simd reduction(max:mx) reduction(+:bad)
+            for (int k = 0; k < 32; k++) {
+                const float v = x[k] < 0.0f ? -x[k] : x[k];
+                mx = v > mx ? v : mx;
+                bad += x[k] * 0.0f;  /* NaN when a NaN or an inf is there */
+            }
+            float s = mx / 127.0f;
+            int8_t q[32];
+            int32_t sum = 0;
+            if (bad != 0.0f || !(s >= 1e-30f)) {
+                memset(q, 0, sizeof q);
+                s = bad != 0.0f ? NAN : 0.0f;
+            } else {
+                const float inv = 1.0f / s;
+#pragma omp simd reduction(+:sum)
+                for (int k = 0; k < 32; k++) {
+                    float v = rintf(x[k] * inv);
+                    v = v < -127.0f ? -127.0f : v > 127.0f ? 127.0f : v;
+                    q[k] = (int8_t)v;
+                    sum += (int32_t)v;
+                }
+            }
+            int8_t* c = codes ? codes + m * K + b * 32 : 0;
+            if (c)
+                for (int k = 0; k < 32; k++) c[(k & ~7) + (k & 1) * 4 + (k & 7) / 2] = q[k];
+            if (scales) { scales[m * nb + b] = s; offs[m * nb + b] = -8 * sum; }
+            if (decoded)
+                for (int k = 0; k < 32; k++) decoded[m * K + b * 32 + k] = s * (float)q[k];
+        }
+}
+#if defined(__AVX512BW__) && defined(__AVX512F__)
+/* bytes w (unsigned, <= 15) times bytes x (signed), summed per 4 into acc's int32 lanes */
+static inline __attribute__((always_inline)) __m512i eq_q4dot(__m512i acc, __m512i w,
+                                                              __m512i x) {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpbusd_epi32(acc, w, x);
+#else  /* pair sums <= 2 * 15 * 127: vpmaddubsw never saturates */
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, x),
+                                                   _mm512_set1_epi16(1)));
+#endif
+}
+/* v[m] block L <-> v[L] block m (4 x 4 blocks of 128 bits) */
+static inline __attribute__((always_inline)) void eq_q4t(__m512* v) {
+    const __m512 a = _mm512_shuffle_f32x4(v[0], v[1], 0x44), b = _mm512_shuffle_f32x4(v[0], v[1], 0xEE),
+                 c = _mm512_shuffle_f32x4(v[2], v[3], 0x44), d = _mm512_shuffle_f32x4(v[2], v[3], 0xEE);
+    v[0] = _mm512_shuffle_f32x4(a, c, 0x88); v[1] = _mm512_shuffle_f32x4(a, c, 0xDD);
+    v[2] = _mm512_shuffle_f32x4(b, d, 0x88); v[3] = _mm512_shuffle_f32x4(b, d, 0xDD);
+}
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+static inline __attribute__((always_inline)) __m256i eq_q4dot(__m256i acc, __m256i w,
+                                                              __m256i x) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, w, x);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x),
+                                                   _mm256_set1_epi16(1)));
+#endif
+}
+#endif
+/* t[m][64 (p - p0) + j] = the int4_dynamic product of row m with column j of panels [p0, p1)
+   (QuantPanels' int4 layout: [P][K / 2][64] nibble pairs, [P][K / 32][64] float16 scales),
+   from eq_qcode4's codes, scales and offs. Four byte rows (8 k of 64 columns) are
+   interleaved so that a 32-bit lane holds one column's 4 bytes (low nibbles k + 0, 2, 4, 6,
+   high nibbles k + 1, 3, 5, 7): two byte products per lane and 8 k, summed in int32 over a
+   block of 32, then scaled in float by the block's activation scale times the column's
+   weight scale. The lanes hold the columns in a fixed order (16 L + 4 m + i for lane i of
+   128-bit block L of vector m), the scales brought into it and the sums out of it by 128-bit
+   block shuffles. Every path computes the same int32 sums and the same float steps (one
+   fused multiply-add per block). */
+static __attribute__((noinline)) void eq_qgemv4i(
+        int64_t M, int64_t K, const int8_t* codes, const float* xs, const int32_t* offs,
+        const uint8_t* wq, const uint16_t* sh, int64_t p0, int64_t p1, float* t, int64_t ldt) {
+    const int64_t nb = K / 32;
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t* wp = wq + p * (K / 2) * 64;
+        const uint16_t* sp = sh + p * nb * 64;
+        for (int64_t m = 0; m < M; m++) {
+            const int8_t* xq = codes + m * K;
+            float* out = t + m * ldt + (p - p0) * 64;
+#if defined(__AVX512BW__) && defined(__AVX512F__)
+            const __m512i low = _mm512_set1_epi8(15);
+            __m512 f[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                           _mm512_setzero_ps()};
+            for (int64_t b = 0; b < nb; b++) {
+                const __m512i o = _mm512_set1_epi32(offs[m * nb + b]);
+                __m512i i0 = o, i1 = o, i2 = o, i3 = o;
+                const uint8_t* w = wp + b * 16 * 64;
+                for (int c = 0; c < 4; c++) {
+                    const uint8_t* r = w + c * 4 * 64;
+                    if (EQ_QGPF)
+                        for (int j = 0; j < 4; j++)
+                            __builtin_prefetch(r + j * 64 + EQ_QGPF, 0, EQ_QPFL);
+                    const __m512i r0 = _mm512_loadu_si512(r), r1 = _mm512_loadu_si512(r + 64),
+                                  r2 = _mm512_loadu_si512(r + 128), r3 = _mm512_loadu_si512(r + 192);
+                    const __m512i t0 = _mm512_unpacklo_epi8(r0, r1), t1 = _mm512_unpackhi_epi8(r0, r1),
+                                  t2 = _mm512_unpacklo_epi8(r2, r3), t3 = _mm512_unpackhi_epi8(r2, r3);
+                    const __m512i u0 = _mm512_unpacklo_epi16(t0, t2), u1 = _mm512_unpackhi_epi16(t0, t2),
+                                  u2 = _mm512_unpacklo_epi16(t1, t3), u3 = _mm512_unpackhi_epi16(t1, t3);
+                    int32_t xl, xh;
+                    memcpy(&xl, xq + b * 32 + c * 8, 4);
+                    memcpy(&xh, xq + b * 32 + c * 8 + 4, 4);
+                    const __m512i vl = _mm512_set1_epi32(xl), vh = _mm512_set1_epi32(xh);
+#define EQ_Q4LANE(acc, u) \
+                    acc = eq_q4dot(acc, _mm512_and_si512(u, low), vl); \
+                    acc = eq_q4dot(acc, _mm512_and_si512(_mm512_srli_epi16(u, 4), low), vh);
+                    EQ_Q4LANE(i0, u0) EQ_Q4LANE(i1, u1) EQ_Q4LANE(i2, u2) EQ_Q4LANE(i3, u3)
+#undef EQ_Q4LANE
+                }
+                __m512 sv[4];
+                for (int L = 0; L < 4; L++)
+                    sv[L] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sp + b * 64 + 16 * L)));
+                eq_q4t(sv);
+                const __m512 x = _mm512_set1_ps(xs[m * nb + b]);
+                f[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), _mm512_mul_ps(sv[0], x), f[0]);
+                f[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), _mm512_mul_ps(sv[1], x), f[1]);
+                f[2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i2), _mm512_mul_ps(sv[2], x), f[2]);
+                f[3] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i3), _mm512_mul_ps(sv[3], x), f[3]);
+            }
+            eq_q4t(f);
+            for (int L = 0; L < 4; L++) _mm512_storeu_ps(out + 16 * L, f[L]);
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+            const __m256i low = _mm256_set1_epi8(15);
+            __m256 f[2][4];  /* per 32-column half h */
+            for (int h = 0; h < 2; h++)
+                for (int v = 0; v < 4; v++) f[h][v] = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nb; b++) {
+                const __m256i o = _mm256_set1_epi32(offs[m * nb + b]);
+                const __m256 x = _mm256_set1_ps(xs[m * nb + b]);
+                const uint8_t* w = wp + b * 16 * 64;
+                if (EQ_QGPF)
+                    for (int j = 0; j < 16; j++) __builtin_prefetch(w + j * 64 + EQ_QGPF, 0, EQ_QPFL);
+                for (int h = 0; h < 2; h++) {  /* columns 32 h .. 32 h + 31 */
+                    __m256i i0 = o, i1 = o, i2 = o, i3 = o;
+                    for (int c = 0; c < 4; c++) {
+                        const uint8_t* r = w + c * 4 * 64 + 32 * h;
+                        const __m256i r0 = _mm256_loadu_si256((const __m256i*)r),
+                                      r1 = _mm256_loadu_si256((const __m256i*)(r + 64)),
+                                      r2 = _mm256_loadu_si256((const __m256i*)(r + 128)),
+                                      r3 = _mm256_loadu_si256((const __m256i*)(r + 192));
+                        const __m256i t0 = _mm256_unpacklo_epi8(r0, r1), t1 = _mm256_unpackhi_epi8(r0, r1),
+                                      t2 = _mm256_unpacklo_epi8(r2, r3), t3 = _mm256_unpackhi_epi8(r2, r3);
+                        const __m256i u0 = _mm256_unpacklo_epi16(t0, t2), u1 = _mm256_unpackhi_epi16(t0, t2),
+                                      u2 = _mm256_unpacklo_epi16(t1, t3), u3 = _mm256_unpackhi_epi16(t1, t3);
+                        int32_t xl, xh;
+                        memcpy(&xl, xq + b * 32 + c * 8, 4);
+                        memcpy(&xh, xq + b * 32 + c * 8 + 4, 4);
+                        const __m256i vl = _mm256_set1_epi32(xl), vh = _mm256_set1_epi32(xh);
+#define EQ_Q4LANE(acc, u) \
+                        acc = eq_q4dot(acc, _mm256_and_si256(u, low), vl); \
+                        acc = eq_q4dot(acc, _mm256_and_si256(_mm256_srli_epi16(u, 4), low), vh);
+                        EQ_Q4LANE(i0, u0) EQ_Q4LANE(i1, u1) EQ_Q4LANE(i2, u2) EQ_Q4LANE(i3, u3)
+#undef EQ_Q4LANE
+                    }
+                    /* the half's scales, n[j] = columns 32 h + 8 j .. + 7, into the lanes'
+                       order: vector m, 128-bit block L = columns 32 h + 16 L + 4 m .. + 3 */
+                    __m256 n[4];
+                    for (int j = 0; j < 4; j++)
+                        n[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(sp + b * 64 + 32 * h + 8 * j)));
+                    const __m256 s0 = _mm256_permute2f128_ps(n[0], n[2], 0x20),
+                                 s1 = _mm256_permute2f128_ps(n[0], n[2], 0x31),
+                                 s2 = _mm256_permute2f128_ps(n[1], n[3], 0x20),
+                                 s3 = _mm256_permute2f128_ps(n[1], n[3], 0x31);
+                    f[h][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(s0, x), f[h][0]);
+                    f[h][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(s1, x), f[h][1]);
+                    f[h][2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i2), _mm256_mul_ps(s2, x), f[h][2]);
+                    f[h][3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i3), _mm256_mul_ps(s3, x), f[h][3]);
+                }
+            }
+            for (int h = 0; h < 2; h++) {
+                float* oh = out + 32 * h;
+                _mm256_storeu_ps(oh, _mm256_permute2f128_ps(f[h][0], f[h][1], 0x20));
+                _mm256_storeu_ps(oh + 8, _mm256_permute2f128_ps(f[h][2], f[h][3], 0x20));
+                _mm256_storeu_ps(oh + 16, _mm256_permute2f128_ps(f[h][0], f[h][1], 0x31));
+                _mm256_storeu_ps(oh + 24, _mm256_permute2f128_ps(f[h][2], f[h][3], 0x31));
+            }
+#else
+            for (int j = 0; j < 64; j++) {
+                float f = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    int32_t acc = offs[m * nb + b];
+                    for (int k = 0; k < 32; k += 2) {
+                        const uint8_t byte = wp[(b * 16 + k / 2) * 64 + j];
+                        const int base = (k & ~7), pos = (k & 7) / 2;  /* k even */
+                        acc += (int32_t)(byte & 15) * xq[b * 32 + base + pos];
+                        acc += (int32_t)(byte >> 4) * xq[b * 32 + base + 4 + pos];
+                    }
+                    const float sw = eq_h2f(sp[b * 64 + j], 16);
+                    f = fmaf((float)acc, sw * xs[m * nb + b], f);
+                }
+                out[j] = f;
+            }
+#endif
+        }
+    }
+}
+
 /* the calling thread's buffers (GEMV sums, int4's A, dequantized panels), grown by eq_grow */
 static __thread float* eq_qacc = 0;
 static __thread int64_t eq_qacc_n = 0;
@@ -418,6 +628,8 @@ static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t 
    fmt 8: wq int8 [P][K][64], s float [P][64] (per column); fmt 9, 10: wq float8 e4m3 / e5m2
    bytes, else as 8.
    fmt 4: wq uint8 [P][K / 2][64] (two rows per byte), s float16 bits [P][K / group][64].
+   fmt 5 (int4_dynamic): as 4 with group 32, and A coded per block of 32 first (eq_qcode4):
+   the GEMV multiplies bytes (eq_qgemv4i); more rows run fmt 4 on A's decoded codes.
    fmt 16, 17: wq float16 / bfloat16 [P][K][64], s unused (NULL). */
 static __attribute__((noinline)) void eq_gemm_q(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
@@ -427,6 +639,23 @@ static __attribute__((noinline)) void eq_gemm_q(
     const uint8_t* w = (const uint8_t*)wq;
     const int gemv = M <= EQ_QGEMV_M;
     const int64_t np = (N + 63) / 64;
+    /* int4_dynamic: A's codes (GEMV) or their decoded values (more rows, then int4's path),
+       shared by the threads */
+    const int8_t* codes = 0;
+    const float* xs = 0;
+    const int32_t* offs = 0;
+    if (fmt == 5) {
+        float* buf = eq_grow(&eq_qa, &eq_qa_n, gemv ? M * K / 4 + 2 * M * (K / 32) : M * K);
+        if (!buf) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
+        if (gemv) {
+            float* sc = buf + M * K / 4;
+            eq_qcode4(M, K, a, lda, (int8_t*)buf, sc, (int32_t*)(sc + M * (K / 32)), 0);
+            codes = (const int8_t*)buf; xs = sc; offs = (const int32_t*)(sc + M * (K / 32));
+        } else {
+            eq_qcode4(M, K, a, lda, 0, 0, 0, buf);
+            a = buf; lda = K; fmt = 4;
+        }
+    }
     if (!gemv) a = eq_unaliased(a, &lda, M, K);
     /* int4's GEMV reads A as eq_qprep4 writes it, shared by the threads */
     const float *ga = a, *go = 0;
@@ -447,9 +676,17 @@ static __attribute__((noinline)) void eq_gemm_q(
             if (!tg) EQ_INDEX_ERROR();  /* out of memory */
             else {
                 float* tu = tg + M * ldt;
-                eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, p0, p1, tg, ldt);
-                if (swiglu)
-                    eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, np + p0, np + p1, tu, ldt);
+                if (fmt == 5) {
+                    eq_qgemv4i(M, K, codes, xs, offs, w, (const uint16_t*)s, p0, p1, tg, ldt);
+                    if (swiglu)
+                        eq_qgemv4i(M, K, codes, xs, offs, w, (const uint16_t*)s, np + p0,
+                                   np + p1, tu, ldt);
+                } else {
+                    eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, p0, p1, tg, ldt);
+                    if (swiglu)
+                        eq_qgemv(M, K, ga, glda, go, fmt, group, w, s, np + p0, np + p1, tu,
+                                 ldt);
+                }
                 eq_gemv_store(M, tg, tu, ldt, c, ldc, n0, nc, alpha, rowscale, e, ne, act,
                               swiglu);
             }
