@@ -29,7 +29,9 @@ turning off its repacking buffers, `use_extra_bufts=False`, made Q4_0 slower, 73
 3. Correctness: greedy tokens of llama.cpp F32 and of eqsat-llm fp32 against transformers'
    eager fp32 on the prompt (tokens agreeing from the start, of `new`).
 4. Timing: pairs eqsat-llm fp32 / llama.cpp F32, bf16 (the checkpoint's own bf16 model) / F16,
-   int8 / Q8_0, int4 (int4_g32) / Q4_0. Each run is a fresh process: the prompt in one call
+   int8 / Q8_0, int4 (int4_g32) / Q4_0, int4_dynamic (int4_g32 weights, activations coded per
+   block of 32 in 8 bits where the byte product pays: decode) / Q4_0 (whose product codes
+   the activations so too, as Q8_0). Each run is a fresh process: the prompt in one call
    (prefill ms), then `new` greedy tokens, one call each (decode ms a token: the calls after
    the first token, which comes from the prefill). Rounds alternate the systems; the best of
    `rounds` is kept for each. Both at their defaults but the thread count: llama-cpp-python
@@ -64,7 +66,8 @@ from optimize_time import cpu_name, write_section
 # eqsat-llm precision -> (llama.cpp file type, its name in llama.h's enum llama_ftype)
 PAIRS = {"fp32": ("F32", "LLAMA_FTYPE_ALL_F32"), "bf16": ("F16", "LLAMA_FTYPE_MOSTLY_F16"),
          "int8": ("Q8_0", "LLAMA_FTYPE_MOSTLY_Q8_0"),
-         "int4": ("Q4_0", "LLAMA_FTYPE_MOSTLY_Q4_0")}
+         "int4": ("Q4_0", "LLAMA_FTYPE_MOSTLY_Q4_0"),
+         "int4_dynamic": ("Q4_0", "LLAMA_FTYPE_MOSTLY_Q4_0")}
 
 
 # --- the GGUF files ---------------------------------------------------------------------------
@@ -185,7 +188,7 @@ from eqsat_llm.generation.generator import Generator
 path, fmt, prompt_file, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 ids = torch.load(prompt_file)
 dtype = torch.float32 if fmt == "fp32" else None
-quantize = fmt if fmt in ("int8", "int4") else None
+quantize = fmt if fmt in ("int8", "int4", "int4_dynamic") else None
 gen = Generator.from_pretrained(path, max_seq_len=ids.shape[1] + new, quantize=quantize,
                                 dtype=dtype)
 for program in (gen.prefill_program, gen.decode_program):  # weights on 2 MiB pages: the
