@@ -30,6 +30,10 @@ Q4_0 keeps its scales so too: int4_g32 at 4.5 bits a weight, not 5). A SwiGLU we
 and up halves are panelled apart (the gate's panels, then the up's), so that a panel never
 straddles them.
 
+"int4_dynamic" (fmt 5) reads int4_g32's panels with the activations coded per block of 32 in
+8 bits (eq_qcode4): its GEMV, eq_qgemv4i, multiplies bytes (docs/quantization.md says how and
+what it measured); at more rows the codes are decoded and fmt 4's path runs on them.
+
 The kernel `eq_gemm_q` (QUANT_GEMM_C) has two paths.
 - M <= EQ_QGEMV_M rows (decode): a GEMV that reads each weight byte from memory once per call,
   whatever M. Threads split the panels; a thread's panels lie one after the other, so it
