@@ -5,6 +5,8 @@ GEMM descriptor it has), the measured error in the report, keep_float, and clear
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -99,42 +101,35 @@ def test_llama_block_runs_every_gemm_quantized_in_c(case, fmt, tol):
 
 
 @needs_cc
-@pytest.mark.parametrize("case,fmt", [("prefill", "int8_dynamic"), ("decode", "int8")])
-def test_int8_dynamic_multiplies_integers_at_prefill_and_keeps_the_gemv_at_decode(case, fmt):
+@pytest.mark.parametrize("quantize,case,fmt,kernel,tol", [
+    ("int8_dynamic", "prefill", "int8_dynamic", r"eq_gemm_w8a8\(", 0.05),
+    ("int8_dynamic", "decode", "int8", None, 0.05),
+    ("int4_dynamic", "decode", "int4_dynamic", r"eq_gemm_q\([^;]*, 5, 32, ", 0.25),
+    ("int4_dynamic", "prefill", "int4_g32", None, 0.25)])
+def test_dynamic_formats_take_their_integer_product_where_it_pays(quantize, case, fmt, kernel,
+                                                                 tol):
+    """int8_dynamic multiplies integers at prefill and keeps the int8 GEMV at decode;
+    int4_dynamic multiplies bytes at decode and keeps int4's float tiles at prefill."""
     model, inputs = llama_block_case(case)
-    compiled = optimize(model, inputs, quantize="int8_dynamic", measure_eager=False)
+    compiled = optimize(model, inputs, quantize=quantize, measure_eager=False)
     report = compiled.report
     assert report.backend == "c" and not report.torch_ops, report.torch_ops
     assert report.weight_formats == {fmt: 4}, report.weight_formats
-    assert ("eq_gemm_w8a8(" in compiled._runtime.source) == (fmt == "int8_dynamic")
+    calls = [c for c in re.findall(r"\n\s*(eq_gemm_\w+\([^;]*;)", compiled._runtime.source)
+             if "int64_t" not in c]  # the program's calls (a definition names its types)
+    assert len(calls) == 4 and all(bool(re.match(kernel or "^(?!)", c)) == bool(kernel)
+                                   for c in calls), calls
     (err,) = report.quantization.outputs
-    assert report.quantization.quantized_weights == 4 and 0 < err.max_rel <= 0.05, err
-    with torch.no_grad():  # the integer product: torch eager on the coded rows and weights
+    assert report.quantization.quantized_weights == 4 and 0 < err.max_rel <= tol, err
+    with torch.no_grad():  # the integer product: torch eager on the coded activations and
+        # the stored weights
         want = run_eager(compiled.graph, list(inputs))[0]
         got = compiled(*inputs)
     # A code flips where x * (1/s) is within an ulp of a rounding tie, since C's and torch's
     # float32 values upstream (silu, norms) differ in the last bits, by each host's vector
     # kernels: on an AVX-512 host one row of 128 is 2e-4 off (the down projection's input
-    # 4.8e-7 of a code from its tie). So all rows within float rounding but one in 32, and
-    # those within a few codes' worth.
-    err = (want - got).abs().reshape(-1, want.shape[-1]).amax(1) / float(want.abs().max())
-    assert int((err > 1e-4).sum()) <= err.numel() // 32 and float(err.max()) <= 2e-3, err
-
-
-@needs_cc
-@pytest.mark.parametrize("case,fmt", [("decode", "int4_dynamic"), ("prefill", "int4_g32")])
-def test_int4_dynamic_multiplies_bytes_at_decode_and_keeps_int4_at_prefill(case, fmt):
-    model, inputs = llama_block_case(case)
-    compiled = optimize(model, inputs, quantize="int4_dynamic", measure_eager=False)
-    report = compiled.report
-    assert report.backend == "c" and not report.torch_ops, report.torch_ops
-    assert report.weight_formats == {fmt: 4}, report.weight_formats
-    (err,) = report.quantization.outputs
-    assert report.quantization.quantized_weights == 4 and 0 < err.max_rel <= 0.25, err
-    with torch.no_grad():  # torch eager on the coded blocks and the stored nibbles; as for
-        # int8_dynamic, a code may flip at a rounding tie (a row or two, a code's worth)
-        want = run_eager(compiled.graph, list(inputs))[0]
-        got = compiled(*inputs)
+    # 4.8e-7 of a code from its tie). So all rows within float rounding but one in 32 (or
+    # one), and those within a few codes' worth.
     err = (want - got).abs().reshape(-1, want.shape[-1]).amax(1) / float(want.abs().max())
     assert int((err > 1e-4).sum()) <= max(1, err.numel() // 32) and float(err.max()) <= 2e-3, err
 

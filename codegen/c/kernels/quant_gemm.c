@@ -393,6 +393,27 @@ static inline __attribute__((always_inline)) __m256i eq_q4dot(__m256i acc, __m25
 #endif
 }
 #endif
+/* One step of 8 k: the four 64-byte rows at r (P: the intrinsics' prefix, T the vector
+   type, SI its integer suffix) interleaved by byte and word unpacks so that 32-bit lane i of
+   128-bit block L of u_m holds column 16 L + 4 m + i's 4 bytes; their low nibbles times the
+   codes x[0..3] and their high ones times x[4..7] added into i0..i3. */
+#define EQ_Q4STEP(P, T, SI, r, x, low, i0, i1, i2, i3) do { \
+    const T r0 = P##loadu_##SI((const T*)(r)), r1 = P##loadu_##SI((const T*)((r) + 64)), \
+            r2 = P##loadu_##SI((const T*)((r) + 128)), r3 = P##loadu_##SI((const T*)((r) + 192)); \
+    const T t0 = P##unpacklo_epi8(r0, r1), t1 = P##unpackhi_epi8(r0, r1), \
+            t2 = P##unpacklo_epi8(r2, r3), t3 = P##unpackhi_epi8(r2, r3); \
+    const T u[4] = {P##unpacklo_epi16(t0, t2), P##unpackhi_epi16(t0, t2), \
+                    P##unpacklo_epi16(t1, t3), P##unpackhi_epi16(t1, t3)}; \
+    int32_t xl, xh; \
+    memcpy(&xl, (x), 4); \
+    memcpy(&xh, (x) + 4, 4); \
+    const T vl = P##set1_epi32(xl), vh = P##set1_epi32(xh); \
+    T* acc[4] = {&(i0), &(i1), &(i2), &(i3)}; \
+    for (int v = 0; v < 4; v++) { \
+        *acc[v] = eq_q4dot(*acc[v], P##and_##SI(u[v], low), vl); \
+        *acc[v] = eq_q4dot(*acc[v], P##and_##SI(P##srli_epi16(u[v], 4), low), vh); \
+    } \
+} while (0)
 /* t[m][64 (p - p0) + j] = the int4_dynamic product of row m with column j of panels [p0, p1)
    (QuantPanels' int4 layout: [P][K / 2][64] nibble pairs, [P][K / 32][64] float16 scales),
    from eq_qcode4's codes, scales and offs. Four byte rows (8 k of 64 columns) are
@@ -426,21 +447,7 @@ static __attribute__((noinline)) void eq_qgemv4i(
                     if (EQ_QGPF)
                         for (int j = 0; j < 4; j++)
                             __builtin_prefetch(r + j * 64 + EQ_QGPF, 0, EQ_QPFL);
-                    const __m512i r0 = _mm512_loadu_si512(r), r1 = _mm512_loadu_si512(r + 64),
-                                  r2 = _mm512_loadu_si512(r + 128), r3 = _mm512_loadu_si512(r + 192);
-                    const __m512i t0 = _mm512_unpacklo_epi8(r0, r1), t1 = _mm512_unpackhi_epi8(r0, r1),
-                                  t2 = _mm512_unpacklo_epi8(r2, r3), t3 = _mm512_unpackhi_epi8(r2, r3);
-                    const __m512i u0 = _mm512_unpacklo_epi16(t0, t2), u1 = _mm512_unpackhi_epi16(t0, t2),
-                                  u2 = _mm512_unpacklo_epi16(t1, t3), u3 = _mm512_unpackhi_epi16(t1, t3);
-                    int32_t xl, xh;
-                    memcpy(&xl, xq + b * 32 + c * 8, 4);
-                    memcpy(&xh, xq + b * 32 + c * 8 + 4, 4);
-                    const __m512i vl = _mm512_set1_epi32(xl), vh = _mm512_set1_epi32(xh);
-#define EQ_Q4LANE(acc, u) \
-                    acc = eq_q4dot(acc, _mm512_and_si512(u, low), vl); \
-                    acc = eq_q4dot(acc, _mm512_and_si512(_mm512_srli_epi16(u, 4), low), vh);
-                    EQ_Q4LANE(i0, u0) EQ_Q4LANE(i1, u1) EQ_Q4LANE(i2, u2) EQ_Q4LANE(i3, u3)
-#undef EQ_Q4LANE
+                    EQ_Q4STEP(_mm512_, __m512i, si512, r, xq + b * 32 + c * 8, low, i0, i1, i2, i3);
                 }
                 __m512 sv[4];
                 for (int L = 0; L < 4; L++)
@@ -469,23 +476,7 @@ static __attribute__((noinline)) void eq_qgemv4i(
                     __m256i i0 = o, i1 = o, i2 = o, i3 = o;
                     for (int c = 0; c < 4; c++) {
                         const uint8_t* r = w + c * 4 * 64 + 32 * h;
-                        const __m256i r0 = _mm256_loadu_si256((const __m256i*)r),
-                                      r1 = _mm256_loadu_si256((const __m256i*)(r + 64)),
-                                      r2 = _mm256_loadu_si256((const __m256i*)(r + 128)),
-                                      r3 = _mm256_loadu_si256((const __m256i*)(r + 192));
-                        const __m256i t0 = _mm256_unpacklo_epi8(r0, r1), t1 = _mm256_unpackhi_epi8(r0, r1),
-                                      t2 = _mm256_unpacklo_epi8(r2, r3), t3 = _mm256_unpackhi_epi8(r2, r3);
-                        const __m256i u0 = _mm256_unpacklo_epi16(t0, t2), u1 = _mm256_unpackhi_epi16(t0, t2),
-                                      u2 = _mm256_unpacklo_epi16(t1, t3), u3 = _mm256_unpackhi_epi16(t1, t3);
-                        int32_t xl, xh;
-                        memcpy(&xl, xq + b * 32 + c * 8, 4);
-                        memcpy(&xh, xq + b * 32 + c * 8 + 4, 4);
-                        const __m256i vl = _mm256_set1_epi32(xl), vh = _mm256_set1_epi32(xh);
-#define EQ_Q4LANE(acc, u) \
-                        acc = eq_q4dot(acc, _mm256_and_si256(u, low), vl); \
-                        acc = eq_q4dot(acc, _mm256_and_si256(_mm256_srli_epi16(u, 4), low), vh);
-                        EQ_Q4LANE(i0, u0) EQ_Q4LANE(i1, u1) EQ_Q4LANE(i2, u2) EQ_Q4LANE(i3, u3)
-#undef EQ_Q4LANE
+                        EQ_Q4STEP(_mm256_, __m256i, si256, r, xq + b * 32 + c * 8, low, i0, i1, i2, i3);
                     }
                     /* the half's scales, n[j] = columns 32 h + 8 j .. + 7, into the lanes'
                        order: vector m, 128-bit block L = columns 32 h + 16 L + 4 m .. + 3 */
