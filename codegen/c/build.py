@@ -51,6 +51,22 @@ def compiler() -> str | None:
     return shutil.which(cc)
 
 
+def builds_with(macro: str) -> bool:
+    """Whether the backend's C is compiled with `macro` defined (an ISA extension's, such as
+    __AVX512BW__): the cost model prices a kernel whose fast path needs it (the kernels pick
+    their paths from these macros)."""
+    cc = compiler()
+    return cc is not None and macro in _defines(cc, ("-march=native", *isa_flags()))
+
+
+@cache
+def _defines(cc: str, flags: tuple[str, ...]) -> frozenset[str]:
+    out = subprocess.run([cc, *flags, "-dM", "-E", "-x", "c", os.devnull], check=False,
+                         capture_output=True, text=True)
+    return frozenset(line.split()[1] for line in out.stdout.splitlines()
+                     if line.startswith("#define ")) if out.returncode == 0 else frozenset()
+
+
 @cache
 def _compiler_id(cc: str) -> str:
     try:

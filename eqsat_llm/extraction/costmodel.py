@@ -277,11 +277,23 @@ SPARSE_GEMM_EFFICIENCY = {"sparse24": 0.45, "bsr16": 0.9}
 # decode is priced too high here.
 DYNAMIC_GEMM_FACTOR = 0.42
 DYNAMIC_GEMV_PENALTY = 2.0
+# int4_dynamic's byte product at more rows than the GEMV's (AVX-512: codegen/c/quant_gemm.py's
+# eq_q4panel, vpdpbusd) against the float GEMM: measured at M = 64 on the TinyLlama shapes
+# 0.51-0.61x the packed fp32 kernel's time (benchmarks/quant_kernels.py). Without AVX-512 the
+# kernel decodes the codes and runs int4's float tiles: the float GEMM's price.
+DYNAMIC4_GEMM_FACTOR = 0.55
+
+
+def _byte_gemm() -> bool:
+    """Whether int4_dynamic's prefill multiplies bytes (the C build has AVX-512BW)."""
+    from ..codegen.c.build import builds_with  # (lazy: the backend imports the cost model)
+    return builds_with("__AVX512BW__")
+
+
 # A GEMV's work per stored byte against float32's, where it differs (benchmarks/quant_kernels.py
 # --warm, the weight in cache, 2 threads, AVX-512: fp32 56.5 GB/s, int8 55.8, int4_g32 35.8,
 # int4_dynamic 56.0 at 1 x 5632 x 2048): int4_g32 widens each nibble to float, int4_dynamic
-# multiplies bytes. At more rows int4_dynamic dequantizes as int4 does, after coding the
-# activations: priced as the float tiles, so that prefill keeps int4_g32.
+# multiplies bytes.
 GEMV_WORK_PER_BYTE = {"int4_g32": 1.6, "int4_g64": 1.6, "int4_g128": 1.6}
 # A format GEMV's compute overlaps the weight's stream imperfectly: it is priced at the larger
 # of the two plus this share of the smaller. (In the TinyLlama int4_g32 decode program the
@@ -317,7 +329,7 @@ def _weight_format_factor(fmt: str, w: TensorType, aux: TensorType, rows: int,
     if fmt == DYNAMIC:
         return DYNAMIC_GEMM_FACTOR
     if fmt == DYNAMIC4:
-        return 1.0
+        return DYNAMIC4_GEMM_FACTOR if _byte_gemm() else 1.0
     if sparse:
         return w.numel / weights / SPARSE_GEMM_EFFICIENCY[fmt]
     return 1.0 - QUANT_TIE_BREAK

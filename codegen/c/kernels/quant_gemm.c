@@ -326,9 +326,10 @@ static __attribute__((noinline)) void eq_qgemv(
    codes 0 for a block holding NaN or inf). codes [M][K] int8, each 8 of a block stored k + 0,
    2, 4, 6, then 1, 3, 5, 7 (the GEMV's lanes hold a column's low nibbles, then its high
    ones); scales [M][K / 32]; offs [M][K / 32] = -8 * the block's sum of codes (the nibbles
-   hold q + 8). decoded (when not NULL): [M][K] float, s * code in k's order (prefill). */
+   hold q + 8); with interleave 0, in k's order (the GEMM's lanes hold 4 consecutive k).
+   decoded (when not NULL): [M][K] float, s * code in k's order. */
 static void eq_qcode4(int64_t M, int64_t K, const float* a, int64_t lda, int8_t* codes,
-                      float* scales, int32_t* offs, float* decoded) {
+                      float* scales, int32_t* offs, float* decoded, int interleave) {
     const int64_t nb = K / 32;
     for (int64_t m = 0; m < M; m++)
         for (int64_t b = 0; b < nb; b++) {
@@ -358,7 +359,8 @@ static void eq_qcode4(int64_t M, int64_t K, const float* a, int64_t lda, int8_t*
             }
             int8_t* c = codes ? codes + m * K + b * 32 : 0;
             if (c)
-                for (int k = 0; k < 32; k++) c[(k & ~7) + (k & 1) * 4 + (k & 7) / 2] = q[k];
+                for (int k = 0; k < 32; k++)
+                    c[interleave ? (k & ~7) + (k & 1) * 4 + (k & 7) / 2 : k] = q[k];
             if (scales) { scales[m * nb + b] = s; offs[m * nb + b] = -8 * sum; }
             if (decoded)
                 for (int k = 0; k < 32; k++) decoded[m * K + b * 32 + k] = s * (float)q[k];
@@ -521,6 +523,89 @@ static __attribute__((noinline)) void eq_qgemv4i(
     }
 }
 
+#if defined(__AVX512BW__) && defined(__AVX512F__)
+#define EQ_Q4GEMM 1  /* int4_dynamic's prefill multiplies bytes (else: fmt 4 on decoded codes) */
+#ifndef EQ_Q4MR
+#define EQ_Q4MR 4    /* rows per register tile: 4 x 4 int32 sums, 4 weight vectors */
+#endif
+/* panel p of int4's layout ([K / 2][64] nibble pairs at wp) as bytes wb[K / 4][64][4]: the
+   4 bytes of column j at [g][j] are its nibbles k = 4 g .. 4 g + 3 (0..15, q + 8) */
+static void eq_q4unpack(int64_t K, const uint8_t* wp, uint8_t* wb) {
+    const __m512i low = _mm512_set1_epi32(15);
+    for (int64_t g = 0; g < K / 4; g++)
+        for (int j = 0; j < 64; j += 16) {
+            const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(wp + 2 * g * 64 + j)));
+            const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(wp + (2 * g + 1) * 64 + j)));
+            const __m512i v = _mm512_or_si512(
+                _mm512_or_si512(_mm512_and_si512(b0, low), _mm512_slli_epi32(_mm512_srli_epi32(b0, 4), 8)),
+                _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(b1, low), 16),
+                                _mm512_slli_epi32(_mm512_srli_epi32(b1, 4), 24)));
+            _mm512_storeu_si512(wb + g * 256 + 4 * j, v);
+        }
+}
+/* t[r][0..64) = rows r < R (codes, xs, offs: eq_qcode4's in k's order, rows m0..) times the
+   unpacked panel wb, its scales sp ([K / 32][64] float16): per block of 32, the int32 sums
+   (started at -8 x the block's codes' sum) scaled by the block's activation scale times the
+   columns' weight scales, as eq_qgemv4i does */
+static inline __attribute__((always_inline)) void eq_q4tile(
+        const int R, int64_t K, const int8_t* codes, const float* xs, const int32_t* offs,
+        const uint8_t* wb, const uint16_t* sp, float* t) {
+    const int64_t nb = K / 32;
+    __m512 f[EQ_Q4MR][4];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 4; v++) f[r][v] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i acc[EQ_Q4MR][4];
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < 4; v++) acc[r][v] = _mm512_set1_epi32(offs[r * nb + b]);
+        for (int g = 0; g < 8; g++) {
+            const uint8_t* w = wb + (b * 8 + g) * 256;
+            const __m512i w0 = _mm512_loadu_si512(w), w1 = _mm512_loadu_si512(w + 64),
+                          w2 = _mm512_loadu_si512(w + 128), w3 = _mm512_loadu_si512(w + 192);
+            for (int r = 0; r < R; r++) {
+                int32_t x4;
+                memcpy(&x4, codes + r * K + b * 32 + 4 * g, 4);
+                const __m512i x = _mm512_set1_epi32(x4);
+                acc[r][0] = eq_q4dot(acc[r][0], w0, x);
+                acc[r][1] = eq_q4dot(acc[r][1], w1, x);
+                acc[r][2] = eq_q4dot(acc[r][2], w2, x);
+                acc[r][3] = eq_q4dot(acc[r][3], w3, x);
+            }
+        }
+        __m512 sw[4];
+        for (int v = 0; v < 4; v++)
+            sw[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(sp + b * 64 + 16 * v)));
+        for (int r = 0; r < R; r++) {
+            const __m512 x = _mm512_set1_ps(xs[r * nb + b]);
+            for (int v = 0; v < 4; v++)
+                f[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][v]), _mm512_mul_ps(sw[v], x),
+                                          f[r][v]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 4; v++) _mm512_storeu_ps(t + r * 64 + 16 * v, f[r][v]);
+}
+/* t[M][64] = the coded rows times panel p (unpacked into wb first) */
+static void eq_q4panel(int64_t M, int64_t K, const int8_t* codes, const float* xs,
+                       const int32_t* offs, const uint8_t* wq, const uint16_t* sh, int64_t p,
+                       uint8_t* wb, float* t) {
+    const int64_t nb = K / 32;
+    eq_q4unpack(K, wq + p * (K / 2) * 64, wb);
+    const uint16_t* sp = sh + p * nb * 64;
+    for (int64_t m = 0; m < M; m += EQ_Q4MR) {
+        const int64_t R = M - m < EQ_Q4MR ? M - m : EQ_Q4MR;
+        const int8_t* c = codes + m * K;
+        const float* x = xs + m * nb;
+        const int32_t* o = offs + m * nb;
+        switch (R) {  /* the row count a constant: the tile's sums stay in registers */
+        case 1: eq_q4tile(1, K, c, x, o, wb, sp, t + m * 64); break;
+        case 2: eq_q4tile(2, K, c, x, o, wb, sp, t + m * 64); break;
+        case 3: eq_q4tile(3, K, c, x, o, wb, sp, t + m * 64); break;
+        default: eq_q4tile(EQ_Q4MR, K, c, x, o, wb, sp, t + m * 64); break;
+        }
+    }
+}
+#endif
 /* the calling thread's buffers (GEMV sums, int4's A, dequantized panels), grown by eq_grow */
 static __thread float* eq_qacc = 0;
 static __thread int64_t eq_qacc_n = 0;
@@ -620,7 +705,8 @@ static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t 
    bytes, else as 8.
    fmt 4: wq uint8 [P][K / 2][64] (two rows per byte), s float16 bits [P][K / group][64].
    fmt 5 (int4_dynamic): as 4 with group 32, and A coded per block of 32 first (eq_qcode4):
-   the GEMV multiplies bytes (eq_qgemv4i); more rows run fmt 4 on A's decoded codes.
+   the GEMV multiplies bytes (eq_qgemv4i); more rows too with AVX-512 (eq_q4panel: each panel
+   unpacked to bytes once for all rows), else fmt 4 on A's decoded codes.
    fmt 16, 17: wq float16 / bfloat16 [P][K][64], s unused (NULL). */
 static __attribute__((noinline)) void eq_gemm_q(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
@@ -635,15 +721,20 @@ static __attribute__((noinline)) void eq_gemm_q(
     const int8_t* codes = 0;
     const float* xs = 0;
     const int32_t* offs = 0;
+#if defined(EQ_Q4GEMM)
+    const int bytes = 1;  /* every row count multiplies bytes */
+#else
+    const int bytes = gemv;
+#endif
     if (fmt == 5) {
-        float* buf = eq_grow(&eq_qa, &eq_qa_n, gemv ? M * K / 4 + 2 * M * (K / 32) : M * K);
+        float* buf = eq_grow(&eq_qa, &eq_qa_n, bytes ? M * K / 4 + 2 * M * (K / 32) : M * K);
         if (!buf) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
-        if (gemv) {
+        if (bytes) {
             float* sc = buf + M * K / 4;
-            eq_qcode4(M, K, a, lda, (int8_t*)buf, sc, (int32_t*)(sc + M * (K / 32)), 0);
+            eq_qcode4(M, K, a, lda, (int8_t*)buf, sc, (int32_t*)(sc + M * (K / 32)), 0, gemv);
             codes = (const int8_t*)buf; xs = sc; offs = (const int32_t*)(sc + M * (K / 32));
         } else {
-            eq_qcode4(M, K, a, lda, 0, 0, 0, buf);
+            eq_qcode4(M, K, a, lda, 0, 0, 0, buf, 0);
             a = buf; lda = K; fmt = 4;
         }
     }
@@ -682,6 +773,23 @@ static __attribute__((noinline)) void eq_gemm_q(
                               swiglu);
             }
         }
+#if defined(EQ_Q4GEMM)
+        if (!gemv && fmt == 5 && p1 > p0) {
+            float* tg = eq_grow(&eq_qacc, &eq_qacc_n, (swiglu ? 2 : 1) * M * 64 + K * 16);
+            if (!tg) EQ_INDEX_ERROR();  /* out of memory */
+            else {
+                float* tu = tg + M * 64;
+                uint8_t* wb = (uint8_t*)(tg + (swiglu ? 2 : 1) * M * 64);  /* K x 64 bytes */
+                for (int64_t p = p0; p < p1; p++) {
+                    eq_q4panel(M, K, codes, xs, offs, w, (const uint16_t*)s, p, wb, tg);
+                    if (swiglu)
+                        eq_q4panel(M, K, codes, xs, offs, w, (const uint16_t*)s, np + p, wb, tu);
+                    eq_gemv_store(M, tg, tu, 64, c, ldc, 64 * p, N - 64 * p < 64 ? N - 64 * p : 64,
+                                  alpha, rowscale, e, ne, act, swiglu);
+                }
+            }
+        } else
+#endif
         if (!gemv)
             for (int64_t p = p0; p < p1; p++)
                 eq_qpanels(M, N, K, a, lda, fmt, group, w, s, p, np + p, c, ldc, alpha,
