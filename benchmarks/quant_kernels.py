@@ -18,7 +18,13 @@ its buffer instead, whose dirty lines' write-back weighs more on a small weight:
 0.30-0.35x fp32's time that way, 0.27-0.32x this way) or warm (back to back), the median per
 round, then the median over rounds. GB/s = the weight's stored bytes (integers and scales) per
 second. The spread (max / min of the rounds' medians) says the noise; the ratios between
-kernels of one round survive it better than the times."""
+kernels of one round survive it better than the times.
+
+--sequence LAYERS: instead, decode's case as a program meets it: one token's GEMVs of a
+TinyLlama-shaped model (per layer QKV 2048 x 2560, O 2048 x 2048, gate and up 2048 x 5632,
+down 5632 x 2048), LAYERS layers of distinct weights called one after the other, each weight
+read once a round (more bytes than the last-level cache: none is left from the round before),
+per format: the round's GB/s and the median per shape."""
 
 from __future__ import annotations
 
@@ -193,7 +199,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--variants", default="",
                    help="this tree's kernel again with each of these flags, comma-separated "
                         "(--variants=-DEQ_QGPF=0,-DEQ_QPFL=2)")
+    p.add_argument("--sequence", type=int, metavar="LAYERS",
+                   help="a token's GEMVs of LAYERS TinyLlama layers in sequence (docstring)")
     args = p.parse_args(argv)
+    if args.sequence:
+        return sequence(args.sequence, args.formats, args.rounds, args.flags)
     shapes = ([tuple(int(x) for x in s.split("x")) for s in args.shapes] if args.shapes
               else SHAPES)
     os.environ.setdefault("OMP_NUM_THREADS", "2")
@@ -259,6 +269,48 @@ def main(argv: list[str] | None = None) -> None:
     for shape, mode, name, ms, gbs, spread in rows:
         print(f"| {shape} | {mode} | {name} | {ms:.3f} | {ms / dense[shape, mode]:.2f} | "
               f"{gbs:.1f} | {spread:.2f} |")
+
+
+LAYER_SHAPES = [(2048, 2560), (2048, 2048), (2048, 5632), (2048, 5632), (5632, 2048)]
+
+
+def sequence(layers: int, formats: list[str], rounds: int, flags: list[str]) -> None:
+    """--sequence: each format's GEMVs of `layers` layers called in turn, each weight once."""
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    with tempfile.TemporaryDirectory() as tmp:
+        dll = build(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + FLUSH + QGEMM, flags,
+                    Path(tmp) / "seq.so")
+        a = {k: torch.randn(1, k) for k in (2048, 5632)}
+        c = torch.empty(1, 5632)
+        for fmt in formats:
+            stored = DYNAMIC_STORED.get(fmt, fmt)
+            group = format_group(stored)
+            code = 5 if fmt == DYNAMIC4 else 8 if group == 0 else 4
+            calls = []
+            for layer in range(layers):
+                for k, n in LAYER_SHAPES:
+                    q, s, _ = operands(stored, k, n, torch.Generator().manual_seed(layer),
+                                       "panels16")
+                    calls.append(((k, n), q.numel() * q.element_size() +
+                                  s.numel() * s.element_size(),
+                                  quant_call(dll, 1, k, n, a[k], code, group, q, s, c)))
+            per_shape: dict[tuple[int, int], list[float]] = {}
+            totals = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                for shape, _nbytes, fn in calls:
+                    t = time.perf_counter()
+                    fn()
+                    per_shape.setdefault(shape, []).append(time.perf_counter() - t)
+                totals.append(time.perf_counter() - t0)
+            nbytes = sum(b for _, b, _ in calls)
+            print(f"{fmt}: {len(calls)} GEMVs, {nbytes / 1e6:.0f} MB a round, median "
+                  f"{statistics.median(totals) * 1e3:.2f} ms = "
+                  f"{nbytes / statistics.median(totals) / 1e9:.1f} GB/s")
+            for (k, n), ts in per_shape.items():
+                b = next(b for shape, b, _ in calls if shape == (k, n))
+                t = statistics.median(ts)
+                print(f"    1x{k}x{n}: {b / 1e6:.2f} MB, {t * 1e6:.0f} us, {b / t / 1e9:.1f} GB/s")
 
 
 if __name__ == "__main__":
