@@ -24,7 +24,8 @@ kernels of one round survive it better than the times.
 TinyLlama-shaped model (per layer QKV 2048 x 2560, O 2048 x 2048, gate and up 2048 x 5632,
 down 5632 x 2048), LAYERS layers of distinct weights called one after the other, each weight
 read once a round (more bytes than the last-level cache: none is left from the round before),
-per format: the round's GB/s and the median per shape."""
+on 2 MiB pages as a program's weights are (--small-pages: not), per format: the round's GB/s
+and the median per shape."""
 
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ from eqsat_llm.formats.quant_formats import (
     format_group,
     quantize,
 )
+from eqsat_llm.memcheck import collapse_into_huge_pages
 
 
 def flush_bytes() -> int:
@@ -201,9 +203,12 @@ def main(argv: list[str] | None = None) -> None:
                         "(--variants=-DEQ_QGPF=0,-DEQ_QPFL=2)")
     p.add_argument("--sequence", type=int, metavar="LAYERS",
                    help="a token's GEMVs of LAYERS TinyLlama layers in sequence (docstring)")
+    p.add_argument("--small-pages", action="store_true",
+                   help="--sequence: leave the weights on 4 KiB pages")
     args = p.parse_args(argv)
     if args.sequence:
-        return sequence(args.sequence, args.formats, args.rounds, args.flags)
+        return sequence(args.sequence, args.formats, args.rounds, args.flags,
+                        not args.small_pages)
     shapes = ([tuple(int(x) for x in s.split("x")) for s in args.shapes] if args.shapes
               else SHAPES)
     os.environ.setdefault("OMP_NUM_THREADS", "2")
@@ -274,8 +279,10 @@ def main(argv: list[str] | None = None) -> None:
 LAYER_SHAPES = [(2048, 2560), (2048, 2048), (2048, 5632), (2048, 5632), (5632, 2048)]
 
 
-def sequence(layers: int, formats: list[str], rounds: int, flags: list[str]) -> None:
-    """--sequence: each format's GEMVs of `layers` layers called in turn, each weight once."""
+def sequence(layers: int, formats: list[str], rounds: int, flags: list[str],
+             huge: bool) -> None:
+    """--sequence: each format's GEMVs of `layers` layers called in turn, each weight once;
+    `huge`: the weights on 2 MiB pages first, as a program's are."""
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     with tempfile.TemporaryDirectory() as tmp:
         dll = build(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + FLUSH + QGEMM, flags,
@@ -293,22 +300,24 @@ def sequence(layers: int, formats: list[str], rounds: int, flags: list[str]) -> 
                                        "panels16")
                     calls.append(((k, n), q.numel() * q.element_size() +
                                   s.numel() * s.element_size(),
-                                  quant_call(dll, 1, k, n, a[k], code, group, q, s, c)))
+                                  quant_call(dll, 1, k, n, a[k], code, group, q, s, c), q, s))
+            if huge:  # as a program's weights lie (memcheck.collapse_in_background)
+                collapse_into_huge_pages([t for _, _, fn, *ts in calls for t in ts])
             per_shape: dict[tuple[int, int], list[float]] = {}
             totals = []
             for _ in range(rounds):
                 t0 = time.perf_counter()
-                for shape, _nbytes, fn in calls:
+                for shape, _nbytes, fn, *_ in calls:
                     t = time.perf_counter()
                     fn()
                     per_shape.setdefault(shape, []).append(time.perf_counter() - t)
                 totals.append(time.perf_counter() - t0)
-            nbytes = sum(b for _, b, _ in calls)
+            nbytes = sum(c[1] for c in calls)
             print(f"{fmt}: {len(calls)} GEMVs, {nbytes / 1e6:.0f} MB a round, median "
                   f"{statistics.median(totals) * 1e3:.2f} ms = "
                   f"{nbytes / statistics.median(totals) / 1e9:.1f} GB/s")
             for (k, n), ts in per_shape.items():
-                b = next(b for shape, b, _ in calls if shape == (k, n))
+                b = next(c[1] for c in calls if c[0] == (k, n))
                 t = statistics.median(ts)
                 print(f"    1x{k}x{n}: {b / 1e6:.2f} MB, {t * 1e6:.0f} us, {b / t / 1e9:.1f} GB/s")
 
