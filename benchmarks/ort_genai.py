@@ -1,6 +1,6 @@
 """ONNX Runtime GenAI as a peer: the same weights, prefill and decode side by side, per precision.
 
-    .venv/bin/python benchmarks/ort_genai.py [--work DIR] [--pairs fp32,int8,int4]
+    .venv/bin/python benchmarks/ort_genai.py [--work DIR] [--pairs fp32,int8,int4,int4_dynamic]
         [--prompt 128] [--new 64] [--rounds 2] [--write]
 
 Needs the bench extra (`onnxruntime-genai`). Never in the test path. ORT's own generation
@@ -8,7 +8,8 @@ loop, in place of a hand-written one: its model builder (`onnxruntime_genai.mode
 CPU execution provider, its defaults) turns the TinyLlama-shaped bf16 checkpoint of
 benchmarks/llamacpp.py into an ONNX model per precision: fp32; int8 and int4 as its
 `MatMulNBits` weights in blocks of 32 (its CPU default `accuracy_level` 4: activations
-quantized to int8 in the kernel). The builder wants a tokenizer; the checkpoint has none (tokens
+quantized to int8 in the kernel; eqsat-llm's int4 and int4_dynamic, whose activations are
+coded so too, both run against its int4). The builder wants a tokenizer; the checkpoint has none (tokens
 are fed as ids), so a word-level one of the vocabulary's size is written beside links to the
 shards, with `architectures` in its config.json. Its session runs `--threads` intra-op
 threads (the machine's cores; left unset it ran one here). Each run a fresh process, the systems
@@ -40,7 +41,10 @@ from llamacpp import (
 )
 from optimize_time import cpu_name, write_section
 
-PAIRS = ("fp32", "int8", "int4")
+PAIRS = ("fp32", "int8", "int4", "int4_dynamic")
+# eqsat-llm's format -> ORT GenAI's precision: its int4 codes the activations in 8 bits in
+# the kernel (accuracy_level 4), as int4_dynamic does; weight-only int4 is run against it too
+ORT_PRECISION = {"int4_dynamic": "int4"}
 
 ORT = r"""
 import json, sys, time
@@ -113,9 +117,10 @@ def main() -> None:
     source = builder_input(ckpt, work / "ortgenai-input")
     models = {}
     for fmt in pairs:
-        models[fmt] = work / f"ortgenai-{fmt}"
+        precision = ORT_PRECISION.get(fmt, fmt)
+        models[fmt] = work / f"ortgenai-{precision}"
         if not (models[fmt] / "genai_config.json").exists():
-            build(source, models[fmt], fmt, env)
+            build(source, models[fmt], precision, env)
         threads(models[fmt], args.threads)
         size = sum(f.stat().st_size for f in models[fmt].glob("model.onnx*"))
         print(f"{fmt}: {size / 1e9:.2f} GB", flush=True)
@@ -128,11 +133,13 @@ def main() -> None:
     lines = [("| precision | ORT GenAI model | prefill ms, eqsat / ORT GenAI | ratio | decode "
               "ms/token, eqsat / ORT GenAI | ratio | greedy tokens = transformers fp32 (eqsat "
               "/ ORT GenAI) |"), "|---|---|---|---|---|---|---|"]
+    names = {f: f"{f} / {ORT_PRECISION[f]}" if f in ORT_PRECISION else f for f in pairs}
     for fmt in pairs:
         e, o = best[(fmt, "eqsat-llm")], best[(fmt, "ORT GenAI")]
         size = sum(f.stat().st_size for f in models[fmt].glob("model.onnx*"))
         lines.append(
-            f"| {fmt} | {size / 1e9:.2f} GB | {e['prefill_ms']:.0f} / {o['prefill_ms']:.0f} | "
+            f"| {names[fmt]} | {size / 1e9:.2f} GB | {e['prefill_ms']:.0f} / "
+            f"{o['prefill_ms']:.0f} | "
             f"{e['prefill_ms'] / o['prefill_ms']:.2f}x | {e['decode_ms']:.1f} / "
             f"{o['decode_ms']:.1f} | {e['decode_ms'] / o['decode_ms']:.2f}x | "
             f"{agreeing(tokens[(fmt, 'eqsat-llm')], eager)} / "
