@@ -9,9 +9,9 @@ CPU execution provider, its defaults) turns the TinyLlama-shaped bf16 checkpoint
 benchmarks/llamacpp.py into an ONNX model per precision: fp32; int8 and int4 as its
 `MatMulNBits` weights in blocks of 32 (its CPU default `accuracy_level` 4: activations
 quantized to int8 in the kernel; eqsat-llm's int4 and int4_dynamic, whose activations are
-coded so too, both run against its int4). The builder wants a tokenizer; the checkpoint has none (tokens
-are fed as ids), so a word-level one of the vocabulary's size is written beside links to the
-shards, with `architectures` in its config.json. Its session runs `--threads` intra-op
+coded so too, both run against its int4). The builder wants a tokenizer; the checkpoint has
+none (tokens are fed as ids), so a word-level one of the vocabulary's size is written beside
+links to the shards, with `architectures` in its config.json. Its session runs `--threads` intra-op
 threads (the machine's cores; left unset it ran one here). Each run a fresh process, the systems
 alternated, best of `--rounds`: ORT GenAI's `append_tokens` (prefill) and
 `generate_next_token` (decode), greedy; eqsat-llm's Generator as in llamacpp.py, on the same

@@ -24,7 +24,7 @@ warnings.filterwarnings("ignore")
 
 import torch
 
-from eqsat_llm.capture import capture, stamping
+from eqsat_llm.capture import capture
 from eqsat_llm.capture.converter import capture_plain
 from eqsat_llm.generation.generator import example_inputs
 from eqsat_llm.generation.kv_cache import CachedStep
@@ -95,7 +95,6 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - a config that does not deepen
             record = {"error": f"{type(exc).__name__}: {str(exc)[:150]}"}
         print(json.dumps({"family": family, **record}), flush=True)
-    stamping.LAST.update(stamped_calls=0, fallback=None)
 
 
 if __name__ == "__main__":

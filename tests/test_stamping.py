@@ -32,7 +32,7 @@ def test_stamped_ir_is_the_full_trace(block):
     model = stacked_llama_blocks(DEPTH, **block)
     x = torch.randn(1, 8, 64, device=block.get("device", "cpu"))
     stamped = capture(model, (x,))
-    assert stamping.LAST == {"stamped_calls": DEPTH - 1, "fallback": None}
+    assert (stamped.stamped_calls, stamped.stamping_fallback) == (DEPTH - 1, None)
     full = capture_plain(model, (x,))
     assert canonical(stamped.graph) == canonical(full.graph)
     assert stamped.aten_op_counts == full.aten_op_counts
@@ -43,7 +43,7 @@ def test_stamped_ir_is_the_full_trace(block):
 def test_stamped_model_runs_like_eager():
     model, x = stacked_llama_blocks(DEPTH, **SMALL), torch.randn(1, 8, 64)
     compiled = optimize(model, (x,), backend="reference", measure_eager=False)
-    assert stamping.LAST["stamped_calls"] == DEPTH - 1
+    assert compiled.captured.stamped_calls == DEPTH - 1
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)
 
@@ -99,7 +99,7 @@ def test_keyword_calls_and_results_holding_none_are_stamped(stack):
     torch.manual_seed(0)
     model, x = stack().eval(), torch.randn(2, 16)
     compiled = optimize(model, (x,), backend="reference", measure_eager=False)
-    assert stamping.LAST["stamped_calls"] == DEPTH - 1
+    assert compiled.captured.stamped_calls == DEPTH - 1
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)
 
@@ -123,7 +123,7 @@ def test_transformers_layers_over_the_kv_cache_are_stamped(tokens):
     model = tiny_llama()
     step, example = CachedStep(model, 1, 16), example_inputs(tokens, 1, 16, False)
     stamped = capture(step, example)
-    assert stamping.LAST == {"stamped_calls": DEPTH, "fallback": None}
+    assert (stamped.stamped_calls, stamped.stamping_fallback) == (DEPTH, None)
     full = capture_plain(step, example)
     assert canonical(stamped.graph) == canonical(full.graph)
     assert stamped.mutations == full.mutations == [("state", n) for n in step.cache_names()]
@@ -151,10 +151,11 @@ def test_a_layer_that_reads_its_index_is_traced_in_full(branch):
     x = torch.randn(2, 16)
     compiled = optimize(model, (x,), backend="reference", measure_eager=False)
     if branch:
-        assert stamping.LAST["stamped_calls"] == 0
-        assert "depends on its index" in stamping.LAST["fallback"]
+        assert compiled.captured.stamped_calls == 0
+        assert "depends on its index" in compiled.captured.stamping_fallback
     else:
-        assert stamping.LAST == {"stamped_calls": DEPTH - 1, "fallback": None}
+        assert (compiled.captured.stamped_calls, compiled.captured.stamping_fallback) == \
+            (DEPTH - 1, None)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)
 
@@ -185,7 +186,7 @@ def test_a_layer_that_writes_state_is_traced_in_full():
     model = nn.Sequential(*(Counting() for _ in range(DEPTH))).eval()
     x = torch.randn(2, 16)
     compiled = optimize(model, (x,), backend="reference", measure_eager=False)
-    assert "writes state" in stamping.LAST["fallback"]
+    assert "writes state" in compiled.captured.stamping_fallback
     with torch.no_grad():
         want = model(x)  # eager writes the buffers once, the program once more
         torch.testing.assert_close(compiled(x), want, atol=1e-5, rtol=0)
@@ -206,7 +207,7 @@ def test_an_op_in_torch_inside_a_stamped_layer():
     model, x = nn.Sequential(*(Spectral() for _ in range(DEPTH))).eval(), torch.randn(2, 16)
     with pytest.warns(UserWarning, match="_fft_r2c"):
         compiled = optimize(model, (x,), backend="reference", measure_eager=False)
-    assert stamping.LAST["stamped_calls"] == DEPTH - 1
+    assert compiled.captured.stamped_calls == DEPTH - 1
     assert compiled.graph.op_counts()["fallback"] == DEPTH
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=0)

@@ -14,11 +14,12 @@ from typing import Any
 
 from . import aten_table  # noqa: F401  (registers the aten conversions)
 from .converter import Captured, capture_plain
-from .stamping import LAST, capture_stamped
+from .stamping import capture_stamped
 
 
 def capture(model: Any, example_inputs: tuple, example_kwargs: dict | None = None) -> Captured:
-    captured = capture_stamped(model, example_inputs, example_kwargs) or \
-        capture_plain(model, example_inputs, example_kwargs)
-    captured.stamped_calls, captured.stamping_fallback = LAST["stamped_calls"], LAST["fallback"]
+    captured, why = capture_stamped(model, example_inputs, example_kwargs)
+    if captured is None:  # (stamped_calls stays 0)
+        captured = capture_plain(model, example_inputs, example_kwargs)
+        captured.stamping_fallback = why
     return captured

@@ -72,8 +72,6 @@ _HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
 LAYER_INDEX = ("layer_idx", "layer_id")
 # plain values a call may pass besides tensors: part of the spec, equal in every stamped call
 _PLAIN = (type(None), bool, int, float, str, torch.dtype, torch.device)
-# the last capture: how many layer calls were stamped, or why it fell back to a full trace
-LAST: dict[str, Any] = {"stamped_calls": 0, "fallback": None}
 
 
 @torch.library.custom_op("eqsat_llm::layer", mutates_args=())
@@ -393,16 +391,16 @@ def _record(layer: nn.Module, spec: Spec, inputs: list[Meta], device: torch.devi
 
 # --- 4. templates and splicing ------------------------------------------------------------------
 def capture_stamped(model: Any, example_inputs: tuple,
-                    example_kwargs: dict | None) -> Captured | None:
-    """The model's capture with its repeated layers traced once; None where stamping does not
-    apply or did not work out (the caller then captures in full)."""
-    LAST.update(stamped_calls=0, fallback=None)
+                    example_kwargs: dict | None) -> tuple[Captured | None, str | None]:
+    """(the model's capture with its repeated layers traced once, its `stamped_calls` set;
+    None where stamping does not apply or did not work out: the caller then captures in full)
+    and, when it did not work out, why."""
     if not isinstance(model, nn.Module) or isinstance(model, torch.fx.GraphModule) or \
             _global_hooks():
-        return None
+        return None, None
     groups = repeated_layers(model)
     if not groups:
-        return None
+        return None, None
     stamps: dict[tuple, _Stamp | None] = {}
     try:
         with _stamped(groups, stamps):
@@ -412,15 +410,13 @@ def capture_stamped(model: Any, example_inputs: tuple,
         for key in set(used):
             why = _template(_ACTIVE[key])
             if why:
-                LAST["fallback"] = why
-                return None
+                return None, why
         captured = from_exported(ep)
         captured.aten_op_counts = {k: n for k, n in captured.aten_op_counts.items() if n}
-        LAST["stamped_calls"] = len(used)
-        return captured
+        captured.stamped_calls = len(used)
+        return captured, None
     except Exception as exc:  # noqa: BLE001 - the full trace reports what is wrong, if anything
-        LAST["fallback"] = f"{type(exc).__name__}: {exc}"
-        return None
+        return None, f"{type(exc).__name__}: {exc}"
     finally:
         for stamp in stamps.values():
             if stamp is not None:
