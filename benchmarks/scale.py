@@ -42,7 +42,6 @@ def _rss_mib() -> float:
 def measure(depth: int, seq: int) -> dict:
     """One depth, in this process: optimize the meta model, return the report's figures."""
     from eqsat_llm import optimize
-    from eqsat_llm.capture import stamping
 
     model, x = _meta_model(depth, seq)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -59,7 +58,7 @@ def measure(depth: int, seq: int) -> dict:
             "ops_before": sum(r.op_counts_before.values()),
             "ops_after": sum(r.op_counts_after.values()), "enodes": r.enodes,
             "iterations": r.iterations, "stop": r.stop_reason,
-            "stamped": stamping.LAST["stamped_calls"],
+            "stamped": r.stamped_calls,
             "arena_mib": compiled.plan.arena_bytes / 2**20, "weights_gib": weights / 2**30,
             "rss_before_mib": rss_before,
             # ru_maxrss is KiB on Linux: this process's peak
