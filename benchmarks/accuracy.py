@@ -21,8 +21,10 @@ measure_eager=False)` on the first held-out batch (4 x 128 bytes) and run on eve
 batch (8 of them: 4096 positions); `model` is the torch.export capture that optimize makes
 itself (eqsat_llm.capture.export.export, once per weights: it is most of a compile's time here):
 eager fp32, eqsat fp32, int8, fp8_e4m3, fp8_e5m2, int4 (= int4_g32), int4_g64, int4_g128, int8 with
-keep_float=["lm_head"], and int8_dynamic (activations coded per row in 7 bits too: the 4 x 128
-batch is prefill-sized, so its GEMMs multiply integers).
+keep_float=["lm_head"], int8_dynamic (activations coded per row in 7 bits too: the 4 x 128
+batch is prefill-sized, so its GEMMs multiply integers) and int4_dynamic (int4_g32 weights,
+activations coded per block of 32 in 8 bits: with AVX-512 its prefill GEMMs multiply bytes,
+without it the cost model keeps int4_g32 there and the row is int4's).
 Per system: top-1 next-byte
 agreement with eager fp32 over all positions, the largest and the mean |logit error| over the
 largest |eager logit|, the held-out cross-entropy (nats and bits per byte), next-byte accuracy,
@@ -54,7 +56,7 @@ from quantized import parse_args, write_results
 
 from eqsat_llm import optimize
 from eqsat_llm.capture.export import export
-from eqsat_llm.formats.quant_formats import DYNAMIC
+from eqsat_llm.formats.quant_formats import DYNAMIC_STORED
 from eqsat_llm.formats.quant_formats import FORMATS as QUANT_FORMATS
 from eqsat_llm.models.model_matrix import Logits
 
@@ -77,7 +79,8 @@ SYSTEMS = [("eager fp32", None, ()), ("eqsat fp32", None, ()), ("eqsat int8", "i
            ("eqsat int4_g64", "int4_g64", ()),
            ("eqsat int4_g128", "int4_g128", ()),
            ("eqsat int8, lm_head float", "int8", ("model.lm_head",)),
-           ("eqsat int8_dynamic", "int8_dynamic", ())]
+           ("eqsat int8_dynamic", "int8_dynamic", ()),
+           ("eqsat int4_dynamic", "int4_dynamic", ())]
 # (keep_float names parameters as the module given to optimize names them: the model is
 # wrapped in model_matrix.Logits, so its LM head is "model.lm_head", not "lm_head")
 
@@ -245,7 +248,8 @@ def gemm_counts(compiled) -> tuple[int, int]:
     float weight kept in half precision is not counted as quantized)."""
     g = compiled.graph
     gemms = [n for n in g.nodes if n.op in ("gemm", "matmul") and g.node(n.inputs[1]).op == "const"]
-    return sum(n.attrs.get("weight") in (*QUANT_FORMATS, DYNAMIC) for n in gemms), len(gemms)
+    quantized = (*QUANT_FORMATS, *DYNAMIC_STORED)
+    return sum(n.attrs.get("weight") in quantized for n in gemms), len(gemms)
 
 
 def evaluate(name: str, model: torch.nn.Module, batches: list[torch.Tensor]) -> list[Row]:
