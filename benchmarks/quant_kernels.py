@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 from eqsat_llm.codegen.c.build import CFLAGS, compiler
 from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
-from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C, QuantPanels
+from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C, QuantPanels, format_code
 from eqsat_llm.codegen.c.tiles import PACKED_PANEL as NR
 from eqsat_llm.formats.quant_formats import (
     DYNAMIC4,
@@ -173,12 +173,6 @@ def dense_call(dll, m: int, k: int, n: int, a, bp, c):
     return lambda: dll.dense(m, n, k, a.data_ptr(), bp.data_ptr(), c.data_ptr())
 
 
-def kernel_code(fmt: str) -> int:
-    """eq_gemm_q's fmt argument for a weight format (codegen/c/kernels/quant_gemm.c)."""
-    codes = {DYNAMIC4: 5, "fp8_e4m3": 9, "fp8_e5m2": 10}
-    return codes.get(fmt) or (8 if format_group(fmt) == 0 else 4)
-
-
 def quant_call(lib, m: int, k: int, n: int, a, code: int, group: int, q, s, c):
     return lambda: lib.qgemm(m, n, k, a.data_ptr(), code, group, q.data_ptr(), s.data_ptr(),
                              c.data_ptr())
@@ -243,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
             for fmt in args.formats:
                 stored = DYNAMIC_STORED.get(fmt, fmt)  # int4_dynamic: int4_g32's operands
                 group = format_group(stored)
-                code = kernel_code(fmt)
+                code = format_code(fmt)
                 for tag, (lib, layout) in libs.items():
                     if tag and fmt == DYNAMIC4 and layout != "panels16":
                         continue  # (a revision before int4_dynamic's kernel)
@@ -298,7 +292,7 @@ def sequence(layers: int, formats: list[str], rounds: int, flags: list[str],
         for fmt in formats:
             stored = DYNAMIC_STORED.get(fmt, fmt)
             group = format_group(stored)
-            code = kernel_code(fmt)
+            code = format_code(fmt)
             calls = []
             for layer in range(layers):
                 for k, n in LAYER_SHAPES:

@@ -55,8 +55,13 @@ def builds_with(macro: str) -> bool:
     """Whether the backend's C is compiled with `macro` defined (an ISA extension's, such as
     __AVX512BW__): the cost model prices a kernel whose fast path needs it (the kernels pick
     their paths from these macros)."""
+    return macro in compiler_defines(("-march=native", *isa_flags()))
+
+
+def compiler_defines(flags: tuple[str, ...]) -> frozenset[str]:
+    """The macros the C compiler ($CC) defines with `flags` (none without a compiler)."""
     cc = compiler()
-    return cc is not None and macro in _defines(cc, ("-march=native", *isa_flags()))
+    return frozenset() if cc is None else _defines(cc, flags)
 
 
 @cache

@@ -193,7 +193,7 @@ def _flash_attention(shape: FlashShape, strides: list[tuple[int, ...]], bias_ptr
     rows = group * sq  # (g, i) pairs, g-major
     tiles = (rows + QT - 1) // QT
     par = nkv * rows * sk * (d + dv) >= PARALLEL_MIN * 4 and nkv * tiles >= 2
-    terms = RowTerms("", softcap, "srow[{}][0]" if sink_lit is None else sink_lit)
+    terms = RowTerms("", softcap)  # (its softcap only: the bias and sinks are read per row)
     row_ptrs = (f"""        qrow[r] = qp0 + {offs[1]} + g * {g_st[1]} + i * {q_rs};
         orow[r] = op0 + {offs[0]} + g * {g_st[0]} + i * {o_rs};
         brow[r] = bp0 ? bp0 + {offs[4]} + g * {g_st[4]} + i * {b_rs} : bp0;""" +
@@ -212,7 +212,7 @@ def _flash_attention(shape: FlashShape, strides: list[tuple[int, ...]], bias_ptr
                   if sink_lit is None else
                   f"m[r] = {sink_lit}; l[r] = m[r] == -INFINITY ? 0.0f : 1.0f;" if sink_lit
                   else "m[r] = -INFINITY; l[r] = 0.0f;")
-    sinks = "\n    const float* srow[{QT}];" if sink_lit is None else ""
+    sinks = f"\n    const float* srow[{QT}];" if sink_lit is None else ""
     return f"""const float* qp0 = {q.ptr()};
 const float* kp0 = {k.ptr()};
 const float* vp0 = {v.ptr()};
@@ -226,7 +226,7 @@ for (int64_t task = 0; task < {nkv * tiles}; task++) {{
     const float* vp = vp0 + {offs[3]};
     const float* qrow[{QT}];
     float* orow[{QT}];
-    const float* brow[{QT}];{sinks.replace("{QT}", str(QT))}
+    const float* brow[{QT}];{sinks}
     float m[{QT}], l[{QT}];
     float acc[{QT}][{dv}] __attribute__((aligned(64)));
     float qr[{QT}][{d}] __attribute__((aligned(64)));

@@ -17,20 +17,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
-from ...formats.quant_formats import ACTIVATION_BLOCK, DYNAMIC4, DYNAMIC_STORED, format_group
+from ...formats.quant_formats import DYNAMIC_STORED, format_group
 from ...ops import ACTIVATIONS, GemmDescriptor, operands_of
 from .emit_norm import inv_rms
 from .gemm_geometry import GemmGeometry, gemm_geometry
 from .loops import PARALLEL_MIN
-from .quant_gemm import QUANT_GEMM, QuantPanels
+from .quant_gemm import QUANT_GEMM, QuantPanels, format_code
 from .sparse_gemm import SPARSE_GEMM
 from .static_c import StaticLibrary, calling
 from .tiles import FORMAT_MAX_K, FORMAT_ROW_BLOCK, QUANT_PANEL
 from .values import Layout, Ref
 from .w8a8_gemm import W8A8_GEMM, W8A8Panels
-
-HALF_CODES = {"fp16": 16, "bf16": 17}  # eq_gemm_q's fmt
-FLOAT8_CODES = {"fp8_e4m3": 9, "fp8_e5m2": 10}
 
 
 def prepared_operands(node) -> frozenset[int]:
@@ -117,10 +114,8 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     (half formats: the values) and the scales (half formats: none) as QuantPanels prepares
     them (panels of QUANT_PANEL columns; a SwiGLU weight's two halves apart)."""
     half = HALF_FORMATS.get(fmt)
-    dynamic4 = fmt == DYNAMIC4  # int4_g32's operands; activations coded in the kernel
+    # (int4_dynamic: int4_g32's operands, the activations coded in the kernel)
     group = 0 if half else format_group(DYNAMIC_STORED.get(fmt, fmt))
-    if dynamic4 and (w.shape[0] * 2) % ACTIVATION_BLOCK:
-        return None
     if len(w.shape) != 2 or w.strides[1] != 1 or layout is None:
         return None
     halves = 2 if swiglu else 1
@@ -130,7 +125,7 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     pq = QuantPanels(qname, w.offset, w.shape[0], n, w.strides[0], halves)
     if half:
         wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), "int16")  # (the values' bits)
-        return QUANT_GEMM, f"{HALF_CODES[fmt]}, 0, {wq.ptr()}, NULL"
+        return QUANT_GEMM, f"{format_code(fmt)}, 0, {wq.ptr()}, NULL"
     if scales.dtype != "float32" or scales.strides[-1] != 1 or scales.shape[-1] != halves * n:
         return None
     if group and (len(scales.shape) != 2 or w.shape[0] * 2 != scales.shape[0] * group):
@@ -142,8 +137,7 @@ def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     ps = QuantPanels.of_scales(sname, scales.offset, srows, n, srs, halves, group)
     wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), w.dtype)
     ws = layout.prepared(ps, (ps.panels(), ps.rows, QUANT_PANEL), ps.c_dtype)
-    code = FLOAT8_CODES.get(fmt) or (8 if group == 0 else 5 if dynamic4 else 4)
-    return QUANT_GEMM, f"{code}, {group}, {wq.ptr()}, {ws.ptr()}"
+    return QUANT_GEMM, f"{format_code(fmt)}, {group}, {wq.ptr()}, {ws.ptr()}"
 
 
 def _dynamic_operands(w: Ref, scales: Ref, n: int, swiglu: bool,

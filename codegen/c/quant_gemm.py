@@ -122,9 +122,18 @@ from typing import Any
 import torch
 
 from ...errors import GraphError
+from ...formats.quant_formats import DYNAMIC4, format_group
 from .packed_gemm import PACKED_GEMM
 from .static_c import StaticLibrary, kernel_source
 from .tiles import QUANT_PANEL
+
+# eq_gemm_q's fmt argument per weight format (int4_g32/64/128: 4; quant_gemm.c says each)
+FORMAT_CODES = {"int8": 8, "fp8_e4m3": 9, "fp8_e5m2": 10, DYNAMIC4: 5, "fp16": 16, "bf16": 17}
+
+
+def format_code(fmt: str) -> int:
+    """The fmt argument eq_gemm_q takes for a weight format."""
+    return FORMAT_CODES.get(fmt) or (4 if format_group(fmt) else 8)
 
 
 @dataclass(frozen=True)
