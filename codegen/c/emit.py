@@ -40,6 +40,7 @@ from .emit_elementwise import (
     emit_reshape_copy,
     emit_rope,
 )
+from .emit_experts import EXPERTS, emit_expert_mm, emit_topk
 from .emit_format_gemm import prepared_operands
 from .emit_gather import GATHER_OPS, emit_gather, emit_row_write
 from .emit_gemm import emit_gemm
@@ -93,7 +94,7 @@ def _full(s: Site) -> str | None:
 
 # The C kernel of each op it generates, by op: one line each.
 # the static C libraries, in the order a program includes them (each after those it builds on)
-STATIC_LIBRARIES = (PACKED_GEMM, QUANT_GEMM, SPARSE_GEMM, W8A8_GEMM)
+STATIC_LIBRARIES = (PACKED_GEMM, QUANT_GEMM, SPARSE_GEMM, W8A8_GEMM, EXPERTS)
 
 EMITTERS: dict[str, Emitter] = {
     **dict.fromkeys(ELEMENTWISE_OPS, lambda s: emit_elementwise(s.node, s.out, s.ins,
@@ -116,6 +117,8 @@ EMITTERS: dict[str, Emitter] = {
     **dict.fromkeys(REDUCE_OPS, lambda s: emit_reduce(s.node, s.out, s.ins)),
     **dict.fromkeys(GATHER_OPS, lambda s: emit_gather(s.node, s.out, s.ins)),
     "full": _full,
+    **dict.fromkeys(("topk_values", "topk_indices"), lambda s: emit_topk(s.node, s.out, s.ins)),
+    "expert_mm": lambda s: emit_expert_mm(s.out, s.ins),
 }
 SUPPORTED_OPS = frozenset(EMITTERS) | VALUE_LEAVES
 # Registry ops C runs as torch steps by design (tests/test_registry.py: every op is generated

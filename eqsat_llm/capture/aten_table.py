@@ -507,3 +507,19 @@ def _sdpa(c: GraphConverter, node: FxNode, q: FxNode, k: FxNode, v: FxNode, *arg
         out = c.g.add("sdpa", (c.t(q), c.t(k), c.t(v)), is_causal=bool(bound.get("is_causal")),
                       scale=float(scale))
     return (out, None) if flash else out
+
+
+@converts(aten.topk.default)
+def _topk(c: GraphConverter, node: FxNode, x: FxNode, k: int, dim: int = -1,
+          largest: bool = True, sorted: bool = True) -> tuple:
+    # (values, indices) as two ops; unsorted results may come in any order, so sorted ones
+    # are among them
+    attrs = {"k": int(k), "dim": norm_dim(dim, c.rank(x)), "largest": bool(largest)}
+    vals = node.meta["val"]
+    return tuple(c.g.append(op, (c.t(x),), attrs, value_type(v))
+                 for op, v in zip(("topk_values", "topk_indices"), vals))
+
+
+@converts(torch.ops.eqsat_llm.expert_mm.default)
+def _expert_mm(c: GraphConverter, node: FxNode, x: FxNode, w: FxNode, ids: FxNode) -> int:
+    return c.g.append("expert_mm", (c.t(x), c.t(w), c.t(ids)), {}, value_type(node.meta["val"]))

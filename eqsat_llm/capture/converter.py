@@ -21,6 +21,7 @@ from ..errors import CaptureError, GraphError
 from ..ir import Graph, TensorType, dtype_name
 from ..ops import evaluate
 from .export import DATA_DEPENDENT_HELP, export, has_symbolic_dims, user_line
+from .moe_forms import recognise_experts
 
 aten = torch.ops.aten
 
@@ -76,6 +77,7 @@ class GraphConverter:
         self._known: dict[int, Any] = {}  # IR id -> its value where known at capture (or None)
 
     def run(self) -> Captured:
+        recognise_experts(self.ep.graph)  # MoE experts as expert_mm (moe_forms.py)
         self._bind_inputs()
         out_node = None
         for node in self.ep.graph.nodes:

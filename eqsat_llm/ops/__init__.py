@@ -24,7 +24,7 @@ from .gemm import (
     gemm_label,
     gemm_writes_in_place,
 )
-from . import formats  # noqa: F401
+from . import formats, experts  # noqa: F401
 from .registry import (
     ATTR_KINDS,
     COPY_IN,
