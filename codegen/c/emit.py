@@ -40,13 +40,19 @@ from .emit_elementwise import (
     emit_reshape_copy,
     emit_rope,
 )
-from .emit_experts import EXPERTS, emit_expert_mm, emit_topk
 from .emit_format_gemm import prepared_operands
 from .emit_gather import GATHER_OPS, emit_gather, emit_row_write
 from .emit_gemm import emit_gemm
 from .emit_matmul import emit_matmul
 from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
 from .emit_reduce import REDUCE_OPS, emit_reduce
+from .emit_routing import (
+    EXPERTS,
+    emit_arg_extreme,
+    emit_expert_mm,
+    emit_scatter_value,
+    emit_topk,
+)
 from .errors import UnsupportedByBackend
 from .fuse_elementwise import emit_fused, fusion_groups, overlaps
 from .fuse_rope import RopeEpilogue, rope_epilogues
@@ -119,6 +125,8 @@ EMITTERS: dict[str, Emitter] = {
     "full": _full,
     **dict.fromkeys(("topk_values", "topk_indices"), lambda s: emit_topk(s.node, s.out, s.ins)),
     "expert_mm": lambda s: emit_expert_mm(s.out, s.ins),
+    **dict.fromkeys(("argmax", "argmin"), lambda s: emit_arg_extreme(s.node, s.out, s.ins)),
+    "scatter_value": lambda s: emit_scatter_value(s.node, s.out, s.ins),
 }
 SUPPORTED_OPS = frozenset(EMITTERS) | VALUE_LEAVES
 # Registry ops C runs as torch steps by design (tests/test_registry.py: every op is generated

@@ -350,17 +350,21 @@ def _var(c: GraphConverter, node: FxNode, x: FxNode, dims: Any = None, *, correc
     return c.g.add("div", (squares, c.t(max(n, 0.0))))
 
 
-@converts(aten.clamp.default)
+@converts(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(c: GraphConverter, node: FxNode, x: FxNode, lo: Any = None, hi: Any = None) -> int:
-    """clamp(x, lo, hi) with number bounds on a float tensor: maximum / minimum with them
-    (NaN stays NaN in both)."""
+    """clamp(x, lo, hi) with number or tensor bounds on a float tensor: maximum / minimum
+    with them (NaN stays NaN in both)."""
     dtype = c.g.type_of(c.t(x)).dtype
     if not dtype.startswith(("float", "bfloat")) or not all(
-            isinstance(b, (int, float)) or b is None for b in (lo, hi)):
+            isinstance(b, (int, float, FxNode)) or b is None for b in (lo, hi)):
         raise Unsupported
     out = c.t(x)
     for op, bound in (("maximum", lo), ("minimum", hi)):
-        if bound is not None:
+        if isinstance(bound, FxNode):
+            if c.g.type_of(c.t(bound)).dtype != dtype:
+                raise Unsupported  # (torch promotes; not expressed here)
+            out = c.g.add(op, (out, c.t(bound)))
+        elif bound is not None:
             out = c.g.add(op, (out, c.g.add("full", shape=[], value=float(bound),
                                             dtype=dtype)))
     return out
@@ -368,14 +372,15 @@ def _clamp(c: GraphConverter, node: FxNode, x: FxNode, lo: Any = None, hi: Any =
 
 @converts(aten.max.dim, aten.min.dim)
 def _max_dim(c: GraphConverter, node: FxNode, x: FxNode, dim: int, keepdim: bool = False) -> tuple:
-    # (values, indices): the values alone are amax / amin (attention sinks subtract the row
-    # max before their softmax); the indices run in torch
-    if not node.users or any(u.args[1] != 0 for u in node.users):
-        raise Unsupported
-    op = "amax" if node.target == aten.max.dim else "amin"
-    out = c.g.add(op, (c.t(x),), dims=[norm_dim(dim, c.rank(x))], keepdim=bool(keepdim))
-    c._check(next(iter(node.users)), out)
-    return (out, None)
+    # (values, indices) as two ops: amax / amin and argmax / argmin (each the first extreme)
+    first = node.target == aten.max.dim
+    attrs = {"dims": [norm_dim(dim, c.rank(x))], "keepdim": bool(keepdim)}
+    values = c.g.add("amax" if first else "amin", (c.t(x),), **attrs)
+    indices = c.g.add("argmax" if first else "argmin", (c.t(x),), dim=attrs["dims"][0],
+                      keepdim=attrs["keepdim"])
+    for u in node.users:
+        c._check(u, (values, indices)[u.args[1]])
+    return (values, indices)
 
 
 @converts(aten._softmax.default, aten._log_softmax.default, aten.softmax.int,
@@ -523,3 +528,12 @@ def _topk(c: GraphConverter, node: FxNode, x: FxNode, k: int, dim: int = -1,
 @converts(torch.ops.eqsat_llm.expert_mm.default)
 def _expert_mm(c: GraphConverter, node: FxNode, x: FxNode, w: FxNode, ids: FxNode) -> int:
     return c.g.append("expert_mm", (c.t(x), c.t(w), c.t(ids)), {}, value_type(node.meta["val"]))
+
+
+@converts(aten.scatter.value)
+def _scatter_value(c: GraphConverter, node: FxNode, x: FxNode, dim: int, index: FxNode,
+                   value: Any) -> int:
+    if not isinstance(value, (int, float, bool)):
+        raise Unsupported
+    return c.g.add("scatter_value", (c.t(x), c.t(index)), dim=norm_dim(dim, c.rank(x)),
+                   value=float(value))

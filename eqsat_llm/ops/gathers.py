@@ -40,3 +40,11 @@ register("index", None, "positions:ints",
          category="layout", shape="given", dtype="same", cost="gather",
          writer=lambda out, xs, a: aten.index.Tensor_out(
              xs[0], _index_list(xs, a["positions"]), out=out))
+# x with `value` written where index points along dim (DeepSeek's group mask, PhiMoE's)
+register("scatter_value", 2, "dim:int value:float",
+         ref=lambda xs, a: torch.scatter(xs[0], a["dim"], xs[1], _typed(a["value"], xs[0])),
+         category="layout", shape="same", dtype="same", cost="gather", writer=COPY_IN)
+
+
+def _typed(v: float, x: torch.Tensor) -> float | int | bool:
+    return v if x.dtype.is_floating_point else bool(v) if x.dtype == torch.bool else int(v)

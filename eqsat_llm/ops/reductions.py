@@ -50,6 +50,15 @@ register("mean", 1, "dims:ints keepdim:bool", ref=_reduction(torch.mean), catego
          shape="reduce", cost="vector", flops=1.0, writer=_mean)
 register("amax", 1, "dims:ints keepdim:bool", ref=_reduction(torch.amax), category="reduction",
          shape="reduce", cost="vector", flops=1.0, writer=_extreme(torch.amax))
+# the index of the first extreme along dim (the indices of torch.max / torch.min over a dim)
+register("argmax", 1, "dim:int keepdim:bool",
+         ref=lambda xs, a: torch.max(xs[0], a["dim"], keepdim=a["keepdim"])[1],
+         category="reduction", shape="given", dtype="given", cost="vector", flops=1.0,
+         writer=COPY_IN)
+register("argmin", 1, "dim:int keepdim:bool",
+         ref=lambda xs, a: torch.min(xs[0], a["dim"], keepdim=a["keepdim"])[1],
+         category="reduction", shape="given", dtype="given", cost="vector", flops=1.0,
+         writer=COPY_IN)
 register("amin", 1, "dims:ints keepdim:bool", ref=_reduction(torch.amin), category="reduction",
          shape="reduce", cost="vector", flops=1.0, writer=_extreme(torch.amin))
 # any: true where some element along the dims is non-zero (the masks' "some key visible")

@@ -1,10 +1,12 @@
-"""The mixture-of-experts kernels: a router's top-k (`topk_values`, `topk_indices`) and the
-expert GEMM (`expert_mm`, the static library kernels/experts.c: rows grouped by expert, each
-chosen expert's weight read once)."""
+"""The mixture-of-experts kernels: a router's choices (`topk_values`, `topk_indices`, the
+first extreme's index `argmax` / `argmin`, a mask written by `scatter_value`) and the expert
+GEMM (`expert_mm`, the static library kernels/experts.c: rows grouped by expert, each chosen
+expert's weight read once)."""
 
 from __future__ import annotations
 
 from ...ir import Node
+from .emit_elementwise import emit_copy
 from .loops import PARALLEL_MIN, loop_nest
 from .static_c import StaticLibrary, calling, kernel_source
 from .values import Ref
@@ -40,6 +42,52 @@ def emit_topk(node: Node, out: Ref, ins: list[Ref]) -> str | None:
     return (f"const {x.ctype}* x = {x.ptr()};\n{out.ctype}* o = {out.ptr(const=False)};\n"
             + loop_nest(rows, [x.strides[:-1], out.strides[:-1]], body,
                         work=_numel(x.shape), simd=False))
+
+
+def emit_arg_extreme(node: Node, out: Ref, ins: list[Ref]) -> str | None:
+    """The index of the first largest (argmax) or smallest (argmin) element along dim; a NaN
+    counts as the extreme, as in torch."""
+    x = ins[0]
+    if x.ctype not in ("float", "double") or out.ctype != "int64_t" or not x.shape:
+        return None
+    d = node.attrs["dim"] % len(x.shape)
+    rows = x.shape[:d] + (1,) + x.shape[d + 1:]
+    ost = out.strides if node.attrs["keepdim"] else out.strides[:d] + (0,) + out.strides[d:]
+    better = ">" if node.op == "argmax" else "<"
+    n, xs = x.shape[d], x.strides[d]
+
+    def body(offs: list[str]) -> str:
+        return f"""    {x.ctype} best = x[{offs[0]}]; int64_t at = 0;
+    for (int64_t e = 1; e < {n} && best == best; e++) {{
+        const {x.ctype} v = x[{offs[0]} + e * {xs}];
+        if (v {better} best || v != v) {{ best = v; at = e; }}
+    }}
+    o[{offs[1]}] = at;"""
+    return (f"const {x.ctype}* x = {x.ptr()};\nint64_t* o = {out.ptr(const=False)};\n"
+            + loop_nest(rows, [x.strides, ost], body, work=_numel(x.shape), simd=False))
+
+
+def emit_scatter_value(node: Node, out: Ref, ins: list[Ref]) -> str | None:
+    """out = x with `value` where the index points along dim (torch.scatter with a number);
+    an index out of range writes nothing and is an index error."""
+    x, idx = ins
+    if idx.ctype != "int64_t" or out.dtype != x.dtype or len(idx.shape) != len(x.shape) or \
+            not x.shape:
+        return None
+    d = node.attrs["dim"]
+    n = x.shape[d]
+    value = Ref("scalar", 0, 0, (), (), "float64", node.attrs["value"]).literal(out.ctype)
+    ost = out.strides[:d] + (0,) + out.strides[d + 1:]
+    copy = "" if (out.root, out.offset, out.strides) == (x.root, x.offset, x.strides) \
+        else emit_copy(out, x) + "\n"
+
+    def body(offs: list[str]) -> str:
+        return (f"    const int64_t q = ix[{offs[1]}];\n"
+                f"    if ((uint64_t)q < {n}ULL) o[{offs[0]} + q * {out.strides[d]}] = {value};\n"
+                f"    else EQ_INDEX_ERROR();")
+    return (f"{{\n{copy}}}\n{{\n{out.ctype}* o = {out.ptr(const=False)};\n"
+            f"const int64_t* ix = {idx.ptr()};\n"
+            + loop_nest(idx.shape, [ost, idx.strides], body, simd=False) + "\n}")
 
 
 def _numel(shape: tuple[int, ...]) -> int:
