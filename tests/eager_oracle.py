@@ -271,6 +271,13 @@ OPS: dict[str, Callable[[list[Any], dict], Any]] = {
     "softmax": lambda xs, a: xs[0].softmax(a["dim"]),
     "log_softmax": lambda xs, a: xs[0].log_softmax(a["dim"]),
     "cumsum": lambda xs, a: xs[0].cumsum(a["dim"]),
+    # a stable sort's first k: ties in index order
+    "topk_values": lambda xs, a: _sorted_k(xs[0], a)[0],
+    "topk_indices": lambda xs, a: _sorted_k(xs[0], a)[1],
+    "argmax": lambda xs, a: xs[0].argmax(a["dim"], keepdim=a["keepdim"]),
+    "argmin": lambda xs, a: xs[0].argmin(a["dim"], keepdim=a["keepdim"]),
+    "scatter_value": lambda xs, a: xs[0].clone().scatter_(a["dim"], xs[1], a["value"]),
+    "expert_mm": lambda xs, a: torch.bmm(xs[0].unsqueeze(1), xs[1][xs[2]]).squeeze(1),
     "layer_norm": lambda xs, a: F.layer_norm(xs[0], a["normalized_shape"], xs[1], xs[2],
                                              a["eps"]),
     "rms_norm": lambda xs, a: F.rms_norm(xs[0], xs[0].shape[-1:], xs[1], a["eps"]),
@@ -299,6 +306,11 @@ OPS: dict[str, Callable[[list[Any], dict], Any]] = {
     "quantize_weight": lambda xs, a: _quantized(xs, a, 0),
     "weight_scales": lambda xs, a: _quantized(xs, a, 1),
 }
+
+
+def _sorted_k(x: torch.Tensor, a: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    values, indices = torch.sort(x, stable=True, dim=a["dim"], descending=a["largest"])
+    return values.narrow(a["dim"], 0, a["k"]), indices.narrow(a["dim"], 0, a["k"])
 
 
 def run_eager(graph: Graph, inputs: list[torch.Tensor],

@@ -79,6 +79,23 @@ FAMILIES: dict[str, Callable[[dict, str], nn.Module]] = {
     "starcoder2": _family("Starcoder2ForCausalLM", "Starcoder2Config", LLAMA_LIKE),
     "mixtral": _family("MixtralForCausalLM", "MixtralConfig",
                        LLAMA_LIKE | {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    # mixtures of experts: 4 experts of which 2 per token (DeepSeek: 2 groups, 1 chosen)
+    "qwen2_moe": _family("Qwen2MoeForCausalLM", "Qwen2MoeConfig", LLAMA_LIKE | {
+        "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+        "shared_expert_intermediate_size": 128}),
+    "olmoe": _family("OlmoeForCausalLM", "OlmoeConfig", LLAMA_LIKE | {
+        "num_experts": 4, "num_experts_per_tok": 2}),
+    "phimoe": _family("PhimoeForCausalLM", "PhimoeConfig", LLAMA_LIKE | {
+        "num_local_experts": 4, "num_experts_per_tok": 2}),
+    "deepseek_v3": _family("DeepseekV3ForCausalLM", "DeepseekV3Config", LLAMA_LIKE | {
+        "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+        "moe_intermediate_size": 64, "first_k_dense_replace": 1, "n_group": 2,
+        "topk_group": 1, "q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8, "head_dim": 8, "v_head_dim": 16, "rope_interleave": True,
+        "num_key_value_heads": _d("heads")}),
+    "gpt_oss": _family("GptOssForCausalLM", "GptOssConfig", LLAMA_LIKE | {
+        "num_local_experts": 4, "num_experts_per_tok": 2,
+        "head_dim": lambda s: s["d"] // s["heads"], "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"]}),
     "gptj": _family("GPTJForCausalLM", "GPTJConfig",
                     GPT_LIKE | {"rotary_dim": lambda s: s["d"] // s["heads"] // 2}),
     "gpt2": _family("GPT2LMHeadModel", "GPT2Config", GPT_LIKE),
@@ -98,6 +115,8 @@ FAMILIES: dict[str, Callable[[dict, str], nn.Module]] = {
         "max_position_embeddings": 256}, add_pooling_layer=False),
 }
 ENCODERS = frozenset({"bert"})
+# families transformers runs with eager attention only (no sdpa path): built so whatever asked
+EAGER_ONLY = frozenset({"gpt_oss"})
 
 
 def build(family: str, *, attn: str = "sdpa", seq: int = 16, size: str = "small",
@@ -106,7 +125,7 @@ def build(family: str, *, attn: str = "sdpa", seq: int = 16, size: str = "small"
     if family not in FAMILIES:
         raise KeyError(f"unknown family {family!r}; known: {sorted(FAMILIES)}")
     torch.manual_seed(seed)
-    model = FAMILIES[family](SIZES[size], attn).eval()
+    model = FAMILIES[family](SIZES[size], "eager" if family in EAGER_ONLY else attn).eval()
     field = "last_hidden_state" if family in ENCODERS else "logits"
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, VOCAB - 1, (batch, seq), generator=gen)

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from ..errors import GraphError
+from ..tensor_type import TensorType
 from .registry import COPY_IN, register
 
 
@@ -39,5 +41,15 @@ register("topk_values", 1, "k:int dim:int largest:bool", ref=lambda xs, a: _topk
          category="reduction", shape="given", dtype="same", cost="gather", writer=COPY_IN)
 register("topk_indices", 1, "k:int dim:int largest:bool", ref=lambda xs, a: _topk(xs, a)[1],
          category="reduction", shape="given", dtype="given", cost="gather", writer=COPY_IN)
+def _expert_mm_type(ts: list[TensorType], a: dict[str, Any]) -> TensorType:
+    x, w, ids = ts
+    if len(x.shape) != 2 or len(w.shape) != 3 or ids.shape != x.shape[:1] or \
+            w.shape[1] != x.shape[1] or not ids.dtype.startswith("int"):
+        raise GraphError(f"expert_mm takes x [S, K], w [E, K, N] and integer ids [S]; got "
+                         f"{x}, {w}, {ids}")
+    return TensorType((x.shape[0], w.shape[2]), x.dtype)
+
+
 register("expert_mm", 3, ref=lambda xs, a: expert_mm(*xs), category="matmul", shape="given",
-         dtype="same", cost="matmul", writer=COPY_IN, operands="x w ids")
+         dtype="same", cost="matmul", writer=COPY_IN, operands="x w ids",
+         infer=_expert_mm_type)

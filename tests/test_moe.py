@@ -1,0 +1,148 @@
+"""Mixture-of-experts models: the routing ops and the expert GEMM as C kernels (against torch
+eager's own functions, tests/eager_oracle.py), transformers' experts forms recognised in the
+exported graph (capture/moe_forms.py), and MoE families compiled whole and equal to eager."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+
+from eqsat_llm import FallbackWarning, optimize
+from eqsat_llm.codegen.c.build import compiler
+from eqsat_llm.ir import Graph
+
+from .conftest import const, inp
+from .test_c_kernels_more import c_runtime, inputs_of, run_and_compare
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc / $CC) found")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("shape,k", [((5, 8), 2), ((2, 3, 64), 8), ((7, 4), 4), ((1, 128), 1)])
+def test_topk_values_and_indices(shape, k, largest):
+    g = Graph()
+    x = inp(g, shape)
+    dim = len(shape) - 1
+    g.outputs = [g.add(op, (x,), k=k, dim=dim, largest=largest)
+                 for op in ("topk_values", "topk_indices")]
+    run_and_compare(g, inputs_of(g))
+
+
+def test_topk_ties_take_the_lower_index_first():
+    g = Graph()
+    x = inp(g, (2, 6))
+    g.outputs = [g.add("topk_indices", (x,), k=3, dim=1, largest=True)]
+    ties = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, 2.0], [5.0, 5.0, 5.0, 5.0, 5.0, 5.0]])
+    got = c_runtime(g).run([ties])[0]
+    assert got.tolist() == [[1, 2, 4], [0, 1, 2]]
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("dim,keepdim", [(1, True), (0, False), (2, False)])
+def test_arg_extremes(op, dim, keepdim):
+    g = Graph()
+    x = inp(g, (3, 5, 7))
+    g.outputs = [g.add(op, (x,), dim=dim, keepdim=keepdim)]
+    xs = inputs_of(g)
+    xs[0][1, 2, 3] = float("nan")  # torch counts a NaN as the extreme
+    xs[0][0, :, 0] = 1.0  # ties: the first
+    run_and_compare(g, xs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bool"])
+def test_scatter_value(dtype):
+    g = Graph()
+    x = inp(g, (4, 6), dtype)
+    idx = const(g, torch.tensor([[0, 5], [2, 2], [1, 3], [4, 0]]))
+    g.outputs = [g.add("scatter_value", (x, idx), dim=1, value=1.0)]
+    run_and_compare(g, inputs_of(g))
+
+
+def _expert_mm_graph(S: int, K: int, N: int, E: int, ids: torch.Tensor
+                     ) -> tuple[Graph, list[torch.Tensor]]:
+    """x [S, K] times experts' weights [E, K, N] (the layout the program prepares from
+    transformers' [E, N, K]: the families below read that one)."""
+    g = Graph()
+    x = inp(g, (S, K))
+    gen = torch.Generator().manual_seed(S * 1000 + N)
+    w = const(g, torch.randn(E, K, N, generator=gen))
+    g.outputs = [g.add("expert_mm", (x, w, const(g, ids)))]
+    return g, [torch.randn(S, K, generator=gen)]
+
+
+@pytest.mark.parametrize("S,K,N,E", [
+    (2, 64, 256, 4),     # decode: each of top-2 rows its own expert
+    (8, 96, 200, 8),     # decode at top-8; columns short of a tile
+    (96, 40, 72, 6),     # prefill: many rows per expert, K not a vector multiple
+    (33, 128, 513, 3),   # rows not a multiple of the tile, one expert unused
+])
+def test_expert_mm_matches_eager(S, K, N, E):
+    gen = torch.Generator().manual_seed(S)
+    ids = torch.randint(0, E, (S,), generator=gen)
+    if S == 33:
+        ids[ids == 2] = 0
+    g, xs = _expert_mm_graph(S, K, N, E, ids)
+    run_and_compare(g, xs, tol=1e-4)
+
+
+def test_expert_mm_reads_every_row_once_whatever_the_order():
+    """Rows sharing an expert in any order, duplicated rows: grouped by the kernel, written
+    back to their own places."""
+    ids = torch.tensor([3, 0, 3, 3, 1, 0, 3, 2, 2, 3])
+    g, xs = _expert_mm_graph(10, 32, 64, 4, ids)
+    run_and_compare(g, xs, tol=1e-4)
+
+
+def test_expert_mm_refuses_an_expert_out_of_range():
+    from eqsat_llm.codegen.c.errors import KernelIndexError
+
+    g, xs = _expert_mm_graph(3, 16, 64, 4, torch.tensor([0, 4, 1]))
+    with pytest.raises(KernelIndexError):
+        c_runtime(g).run(xs)
+
+
+# -- transformers' forms ------------------------------------------------------------------------
+
+def _mixtral(seq: int, implementation: str | None = None):
+    from eqsat_llm.models.model_matrix import build
+
+    model, inputs = build("mixtral", seq=seq)
+    if implementation is not None:
+        model.model.config._experts_implementation = implementation
+    return model, inputs
+
+
+@pytest.mark.parametrize("implementation", ["grouped_mm", "batched_mm"])
+@pytest.mark.parametrize("seq", [1, 9])
+def test_experts_forms_become_expert_mm(implementation, seq):
+    """transformers' grouped and batched experts: no sort, histc or gathered weight left;
+    the expert GEMMs generated in C; equal to eager."""
+    model, inputs = _mixtral(seq, implementation)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        compiled = optimize(model, inputs, measure_eager=False)
+    assert compiled.report.torch_ops == {} and not compiled.report.fallback_ops
+    ops = [n.op for n in compiled.graph.nodes]
+    assert ops.count("expert_mm") == 4 and ops.count("topk_indices") == 2, ops
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*inputs), model(*inputs), atol=1e-5, rtol=1e-5)
+
+
+def test_a_form_not_recognised_runs_in_torch_and_says_so():
+    """Experts whose gate reads across the sorted rows (a cumulative sum: not row by row, so
+    the sort cannot be dropped) keep the captured sort and grouped GEMMs, named by the
+    warning: never rewritten into a wrong answer."""
+    model, inputs = _mixtral(5)
+    for layer in model.model.model.layers:
+        experts = layer.mlp.experts
+        experts._apply_gate = lambda h, e=experts: type(e)._apply_gate(e, h) + \
+            h[:, :h.shape[1] // 2].cumsum(0) * 1e-3
+    with pytest.warns(FallbackWarning, match="sort"):
+        compiled = optimize(model, inputs, measure_eager=False)
+    assert "expert_mm" not in {n.op for n in compiled.graph.nodes}
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*inputs), model(*inputs), atol=1e-5, rtol=1e-5)
