@@ -301,7 +301,8 @@ def _rewrite_batched(graph: Graph, gather: Node) -> bool:
         return False
     x = bmm.args[1].args[0]
     squeezes = list(bmm.users)
-    if not all(_is(s, aten.squeeze.dim, aten.squeeze.dims, aten.view.default) for s in squeezes) or \
+    shaped = (aten.squeeze.dim, aten.squeeze.dims, aten.view.default)
+    if not all(_is(s, *shaped) for s in squeezes) or \
             any(list(_val(s).shape) != [iv.shape[0], wv.shape[1]] for s in squeezes):
         return False
     with graph.inserting_before(bmm):

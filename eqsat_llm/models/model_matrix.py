@@ -95,7 +95,8 @@ FAMILIES: dict[str, Callable[[dict, str], nn.Module]] = {
         "num_key_value_heads": _d("heads")}),
     "gpt_oss": _family("GptOssForCausalLM", "GptOssConfig", LLAMA_LIKE | {
         "num_local_experts": 4, "num_experts_per_tok": 2,
-        "head_dim": lambda s: s["d"] // s["heads"], "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"]}),
+        "head_dim": lambda s: s["d"] // s["heads"], "sliding_window": 8,
+        "layer_types": ["sliding_attention", "full_attention"]}),
     "gptj": _family("GPTJForCausalLM", "GPTJConfig",
                     GPT_LIKE | {"rotary_dim": lambda s: s["d"] // s["heads"] // 2}),
     "gpt2": _family("GPT2LMHeadModel", "GPT2Config", GPT_LIKE),
