@@ -1,12 +1,15 @@
 """Real transformers models as users load them: eqsat-llm against eager PyTorch and ONNX Runtime.
 
     .venv/bin/python benchmarks/models.py [--families llama,qwen3] [--shapes prefill,decode]
-        [--size small|medium] [--rounds N] [--no-tinyllama] [--quick] [--write]
+        [--size small|medium] [--rounds N] [--no-tinyllama] [--no-mixtral-large] [--quick]
+        [--write]
 
 Rows: every family of eqsat_llm.models.model_matrix (random weights, the library's defaults: sdpa
 attention, use_cache=False) at prefill 1x128 and one token (1x1), size "medium" by default;
 and a TinyLlama-1.1B-shaped LLaMA (hidden 2048, 32 heads, 4 KV heads, FFN 5632, 4 layers,
-vocab 32000; ~1.2 GB of fp32 weights) at both shapes. Systems: eager (torch.no_grad),
+vocab 32000; ~1.2 GB of fp32 weights) and a Mixtral whose experts dominate its bytes
+(model_matrix.MIXTRAL_LARGE: hidden 1024, 8 experts of FFN 3584, 2 per token, 4 layers, vocab
+32000; ~1.7 GB, of which a token reads ~0.5 GB) at both shapes. Systems: eager (torch.no_grad),
 eqsat-llm (`eqsat_llm.optimize(model, inputs)`) and ONNX Runtime (dynamo export,
 ORT_ENABLE_ALL, intra_op 2, inter_op 1, sequential). Each system's output is checked against
 eager (max abs error on the example inputs and on fresh ones); a system that fails to build
@@ -83,6 +86,14 @@ def build_tinyllama(seq: int, quick: bool = False, seed: int = 0
     return model, (torch.randint(3, vocab - 1, (1, seq), generator=gen),)
 
 
+def build_mixtral_large(seq: int, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """model_matrix.MIXTRAL_LARGE: experts dominate a token's weight bytes."""
+    model = model_matrix.Logits(model_matrix.mixtral_large(seed)).eval()
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model.model.config.vocab_size
+    return model, (torch.randint(3, vocab - 1, (1, seq), generator=gen),)
+
+
 @dataclass
 class Work:
     """What bounds a row: FLOPs and the weight bytes one call reads (see weight_work)."""
@@ -100,7 +111,9 @@ def weight_work(model: nn.Module, tokens: int) -> Work:
     gathered = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     used_whole = {id(p) for m in model.modules() if not isinstance(m, nn.Embedding)
                   for p in m.parameters(recurse=False)}  # a tied LM head reads the table whole
-    experts = getattr(cfg, "num_local_experts", None)
+    experts = next((getattr(cfg, k) for k in ("num_local_experts", "num_experts",
+                                               "n_routed_experts") if getattr(cfg, k, None)),
+                   None)
     topk = getattr(cfg, "num_experts_per_tok", None)
     moe = topk / experts if experts and topk else 1.0
     flops, nbytes, seen = 0.0, 0.0, set()
@@ -328,6 +341,9 @@ def row_specs(args: argparse.Namespace) -> list[tuple[str, str, Callable[[int], 
         for shape in args.shapes:
             specs.append(("tinyllama" + (" (quick: scaled down)" if args.quick else ""), shape,
                           lambda seq: build_tinyllama(seq, quick=args.quick)))
+    if args.mixtral_large and not args.quick:
+        for shape in args.shapes:
+            specs.append(("mixtral_large", shape, build_mixtral_large))
     return specs
 
 
@@ -455,6 +471,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     p.add_argument("--size", default="medium", choices=list(model_matrix.SIZES))
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--no-tinyllama", dest="tinyllama", action="store_false")
+    p.add_argument("--no-mixtral-large", dest="mixtral_large", action="store_false",
+                   help="leave out the Mixtral row whose experts dominate its bytes")
     p.add_argument("--quick", action="store_true",
                    help="size small, prefill 1x16, scaled-down TinyLlama, 1 round: a smoke run")
     p.add_argument("--tol", type=float, default=1e-3,

@@ -271,9 +271,8 @@ OPS: dict[str, Callable[[list[Any], dict], Any]] = {
     "softmax": lambda xs, a: xs[0].softmax(a["dim"]),
     "log_softmax": lambda xs, a: xs[0].log_softmax(a["dim"]),
     "cumsum": lambda xs, a: xs[0].cumsum(a["dim"]),
-    # a stable sort's first k: ties in index order
-    "topk_values": lambda xs, a: _sorted_k(xs[0], a)[0],
-    "topk_indices": lambda xs, a: _sorted_k(xs[0], a)[1],
+    "topk_values": lambda xs, a: torch.topk(xs[0], a["k"], a["dim"], a["largest"])[0],
+    "topk_indices": lambda xs, a: torch.topk(xs[0], a["k"], a["dim"], a["largest"])[1],
     "argmax": lambda xs, a: xs[0].argmax(a["dim"], keepdim=a["keepdim"]),
     "argmin": lambda xs, a: xs[0].argmin(a["dim"], keepdim=a["keepdim"]),
     "scatter_value": lambda xs, a: xs[0].clone().scatter_(a["dim"], xs[1], a["value"]),
@@ -306,11 +305,6 @@ OPS: dict[str, Callable[[list[Any], dict], Any]] = {
     "quantize_weight": lambda xs, a: _quantized(xs, a, 0),
     "weight_scales": lambda xs, a: _quantized(xs, a, 1),
 }
-
-
-def _sorted_k(x: torch.Tensor, a: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    values, indices = torch.sort(x, stable=True, dim=a["dim"], descending=a["largest"])
-    return values.narrow(a["dim"], 0, a["k"]), indices.narrow(a["dim"], 0, a["k"])
 
 
 def run_eager(graph: Graph, inputs: list[torch.Tensor],

@@ -32,13 +32,25 @@ def test_topk_values_and_indices(shape, k, largest):
     run_and_compare(g, inputs_of(g))
 
 
-def test_topk_ties_take_the_lower_index_first():
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("n,k", [(4, 2), (8, 2), (16, 5), (64, 8), (40, 40), (129, 2),
+                                 (300, 4), (257, 17), (2000, 40), (4096, 64)])
+def test_topk_breaks_ties_as_torch_does(n, k, largest):
+    """Scores with many equal values (a zero-initialised router's), and NaNs: the kernel picks
+    and orders them as torch.topk does (its nth_element / partial_sort paths, k * 64 <= n or
+    not), so a model fed ties routes as eager does."""
     g = Graph()
-    x = inp(g, (2, 6))
-    g.outputs = [g.add("topk_indices", (x,), k=3, dim=1, largest=True)]
-    ties = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, 2.0], [5.0, 5.0, 5.0, 5.0, 5.0, 5.0]])
-    got = c_runtime(g).run([ties])[0]
-    assert got.tolist() == [[1, 2, 4], [0, 1, 2]]
+    x = inp(g, (200, n))
+    g.outputs = [g.add(op, (x,), k=k, dim=1, largest=largest)
+                 for op in ("topk_values", "topk_indices")]
+    gen = torch.Generator().manual_seed(n * 100 + k)
+    ties = torch.randint(0, 4, (200, n), generator=gen).float()
+    ties[:20] = 0.5  # every value equal
+    ties[20:40, ::7] = float("nan")
+    values, indices = c_runtime(g).run([ties])
+    want = torch.topk(ties, k, 1, largest)
+    assert torch.equal(indices, want.indices)
+    torch.testing.assert_close(values, want.values, equal_nan=True)
 
 
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
@@ -146,3 +158,20 @@ def test_a_form_not_recognised_runs_in_torch_and_says_so():
     assert "expert_mm" not in {n.op for n in compiled.graph.nodes}
     with torch.no_grad():
         torch.testing.assert_close(compiled(*inputs), model(*inputs), atol=1e-5, rtol=1e-5)
+
+
+# -- generation ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["mixtral", "deepseek_v3"])
+def test_moe_generation_is_transformers_and_all_c(family):
+    """Greedy tokens equal transformers' generate; the decode and prefill programs run whole
+    in C (routing, expert GEMMs and the cache writes)."""
+    from .test_generation import CHUNK, MAX_LEN, causal_lm, prompt, quiet_generator, reference
+
+    model = causal_lm(family)
+    gen = quiet_generator(model, MAX_LEN, batch_size=2, prefill_chunk=CHUNK)
+    ids = prompt(2, 11)
+    assert torch.equal(gen.generate(ids, 8), reference(model, ids, 8))
+    for program in (gen.decode_program, gen.prefill_program):
+        assert program.report.torch_ops == {}, program.report.torch_ops
+        assert "expert_mm" in {n.op for n in program.graph.nodes}

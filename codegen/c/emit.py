@@ -48,6 +48,7 @@ from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
 from .emit_reduce import REDUCE_OPS, emit_reduce
 from .emit_routing import (
     EXPERTS,
+    TOPK,
     emit_arg_extreme,
     emit_expert_mm,
     emit_scatter_value,
@@ -100,7 +101,7 @@ def _full(s: Site) -> str | None:
 
 # The C kernel of each op it generates, by op: one line each.
 # the static C libraries, in the order a program includes them (each after those it builds on)
-STATIC_LIBRARIES = (PACKED_GEMM, QUANT_GEMM, SPARSE_GEMM, W8A8_GEMM, EXPERTS)
+STATIC_LIBRARIES = (PACKED_GEMM, QUANT_GEMM, SPARSE_GEMM, W8A8_GEMM, EXPERTS, TOPK)
 
 EMITTERS: dict[str, Emitter] = {
     **dict.fromkeys(ELEMENTWISE_OPS, lambda s: emit_elementwise(s.node, s.out, s.ins,

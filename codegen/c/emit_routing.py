@@ -12,36 +12,30 @@ from .static_c import StaticLibrary, calling, kernel_source
 from .values import Ref
 
 EXPERTS = StaticLibrary("experts", kernel_source("experts.c"), ("eq_expert_mm",))
-TOPK_MAX = 64  # the k a row keeps in registers and on the stack
+TOPK = StaticLibrary("topk", kernel_source("topk.c"), ("eq_topk",))
+TOPK_MAX_N = 16384  # a row's (value, index) pairs live on the stack: 256 KiB at most
 
 
 def emit_topk(node: Node, out: Ref, ins: list[Ref]) -> str | None:
-    """Each row's k largest (smallest) values or their indices, by insertion: a router's row
-    is a few experts. Ties keep the lower index first; a NaN is never preferred."""
+    """Each row's k largest (smallest) values or their indices, in torch.topk's order, ties
+    included (kernels/topk.c follows its algorithms); rows of at most TOPK_MAX_N."""
     x = ins[0]
     k, dim = node.attrs["k"], node.attrs["dim"]
     rank = len(x.shape)
-    if not rank or dim != rank - 1 or not 0 < k <= min(TOPK_MAX, x.shape[-1]) or \
-            x.ctype not in ("float", "double"):
+    if not rank or dim != rank - 1 or not 0 < k <= x.shape[-1] or \
+            x.shape[-1] > TOPK_MAX_N or x.ctype not in ("float", "double"):
         return None
-    better = ">" if node.attrs["largest"] else "<"
-    pick = "bv" if node.op == "topk_values" else "bi"
+    field = "v" if node.op == "topk_values" else "i"
     n, xs, os_ = x.shape[-1], x.strides[-1], out.strides[-1]
-    rows = x.shape[:-1]
 
     def body(offs: list[str]) -> str:
-        return f"""    {x.ctype} bv[{k}]; int64_t bi[{k}]; int m = 0;
-    for (int64_t e = 0; e < {n}; e++) {{
-        const {x.ctype} v = x[{offs[0]} + e * {xs}];
-        if (m == {k} && !(v {better} bv[{k - 1}])) continue;
-        int j = m < {k} ? m++ : {k - 1};
-        while (j > 0 && v {better} bv[j - 1]) {{ bv[j] = bv[j - 1]; bi[j] = bi[j - 1]; j--; }}
-        bv[j] = v; bi[j] = e;
-    }}
-    for (int j = 0; j < {k}; j++) o[{offs[1]} + j * {os_}] = ({out.ctype}){pick}[j];"""
-    return (f"const {x.ctype}* x = {x.ptr()};\n{out.ctype}* o = {out.ptr(const=False)};\n"
-            + loop_nest(rows, [x.strides[:-1], out.strides[:-1]], body,
-                        work=_numel(x.shape), simd=False))
+        return f"""    eq_pair q[{n}];
+    for (int64_t e = 0; e < {n}; e++) {{ q[e].v = x[{offs[0]} + e * {xs}]; q[e].i = e; }}
+    eq_topk(q, {n}, {k}, {int(node.attrs["largest"])});
+    for (int64_t j = 0; j < {k}; j++) o[{offs[1]} + j * {os_}] = ({out.ctype})q[j].{field};"""
+    return calling(f"const {x.ctype}* x = {x.ptr()};\n{out.ctype}* o = {out.ptr(const=False)};\n"
+                   + loop_nest(x.shape[:-1], [x.strides[:-1], out.strides[:-1]], body,
+                               work=_numel(x.shape) * 8, simd=False), TOPK)
 
 
 def emit_arg_extreme(node: Node, out: Ref, ins: list[Ref]) -> str | None:

@@ -163,6 +163,8 @@ class CostModel:
         if kind == "gather":  # rows gathered from the table; indices read whole
             return self._roofline(0.0, 0.0, written + sum(nbytes(t) for t in ins[1:]), written)
         if kind == "matmul":
+            if op == "expert_mm":  # only the chosen experts' weights are read
+                read = expert_bytes_read(ins)
             mm_flops, m_eff, epilogue = _matmul_shape(op, attrs, ins, out)
             overlap = GEMV_OVERLAP if _format_gemv(op, attrs, out) else 0.0
             return self._roofline(mm_flops, epilogue, read, written, m_eff, gemm=True,
@@ -227,12 +229,23 @@ def _moves_innermost(op: str, attrs: dict[str, Any], ins: list[TensorType]) -> b
     return False
 
 
+def expert_bytes_read(ins: list[TensorType]) -> float:
+    """An expert GEMM's bytes: its rows, their ids, and the weights of at most S of the E
+    experts (each expert used is read once: codegen/c/kernels/experts.c)."""
+    x, w, ids = ins
+    used = min(x.shape[0], w.shape[0]) / max(w.shape[0], 1)
+    return nbytes(x) + nbytes(ids) + used * nbytes(w)
+
+
 def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
                   out: TensorType) -> tuple[float, int, float]:
     """(matmul flops, smallest GEMM dimension, epilogue flops) of a matmul-family op.
     Flops = 2 * numel(out) * K: one multiply-add per output element per contracted index."""
     if op == "gemm":
         return _gemm_shape(attrs, ins, out)
+    if op == "expert_mm":  # x [S, K] @ w[ids[s]] (w [E, K, N]): an expert's rows share it
+        (S, K), (E, _, N) = ins[0].shape, ins[1].shape
+        return 2.0 * S * K * N, min(max(1, S // E), N, K), 0.0
     a = ins[1] if op == "addmm" else ins[0]
     b = ins[1] if op in ("linear", "linear_bias") else ins[-1]
     if not a.shape:

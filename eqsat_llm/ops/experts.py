@@ -9,7 +9,9 @@
                      frontend has taken their sorting apart (capture/moe_forms.py). At decode
                      it reads only the chosen experts' weights.
 
-Ties in top-k: the lower index first (torch leaves the order of equal values unspecified)."""
+Ties in top-k: torch leaves the order of equal values unspecified, but a router fed equal
+scores (a zero-initialised gate) chooses its experts by it; the C kernel follows torch's CPU
+algorithm so that it chooses as eager does (codegen/c/kernels/topk.c)."""
 
 from __future__ import annotations
 
