@@ -1,6 +1,6 @@
 """Text generation: tokens/s of transformers, ONNX Runtime and eqsat-llm, greedy, in one run.
 
-    .venv/bin/python benchmarks/generate.py [--models small,tinyllama] [--batch 1,4]
+    .venv/bin/python benchmarks/generate.py [--models small,tinyllama|mixtral_large] [--batch 1,4]
         [--prompt 128] [--new 128] [--layers N] [--rounds 3] [--systems ...] [--quick] [--write]
 
 Per model and batch size, one group: every system generates `new` tokens after a `prompt`-token
@@ -21,9 +21,12 @@ in interleaved rounds (order rotated each round). Systems:
 
 Models: the LLaMA-style "small" config of eqsat_llm.models.model_matrix and the
 TinyLlama-1.1B-shaped LLaMA (model_matrix.tinyllama, as benchmarks/models.py: 4 of 22 layers unless
---layers), random weights, fp32. For TinyLlama the decode bound is the weight bytes one step reads
-(models.weight_work) over the read bandwidth (models.measure_rates, at the start and the end, the
-faster kept). BLAS and thread pools loaded: compare_cpu.blas_info (threadpoolctl).
+--layers), random weights, fp32; `--models mixtral_large` (a run and a RESULTS section of its
+own): model_matrix.MIXTRAL_LARGE, a Mixtral whose experts dominate its bytes. For TinyLlama and
+that Mixtral the decode bound is the weight bytes one step reads (models.weight_work: for the
+Mixtral at batch 1, top-k of its experts) over the read bandwidth (models.measure_rates, at the
+start and the end, the faster kept). BLAS and thread pools loaded: compare_cpu.blas_info
+(threadpoolctl).
 """
 
 from __future__ import annotations
@@ -77,12 +80,14 @@ DEFAULT_SYSTEMS = ("eager", "static", "ort", "eqsat")  # --systems all: the quan
 LABEL = {"eager": "transformers eager", "static": "transformers static + compile",
          "ort": "ONNX Runtime", "ort-int8": "ONNX Runtime int8 (quantize_dynamic)",
          "eqsat": "eqsat-llm", "eqsat-int8": "eqsat-llm int8", "eqsat-int4": "eqsat-llm int4"}
-MODELS = ("small", "tinyllama")
+MODELS = ("small", "tinyllama", "mixtral_large")
 QUICK = {"prompt": 16, "new": 8}
 ROUND_S = 0.5  # short generate calls are repeated within a round up to about this long
 LONG_CALL_S = 1.0  # above this, a sleep settles the previous system's threads, not a call
 SMALL_TARGET = 3.0  # eqsat-llm tokens/s over eager's, small model
 BOUND_TARGET = 1.10  # eqsat-llm decode step over the weight-bytes bound, TinyLlama
+# models whose decode step is bounded by its weight bytes (the MoE one: its chosen experts')
+BOUNDED = ("tinyllama", "mixtral_large")
 
 
 # ---------------------------------------------------------------- models and prompts
@@ -102,6 +107,11 @@ def build_model(name: str, args: argparse.Namespace) -> Model:
         wrapped, (ids,) = model_matrix.build("llama", seq=args.prompt, size="small",
                                              batch=max(args.batch))
         lm = wrapped.model
+    elif name == "mixtral_large":  # benchmarks/models.py's: experts dominate its bytes
+        lm = model_matrix.mixtral_large()
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(3, lm.config.vocab_size - 1, (max(args.batch), args.prompt),
+                            generator=gen)
     else:
         # the model of benchmarks/models.py's build_tinyllama, with --layers of its 22 layers
         lm = model_matrix.tinyllama(args.layers, quick=args.quick)
@@ -380,7 +390,7 @@ def run_group(model: Model, batch: int, args: argparse.Namespace, tmp: Path,
     built = {k: build_system(k, makers[k]) for k in makers if k in args.systems}
     group = Group(model.name, batch, args.prompt, new,
                   {k: built[k] for k in SYSTEMS if k in built})
-    if model.name.startswith("tinyllama"):
+    if model.name.startswith(BOUNDED):
         group.weight_bytes = weight_work(lm, batch).weight_bytes
     eager = built["eager"]
     for s in group.systems.values():
@@ -581,7 +591,8 @@ def report(groups: list[Group], args: argparse.Namespace, argv: list[str], rates
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=",".join(MODELS), help="small, tinyllama")
+    p.add_argument("--models", default="small,tinyllama",
+                   help="small, tinyllama, mixtral_large (a run of its own)")
     p.add_argument("--batch", default="1,4", help="comma-separated batch sizes")
     p.add_argument("--prompt", type=int, default=None, help="prompt tokens (default 128)")
     p.add_argument("--new", type=int, default=None, help="new tokens (default 128)")
@@ -628,7 +639,7 @@ def main(argv: list[str] | None = None) -> list[Group]:
     load_ok = wait_for_load(args.max_load, args.wait_load) if args.write else True
     load_start = os.getloadavg()
     t0 = time.perf_counter()
-    bound_wanted = "tinyllama" in args.models
+    bound_wanted = any(m.startswith(BOUNDED) for m in args.models)
     rates = measure_rates(args.quick) if bound_wanted else None
     if rates:
         print(f"measured: {rates.bw_text}", flush=True)
@@ -664,6 +675,8 @@ def section(args: argparse.Namespace) -> str:
     TinyLlama shape (all 22 layers: a run of its own, for memory)."""
     quantized = any(s.endswith(("int8", "int4")) for s in args.systems)
     name = SECTION + (", quantized weights" if quantized else "")
+    if args.models == ["mixtral_large"]:
+        return f"{name}, mixture of experts"
     if args.layers == 4 or args.quick:
         return name
     return f"{name}, TinyLlama shape with {args.layers} layers"

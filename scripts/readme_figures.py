@@ -97,7 +97,10 @@ def side_by_side(title: str, peer: str) -> Callable[[str], str]:
 MODEL_NAMES = {"llama": "LLaMA", "qwen3": "Qwen3", "granite": "Granite", "olmo2": "OLMo2",
                "stablelm": "StableLM", "starcoder2": "Starcoder2", "gptj": "GPT-J", "opt": "OPT",
                "falcon": "Falcon", "gpt2": "GPT-2", "bert": "BERT", "mixtral": "Mixtral",
-               "tinyllama": "TinyLlama shape (4 layers)"}
+               "qwen2_moe": "Qwen2-MoE", "olmoe": "OLMoE", "phimoe": "PhiMoE",
+               "deepseek_v3": "DeepSeek-V3", "gpt_oss": "gpt-oss",
+               "tinyllama": "TinyLlama shape (4 layers)",
+               "mixtral_large": "Mixtral, experts 1.4 GB (4 layers)"}
 
 
 def models(results: str) -> str:
