@@ -125,7 +125,7 @@ EMITTERS: dict[str, Emitter] = {
     **dict.fromkeys(GATHER_OPS, lambda s: emit_gather(s.node, s.out, s.ins)),
     "full": _full,
     **dict.fromkeys(("topk_values", "topk_indices"), lambda s: emit_topk(s.node, s.out, s.ins)),
-    "expert_mm": lambda s: emit_expert_mm(s.out, s.ins),
+    "expert_mm": lambda s: emit_expert_mm(s.out, s.ins, s.layout),
     **dict.fromkeys(("argmax", "argmin"), lambda s: emit_arg_extreme(s.node, s.out, s.ins)),
     "scatter_value": lambda s: emit_scatter_value(s.node, s.out, s.ins),
 }

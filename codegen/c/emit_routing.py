@@ -5,11 +5,18 @@ expert's weight read once)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
+
 from ...ir import Node
 from .emit_elementwise import emit_copy
 from .loops import PARALLEL_MIN, loop_nest
+from .packed_gemm import PackedWeight
+from .packer import pack_in_c
 from .static_c import StaticLibrary, calling, kernel_source
-from .values import Ref
+from .tiles import PACKED_PANEL
+from .values import Layout, Ref
 
 EXPERTS = StaticLibrary("experts", kernel_source("experts.c"), ("eq_expert_mm",))
 TOPK = StaticLibrary("topk", kernel_source("topk.c"), ("eq_topk",))
@@ -91,18 +98,50 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def emit_expert_mm(out: Ref, ins: list[Ref]) -> str | None:
-    """out [S, N] = rows of x [S, K] times their experts' weights w [E, K, N]: float32, x's
-    rows contiguous along k, w's and out's along n (transformers' [E, N, K] storage is
-    transposed once as the program is prepared); other layouts run in torch."""
+@dataclass(frozen=True)
+class PackedExperts:
+    """A prepared constant: the experts' weights [E, K, N] (the view at `offset` of the
+    constant `name`, strides es, rs, cs), each packed as PackedWeight packs a dense weight:
+    [E, ceil(N / 32), K, 32]."""
+    name: str
+    offset: int
+    e: int
+    k: int
+    n: int
+    es: int
+    rs: int
+    cs: int
+
+    def prepare(self, constants: dict[str, torch.Tensor]) -> torch.Tensor:
+        w = constants[self.name]
+        flat = w.detach().reshape(-1, w.shape[-1]) if w.dim() != 2 else w
+        out = torch.empty(self.e, -(-self.n // PACKED_PANEL), self.k, PACKED_PANEL)
+        for e in range(self.e):
+            spec = PackedWeight(self.name, self.offset + e * self.es, self.k, self.n,
+                                self.rs, self.cs)
+            if pack_in_c(flat, spec.offset, self.k, self.n, self.rs, self.cs,
+                         out=out[e]) is None:
+                out[e] = spec.prepare_in_torch(w)
+        return out
+
+
+def emit_expert_mm(out: Ref, ins: list[Ref], layout: Layout) -> str | None:
+    """out [S, N] = rows of x [S, K] times their experts' weights w [E, K, N], w a constant
+    (packed per expert when the program is prepared: any strides, so transformers' [E, N, K]
+    storage read transposed is packed as it lies); float32, x's rows contiguous along k,
+    out's along n. Otherwise the op runs in torch."""
     x, w, ids = ins
-    if not (x.dtype == w.dtype == out.dtype == "float32") or ids.ctype != "int64_t" or \
-            len(x.shape) != 2 or len(w.shape) != 3 or len(ids.shape) != 1 or \
-            x.strides[1] != 1 or w.strides[2] != 1 or out.strides[1] != 1 or \
+    name = layout.constant_name(w)
+    if name is None or not (x.dtype == w.dtype == out.dtype == "float32") or \
+            ids.ctype != "int64_t" or len(x.shape) != 2 or len(w.shape) != 3 or \
+            len(ids.shape) != 1 or x.strides[1] != 1 or out.strides[1] != 1 or \
             ids.strides[0] != 1:
         return None
     (S, K), (E, _, N) = x.shape, w.shape
+    spec = PackedExperts(name, w.offset, E, K, N, *w.strides)
+    panels = -(-N // PACKED_PANEL)
+    packed = layout.prepared(spec, (E, panels, K, PACKED_PANEL), "float32")
     par = int(S * K * N >= PARALLEL_MIN * 8)
-    return calling(f"""eq_expert_mm({S}, {K}, {N}, {E}, {x.ptr()}, {x.strides[0]}, {w.ptr()},
-             {w.strides[0]}, {w.strides[1]}, {ids.ptr()}, {out.ptr(const=False)},
-             {out.strides[0]}, {par});""", EXPERTS)
+    return calling(f"""eq_expert_mm({S}, {K}, {N}, {E}, {x.ptr()}, {x.strides[0]},
+             {packed.ptr()}, {panels * K * PACKED_PANEL}, {ids.ptr()},
+             {out.ptr(const=False)}, {out.strides[0]}, {par});""", EXPERTS)

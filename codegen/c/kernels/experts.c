@@ -1,19 +1,25 @@
-/* ---- expert GEMM (codegen/c/emit_experts.py): out[s, :] = x[s, :] @ W[ids[s]] ----------
-   Expert e's weight is K rows of N contiguous columns (w + e * lde + k * ldk: transformers'
-   [E, N, K] storage, transposed once when the program is prepared). Rows are grouped by expert (a counting sort of the ids), so each expert's weight
-   is read once per call whatever its rows: at decode only the chosen experts are read, at
-   prefill an expert's columns serve all its tokens from cache. Tasks (expert, block of
-   EQ_XNB columns) are shared by the threads; a task multiplies 4 rows x 4 vectors of columns
-   at a time (one row, decode: 8 vectors), each k a broadcast of x times a row of W (GCC
-   vector extensions: a vector is one AVX-512 register, or one AVX2 one, or two SSE). */
+/* ---- expert GEMM (codegen/c/emit_routing.py): out[s, :] = x[s, :] @ W[ids[s]] ----------
+   Each expert's weight is packed as PackedWeight packs a dense one (packed_gemm.py): panels of
+   EQ_XP = 32 columns, each K x 32 contiguous, the last zero-padded; expert e's panels start at
+   w + e * lde. Rows are grouped by expert (a counting sort of the ids), so each expert's
+   weight is read once per call whatever its rows: at decode only the chosen experts are read,
+   as contiguous panels; at prefill an expert's panels serve all its tokens from cache. Tasks
+   (expert, EQ_XNB panels) are shared by the threads; a task multiplies EQ_XR rows by two
+   panels at a time (one row, decode: four panels, four streams), each k a broadcast of x times
+   a panel row (GCC vector extensions: a vector is one AVX-512 register, or one AVX2 one, or
+   two SSE). */
 #ifndef EQ_XNB
-#define EQ_XNB 256
+#define EQ_XNB 8
 #endif
+#define EQ_XP 32
 #ifdef __AVX512F__
 #define EQ_XV 16
+#define EQ_XR 4
 #else
 #define EQ_XV 8
+#define EQ_XR 2
 #endif
+#define EQ_XVP (EQ_XP / EQ_XV)
 typedef float eq_xv __attribute__((vector_size(EQ_XV * 4)));
 
 static inline eq_xv eq_xv_load(const float* p) {
@@ -22,32 +28,38 @@ static inline eq_xv eq_xv_load(const float* p) {
     return v;
 }
 
-/* rows xr[0..nr) (nr <= 4) times nv vectors of columns (nv <= 8) of one expert's weight
-   (k-th row at w + k * ldk): stored at orow[r], whole vectors (the caller's tail is scalar) */
+/* rows xr[0..nr) (nr <= 4) times np panels (np <= 4) from w (panel stride lp): columns
+   [0, nc) of the result stored at orow[r] (nc <= np * EQ_XP; the padding is not stored) */
 static inline __attribute__((always_inline)) void eq_expert_tile(
-        int64_t K, const float* const* xr, int nr, const float* w, int64_t ldk, int nv,
-        float* const* orow) {
-    eq_xv acc[4][8];
+        int64_t K, const float* const* xr, int nr, const float* w, int64_t lp, int np,
+        float* const* orow, int64_t nc) {
+    eq_xv acc[4][4 * EQ_XVP];
     for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nv; c++) acc[r][c] = (eq_xv){0};
+        for (int c = 0; c < np * EQ_XVP; c++) acc[r][c] = (eq_xv){0};
     for (int64_t k = 0; k < K; k++) {
-        eq_xv wv[8];
-        for (int c = 0; c < nv; c++) wv[c] = eq_xv_load(w + k * ldk + c * EQ_XV);
+        eq_xv wv[4 * EQ_XVP];
+        for (int p = 0; p < np; p++)
+            for (int v = 0; v < EQ_XVP; v++)
+                wv[p * EQ_XVP + v] = eq_xv_load(w + p * lp + k * EQ_XP + v * EQ_XV);
         for (int r = 0; r < nr; r++) {
             const eq_xv xb = (eq_xv){0} + xr[r][k];
-            for (int c = 0; c < nv; c++) acc[r][c] += xb * wv[c];
+            for (int c = 0; c < np * EQ_XVP; c++) acc[r][c] += xb * wv[c];
         }
     }
     for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nv; c++) memcpy(orow[r] + c * EQ_XV, &acc[r][c], sizeof(eq_xv));
+        for (int c = 0; c < np * EQ_XVP; c++) {
+            const int64_t n0 = (int64_t)c * EQ_XV;
+            if (n0 + EQ_XV <= nc) memcpy(orow[r] + n0, &acc[r][c], sizeof(eq_xv));
+            else for (int64_t i = 0; n0 + i < nc; i++) orow[r][n0 + i] = acc[r][c][i];
+        }
 }
 
 /* S rows of x (row s at x + s * ldx, k contiguous; ldx 0: one row for all), ids[s] in
-   [0, E) (others: an index error, their row NaN); expert e's weight row k at
-   w + e * lde + k * ldk, columns contiguous; out row s at o + s * ldo, columns contiguous. */
+   [0, E) (others: an index error, their row NaN); the experts' packed panels at w (expert
+   stride lde); out row s at o + s * ldo, columns contiguous. */
 static void eq_expert_mm(int64_t S, int64_t K, int64_t N, int64_t E, const float* x,
-                         int64_t ldx, const float* w, int64_t lde, int64_t ldk,
-                         const int64_t* ids, float* o, int64_t ldo, int parallel) {
+                         int64_t ldx, const float* w, int64_t lde, const int64_t* ids,
+                         float* o, int64_t ldo, int parallel) {
     int64_t start[E + 1];
     int64_t order[S > 0 ? S : 1];
     for (int64_t e = 0; e <= E; e++) start[e] = 0;
@@ -65,36 +77,31 @@ static void eq_expert_mm(int64_t S, int64_t K, int64_t N, int64_t E, const float
         for (int64_t s = 0; s < S; s++)
             if ((uint64_t)ids[s] < (uint64_t)E) order[fill[ids[s]]++] = s;
     }
-    const int64_t blocks = (N + EQ_XNB - 1) / EQ_XNB;
+    const int64_t panels = (N + EQ_XP - 1) / EQ_XP, lp = K * EQ_XP;
+    const int64_t blocks = (panels + EQ_XNB - 1) / EQ_XNB;
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
     for (int64_t task = 0; task < E * blocks; task++) {
-        const int64_t e = task / blocks, n0 = (task % blocks) * EQ_XNB;
+        const int64_t e = task / blocks, p0 = (task % blocks) * EQ_XNB;
         const int64_t r0 = start[e], r1 = start[e + 1];
-        const int64_t n1 = n0 + EQ_XNB < N ? n0 + EQ_XNB : N;
+        const int64_t p1 = p0 + EQ_XNB < panels ? p0 + EQ_XNB : panels;
         if (r0 == r1) continue;
         const float* we = w + e * lde;
-        for (int64_t r = r0; r < r1; r += 4) {
-            const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+        for (int64_t r = r0; r < r1; r += EQ_XR) {
+            const int nr = r1 - r < EQ_XR ? (int)(r1 - r) : EQ_XR;
             const float* xr[4];
             float* orow[4];
             for (int i = 0; i < nr; i++) xr[i] = x + order[r + i] * ldx;
-            int64_t n = n0;
-            if (nr == 1)  /* decode: one row, 8 vectors of columns a tile */
-                for (; n + 8 * EQ_XV <= n1; n += 8 * EQ_XV) {
-                    orow[0] = o + order[r] * ldo + n;
-                    eq_expert_tile(K, xr, 1, we + n, ldk, 8, orow);
-                }
-            for (; n + 4 * EQ_XV <= n1; n += 4 * EQ_XV) {
+            int64_t p = p0;
+            const int step = nr == 1 ? 4 : 2;  /* decode: four panel streams */
+            for (; p < p1; p += step) {
+                const int np = p1 - p < step ? (int)(p1 - p) : step;
+                const int64_t n = p * EQ_XP, nc = N - n < np * EQ_XP ? N - n : np * EQ_XP;
                 for (int i = 0; i < nr; i++) orow[i] = o + order[r + i] * ldo + n;
-                if (nr == 4) eq_expert_tile(K, xr, 4, we + n, ldk, 4, orow);
-                else eq_expert_tile(K, xr, nr, we + n, ldk, 4, orow);
+                if (nr == 1 && np == 4) eq_expert_tile(K, xr, 1, we + p * lp, lp, 4, orow, nc);
+                else if (nr == EQ_XR && np == 2)
+                    eq_expert_tile(K, xr, EQ_XR, we + p * lp, lp, 2, orow, nc);
+                else eq_expert_tile(K, xr, nr, we + p * lp, lp, np, orow, nc);
             }
-            for (; n < n1; n++)  /* the columns short of a tile */
-                for (int i = 0; i < nr; i++) {
-                    float acc = 0.0f;
-                    for (int64_t k = 0; k < K; k++) acc += xr[i][k] * we[k * ldk + n];
-                    o[order[r + i] * ldo + n] = acc;
-                }
         }
     }
 }
