@@ -175,3 +175,15 @@ def test_moe_generation_is_transformers_and_all_c(family):
     for program in (gen.decode_program, gen.prefill_program):
         assert program.report.torch_ops == {}, program.report.torch_ops
         assert "expert_mm" in {n.op for n in program.graph.nodes}
+
+
+def test_a_checkpoint_in_a_converted_layout_is_refused_with_what_to_do(tmp_path):
+    """transformers writes Mixtral's experts one tensor per expert and stacks them as it
+    loads: from_pretrained says so and names the way that works."""
+    from eqsat_llm import EqsatError, Generator
+
+    from .test_generation import causal_lm
+
+    causal_lm("mixtral").save_pretrained(tmp_path)
+    with pytest.raises(EqsatError, match="one tensor per expert.*Generator\\(model"):
+        Generator.from_pretrained(tmp_path, max_seq_len=32)

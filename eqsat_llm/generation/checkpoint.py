@@ -124,7 +124,8 @@ class Checkpoint:
         for names in _tied_names(model).values():
             key = next((n for n in names if n in self._where), None)
             if key is None:
-                raise EqsatError(f"{self.path}: the checkpoint has no tensor {names[0]}")
+                raise EqsatError(f"{self.path}: the checkpoint has no tensor {names[0]}"
+                                 + _converted_layout(self.config))
             want = tuple(model.get_parameter(names[0]).shape)
             if self.shape(key) != want:
                 raise EqsatError(f"{self._where[key].name}: tensor {key} has shape "
@@ -196,6 +197,23 @@ class CheckpointWeights:
     def key(self, name: str) -> str | None:
         """The checkpoint tensor the weight `name` reads; None for a buffer."""
         return next((self.key_of[s] for s in suffixes(name) if s in self.key_of), None)
+
+
+def _converted_layout(config: Any) -> str:
+    """Why a tensor may be missing: transformers converts this family's checkpoints as it
+    loads them (per-expert tensors stacked into its fused experts, renamed modules), which
+    this reader does not do yet; "" where transformers converts nothing."""
+    try:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+        if not get_checkpoint_conversion_mapping(config.model_type):
+            return ""
+    except Exception:  # noqa: BLE001 - an older transformers: nothing to say
+        return ""
+    return (f" ({config.model_type} checkpoints store weights in a layout transformers "
+            "converts as it loads them, such as one tensor per expert; from_pretrained does "
+            "not read converted layouts yet: load the model with transformers and pass it to "
+            "Generator(model, ...), which plans it on its meta twin the same way)")
 
 
 def _config(path: Path) -> Any:
