@@ -187,3 +187,23 @@ def test_a_checkpoint_in_a_converted_layout_is_refused_with_what_to_do(tmp_path)
     causal_lm("mixtral").save_pretrained(tmp_path)
     with pytest.raises(EqsatError, match="one tensor per expert.*Generator\\(model"):
         Generator.from_pretrained(tmp_path, max_seq_len=32)
+
+
+def test_one_expert_per_token_at_one_token_is_recognised():
+    """top-1 routing at one token: a single pair, whose positions export writes as a 0-d
+    view of arange(1)."""
+    import transformers
+
+    cfg = transformers.MixtralConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, num_local_experts=4,
+        num_experts_per_tok=1, use_cache=False)
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM(cfg).eval()
+    ids = torch.tensor([[5]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        compiled = optimize(model, (ids,), measure_eager=False)
+    assert "expert_mm" in {n.op for n in compiled.graph.nodes}
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(ids)[0], model(ids).logits, atol=1e-5, rtol=1e-5)

@@ -184,7 +184,7 @@ class _Plan:
                 self.gathers.append(u)
                 return [u]
             if _is(u, aten.index_put.default) and list(u.args[1]) == [n] and \
-                    _is(u.args[2], aten.arange.start_step, aten.arange.default):
+                    _counts_up(u.args[2], self.rows):
                 for g in u.users:  # y[inverse(perm)]: back in the order of the pairs
                     if not (_is(g, aten.index.Tensor) and list(g.args[1]) == [u]) or \
                             g.args[0] is u:
@@ -230,6 +230,17 @@ class _Plan:
             new.meta["val"] = mm.meta["val"]
             mm.replace_all_uses_with(new)
         self.ids_g.replace_all_uses_with(self.ids)
+
+
+def _counts_up(n: object, rows: int) -> bool:
+    """Whether `n` is 0, 1, ..., rows - 1: an arange of them, maybe reshaped (one pair: a
+    0-d view of arange(1))."""
+    while _is(n, aten.view.default, aten.reshape.default, aten._unsafe_view.default):
+        n = n.args[0]
+    if _is(n, aten.arange.default):
+        return len(n.args) == 1 and n.args[0] == rows
+    return _is(n, aten.arange.start_step) and list(n.args[:2]) == [0, rows] and \
+        (len(n.args) < 3 or n.args[2] == 1)
 
 
 def _row_wise(u: Node, region: set[Node]) -> bool:
