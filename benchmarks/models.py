@@ -272,6 +272,22 @@ def _export(model: nn.Module, inputs: tuple, path: Path) -> None:
         torch.onnx.export(model, inputs, str(path), dynamo=True)
 
 
+BATCHED_GATHER_LIMIT = 2e9
+
+
+def batched_gather_bytes(model: nn.Module, tokens: int) -> float:
+    """What transformers' batched_mm experts gather in one layer: each token-expert pair's
+    expert weights (gate_up_proj[ids] and down_proj[ids])."""
+    cfg = getattr(getattr(model, "model", model), "config", None)
+    top_k = getattr(cfg, "num_experts_per_tok", None) or 1
+    for m in model.modules():
+        up, down = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
+        if isinstance(up, torch.Tensor) and isinstance(down, torch.Tensor) and up.dim() == 3:
+            per_expert = (up[0].numel() + down[0].numel()) * up.element_size()
+            return float(tokens * top_k * per_expert)
+    return 0.0
+
+
 def make_ort(model: nn.Module, inputs: tuple, fresh: tuple, path: Path) -> System:
     s = System("ort")
     try:
@@ -292,6 +308,12 @@ def make_ort(model: nn.Module, inputs: tuple, fresh: tuple, path: Path) -> Syste
         # transformers.grouped_mm_fallback, which torch.onnx has no translation for; export
         # with the experts' batched_mm implementation instead (transformers' own ONNX
         # exporter swaps it the same way for ORT's MoE fusion), then restore the default
+        gathered = batched_gather_bytes(model, inputs[0].numel())
+        if gathered > BATCHED_GATHER_LIMIT:  # (the run would end killed for memory)
+            s.error += (f"; not exported with experts 'batched_mm': it gathers each token-"
+                        f"expert pair's weights, {gathered / 1e9:.1f} GB a layer here")
+            s.info["export_s"] = time.perf_counter() - t
+            return s
         own = inner.get_experts_implementation()
         own_s = own.get("", own) if isinstance(own, dict) and len(own) == 1 else own
         try:
