@@ -101,11 +101,14 @@ def test_expert_mm_matches_eager(S, K, N, E):
     run_and_compare(g, xs, tol=1e-4)
 
 
-def test_expert_mm_reads_every_row_once_whatever_the_order():
-    """Rows sharing an expert in any order, duplicated rows: grouped by the kernel, written
-    back to their own places."""
-    ids = torch.tensor([3, 0, 3, 3, 1, 0, 3, 2, 2, 3])
-    g, xs = _expert_mm_graph(10, 32, 64, 4, ids)
+@pytest.mark.parametrize("ids", [
+    [3, 0, 3, 3, 1, 0, 3, 2, 2, 3],  # few rows an expert: the tiles
+    [1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1],  # 13 and 2: the packed GEMM and the tiles
+], ids=["tiles", "gemm-and-tiles"])
+def test_expert_mm_reads_every_row_once_whatever_the_order(ids):
+    """Rows sharing an expert in any order: grouped by the kernel, written back to their own
+    places, whichever path an expert takes."""
+    g, xs = _expert_mm_graph(len(ids), 32, 70, 4, torch.tensor(ids))
     run_and_compare(g, xs, tol=1e-4)
 
 

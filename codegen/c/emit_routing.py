@@ -12,13 +12,14 @@ import torch
 from ...ir import Node
 from .emit_elementwise import emit_copy
 from .loops import PARALLEL_MIN, loop_nest
-from .packed_gemm import PackedWeight
+from .packed_gemm import PACKED_GEMM, PackedWeight
 from .packer import pack_in_c
 from .static_c import StaticLibrary, calling, kernel_source
 from .tiles import PACKED_PANEL
 from .values import Layout, Ref
 
-EXPERTS = StaticLibrary("experts", kernel_source("experts.c"), ("eq_expert_mm",))
+EXPERTS = StaticLibrary("experts", kernel_source("experts.c"), ("eq_expert_mm",),
+                        (PACKED_GEMM,))
 TOPK = StaticLibrary("topk", kernel_source("topk.c"), ("eq_topk",))
 TOPK_MAX_N = 16384  # a row's (value, index) pairs live on the stack: 256 KiB at most
 

@@ -7,7 +7,8 @@
    (expert, EQ_XNB panels) are shared by the threads; a task multiplies EQ_XR rows by two
    panels at a time (one row, decode: four panels, four streams), each k a broadcast of x times
    a panel row (GCC vector extensions: a vector is one AVX-512 register, or one AVX2 one, or
-   two SSE). */
+   two SSE). An expert with EQ_XGEMM_M rows or more (prefill) instead runs the dense packed
+   GEMM (its 14 x 32 tiles) on its rows gathered into a buffer of the calling thread. */
 #ifndef EQ_XNB
 #define EQ_XNB 8
 #endif
@@ -21,6 +22,14 @@
 #endif
 #define EQ_XVP (EQ_XP / EQ_XV)
 typedef float eq_xv __attribute__((vector_size(EQ_XV * 4)));
+/* rows of one expert from which it runs the dense packed GEMM on its gathered rows */
+#ifndef EQ_XGEMM_M
+#define EQ_XGEMM_M 8
+#endif
+static __thread float* eq_xa = 0;  /* the calling thread's gathered rows and results, grown */
+static __thread int64_t eq_xa_n = 0;  /* when needed and kept (eq_grow: packed_gemm.c) */
+static __thread float* eq_xc = 0;
+static __thread int64_t eq_xc_n = 0;
 
 static inline eq_xv eq_xv_load(const float* p) {
     eq_xv v;
@@ -79,12 +88,27 @@ static void eq_expert_mm(int64_t S, int64_t K, int64_t N, int64_t E, const float
     }
     const int64_t panels = (N + EQ_XP - 1) / EQ_XP, lp = K * EQ_XP;
     const int64_t blocks = (panels + EQ_XNB - 1) / EQ_XNB;
+    /* an expert with many rows (prefill): its rows gathered, the dense packed GEMM's tiles
+       (packed_gemm.c: the panels are laid out as its own), the results scattered back */
+    char gemm[E];
+    for (int64_t e = 0; e < E; e++) {
+        const int64_t r0 = start[e], rows = start[e + 1] - r0;
+        float* a = rows >= EQ_XGEMM_M ? eq_grow(&eq_xa, &eq_xa_n, rows * K) : NULL;
+        float* c = a ? eq_grow(&eq_xc, &eq_xc_n, rows * N) : NULL;
+        gemm[e] = c != NULL;  /* (out of memory: the tiles below take the expert) */
+        if (!gemm[e]) continue;
+        for (int64_t i = 0; i < rows; i++) memcpy(a + i * K, x + order[r0 + i] * ldx, K * 4);
+        eq_gemm_packed(rows, N, K, a, K, w + e * lde, c, N, 1.0f, NULL, NULL, 0, 0,
+                       parallel);
+#pragma omp parallel for if (parallel && rows * N >= 32768)
+        for (int64_t i = 0; i < rows; i++) memcpy(o + order[r0 + i] * ldo, c + i * N, N * 4);
+    }
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
     for (int64_t task = 0; task < E * blocks; task++) {
         const int64_t e = task / blocks, p0 = (task % blocks) * EQ_XNB;
         const int64_t r0 = start[e], r1 = start[e + 1];
+        if (r0 == r1 || gemm[e]) continue;
         const int64_t p1 = p0 + EQ_XNB < panels ? p0 + EQ_XNB : panels;
-        if (r0 == r1) continue;
         const float* we = w + e * lde;
         for (int64_t r = r0; r < r1; r += EQ_XR) {
             const int nr = r1 - r < EQ_XR ? (int)(r1 - r) : EQ_XR;
