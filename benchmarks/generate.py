@@ -22,7 +22,8 @@ in interleaved rounds (order rotated each round). Systems:
 Models: the LLaMA-style "small" config of eqsat_llm.models.model_matrix and the
 TinyLlama-1.1B-shaped LLaMA (model_matrix.tinyllama, as benchmarks/models.py: 4 of 22 layers unless
 --layers), random weights, fp32; `--models mixtral_large` (a run and a RESULTS section of its
-own): model_matrix.MIXTRAL_LARGE, a Mixtral whose experts dominate its bytes. For TinyLlama and
+own, as `--models mixtral`, the model matrix's medium Mixtral): model_matrix.MIXTRAL_LARGE, a
+Mixtral whose experts dominate its bytes. For TinyLlama and
 that Mixtral the decode bound is the weight bytes one step reads (models.weight_work: for the
 Mixtral at batch 1, top-k of its experts) over the read bandwidth (models.measure_rates, at the
 start and the end, the faster kept). BLAS and thread pools loaded: compare_cpu.blas_info
@@ -80,7 +81,8 @@ DEFAULT_SYSTEMS = ("eager", "static", "ort", "eqsat")  # --systems all: the quan
 LABEL = {"eager": "transformers eager", "static": "transformers static + compile",
          "ort": "ONNX Runtime", "ort-int8": "ONNX Runtime int8 (quantize_dynamic)",
          "eqsat": "eqsat-llm", "eqsat-int8": "eqsat-llm int8", "eqsat-int4": "eqsat-llm int4"}
-MODELS = ("small", "tinyllama", "mixtral_large")
+MODELS = ("small", "tinyllama", "mixtral", "mixtral_large")
+MOE_MODELS = ("mixtral", "mixtral_large")  # a run of their own: its own RESULTS section
 QUICK = {"prompt": 16, "new": 8}
 ROUND_S = 0.5  # short generate calls are repeated within a round up to about this long
 LONG_CALL_S = 1.0  # above this, a sleep settles the previous system's threads, not a call
@@ -105,6 +107,10 @@ def build_model(name: str, args: argparse.Namespace) -> Model:
     stop rows early): every system makes exactly `new` tokens per row."""
     if name == "small":
         wrapped, (ids,) = model_matrix.build("llama", seq=args.prompt, size="small",
+                                             batch=max(args.batch))
+        lm = wrapped.model
+    elif name == "mixtral":  # the model matrix's Mixtral, medium: 4 experts, 2 a token
+        wrapped, (ids,) = model_matrix.build("mixtral", seq=args.prompt, size="medium",
                                              batch=max(args.batch))
         lm = wrapped.model
     elif name == "mixtral_large":  # benchmarks/models.py's: experts dominate its bytes
@@ -592,7 +598,7 @@ def report(groups: list[Group], args: argparse.Namespace, argv: list[str], rates
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="small,tinyllama",
-                   help="small, tinyllama, mixtral_large (a run of its own)")
+                   help="small, tinyllama; or mixtral, mixtral_large (a run of their own)")
     p.add_argument("--batch", default="1,4", help="comma-separated batch sizes")
     p.add_argument("--prompt", type=int, default=None, help="prompt tokens (default 128)")
     p.add_argument("--new", type=int, default=None, help="new tokens (default 128)")
@@ -675,7 +681,7 @@ def section(args: argparse.Namespace) -> str:
     TinyLlama shape (all 22 layers: a run of its own, for memory)."""
     quantized = any(s.endswith(("int8", "int4")) for s in args.systems)
     name = SECTION + (", quantized weights" if quantized else "")
-    if args.models == ["mixtral_large"]:
+    if set(args.models) <= set(MOE_MODELS):
         return f"{name}, mixture of experts"
     if args.layers == 4 or args.quick:
         return name
