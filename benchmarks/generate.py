@@ -69,7 +69,15 @@ from compare_cpu import (
     short,
     wait_for_load,
 )
-from models import Rates, best_rates, measure_rates, root_cause, weight_work
+from models import (
+    Rates,
+    batched_experts,
+    batched_refusal,
+    best_rates,
+    measure_rates,
+    root_cause,
+    weight_work,
+)
 from optimize_time import write_section
 
 import eqsat_llm
@@ -296,7 +304,7 @@ def ort_session(model: Model, tmp: Path, cache: dict[str, Any], int8: bool = Fal
         path = tmp / f"{model.name.split()[0]}.onnx"
         try:
             if not path.exists():
-                export_kv_step(model.lm, path)
+                export_moe_aware(model.lm, path, model.ids.numel())
             if int8:
                 from onnxruntime.quantization import quantize_dynamic
 
@@ -310,6 +318,23 @@ def ort_session(model: Model, tmp: Path, cache: dict[str, Any], int8: bool = Fal
     if isinstance(cache[key], Exception):
         raise cache[key]
     return cache[key]
+
+
+def export_moe_aware(lm: nn.Module, path: Path, tokens: int) -> None:
+    """export_kv_step; a mixture of experts whose default experts code torch.onnx cannot
+    translate is exported with them as batched_mm (models.batched_experts), unless that would
+    gather more than models.BATCHED_GATHER_LIMIT a layer at the prompt's tokens."""
+    try:
+        export_kv_step(lm, path)
+    except Exception as exc:
+        inner = getattr(lm, "model", lm)
+        if not getattr(inner, "_can_set_experts_implementation", lambda: False)():
+            raise
+        refusal = batched_refusal(lm, tokens)
+        if refusal:
+            raise RuntimeError(f"{short(exc)}; {refusal}") from exc
+        with batched_experts(lm):
+            export_kv_step(lm, path)
 
 
 def ort_greedy(run: Callable, lm: nn.Module, ids: torch.Tensor, new: int

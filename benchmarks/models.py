@@ -288,6 +288,31 @@ def batched_gather_bytes(model: nn.Module, tokens: int) -> float:
     return 0.0
 
 
+def batched_refusal(model: nn.Module, tokens: int) -> str | None:
+    """Why the model is not exported with batched_mm experts at this many tokens (they would
+    gather more than BATCHED_GATHER_LIMIT a layer), or None."""
+    gathered = batched_gather_bytes(model, tokens)
+    if gathered <= BATCHED_GATHER_LIMIT:
+        return None
+    return (f"not exported with experts 'batched_mm': it gathers each token-expert pair's "
+            f"weights, {gathered / 1e9:.1f} GB a layer here")
+
+
+@contextlib.contextmanager
+def batched_experts(model: nn.Module) -> Any:
+    """The model's experts as transformers' batched_mm implementation for the time of the
+    block: what torch.onnx can export (its default grouped_mm calls the custom op
+    transformers.grouped_mm_fallback, which it has no translation for; transformers' own ONNX
+    exporter swaps it the same way), the default restored after."""
+    inner = getattr(model, "model", model)
+    own = inner.get_experts_implementation()
+    inner.set_experts_implementation("batched_mm")
+    try:
+        yield
+    finally:
+        inner.set_experts_implementation(own)
+
+
 def make_ort(model: nn.Module, inputs: tuple, fresh: tuple, path: Path) -> System:
     s = System("ort")
     try:
@@ -304,21 +329,17 @@ def make_ort(model: nn.Module, inputs: tuple, fresh: tuple, path: Path) -> Syste
         if not getattr(inner, "_can_set_experts_implementation", lambda: False)():
             s.info["export_s"] = time.perf_counter() - t
             return s
-        # transformers' MoE default (grouped_mm) exports its custom op
-        # transformers.grouped_mm_fallback, which torch.onnx has no translation for; export
-        # with the experts' batched_mm implementation instead (transformers' own ONNX
-        # exporter swaps it the same way for ORT's MoE fusion), then restore the default
-        gathered = batched_gather_bytes(model, inputs[0].numel())
-        if gathered > BATCHED_GATHER_LIMIT:  # (the run would end killed for memory)
-            s.error += (f"; not exported with experts 'batched_mm': it gathers each token-"
-                        f"expert pair's weights, {gathered / 1e9:.1f} GB a layer here")
+        # an MoE model: exported with its experts as batched_mm (batched_experts)
+        refusal = batched_refusal(model, inputs[0].numel())
+        if refusal:  # (the run would end killed for memory)
+            s.error += f"; {refusal}"
             s.info["export_s"] = time.perf_counter() - t
             return s
         own = inner.get_experts_implementation()
         own_s = own.get("", own) if isinstance(own, dict) and len(own) == 1 else own
         try:
-            inner.set_experts_implementation("batched_mm")
-            _export(model, inputs, path)
+            with batched_experts(model):
+                _export(model, inputs, path)
             s.note = (f"exported with experts_implementation 'batched_mm' (with '{own_s}': "
                       f"{s.error}); ")
             s.error = None
@@ -326,8 +347,6 @@ def make_ort(model: nn.Module, inputs: tuple, fresh: tuple, path: Path) -> Syste
             s.error += f"; with experts 'batched_mm': {root_cause(exc2)}"
             s.info["export_s"] = time.perf_counter() - t
             return s
-        finally:
-            inner.set_experts_implementation(own)
     s.info["export_s"] = time.perf_counter() - t
     try:
         run = ort_runner(path, len(inputs), sequential=True)
