@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from eqsat_llm import Limits, optimize
-from eqsat_llm.api import FallbackWarning
 from eqsat_llm.models.workloads import llama_block_case
 
 
