@@ -193,8 +193,8 @@ class _Plan:
                 return []
             return None
         if _is(u, *_grouped_mm()):
-            x, _, offs = u.args
-            if x is not n or offs not in self.offsets:
+            x, w, offs = u.args
+            if x is not n or offs not in self.offsets or not self._counts_experts(w):
                 return None
             self.gemms.append(u)
             return [u]
@@ -212,6 +212,18 @@ class _Plan:
             return False
         self.offsets |= {to_float, hist[0], sums[0]}
         return True
+
+    def _counts_experts(self, w: Node) -> bool:
+        """Whether the offsets count the sorted ids per expert of `w` [E, ...]: histc with E
+        bins over [0, E - 1], summed up along its one dim."""
+        wv = _val(w)
+        hist = next((o for o in self.offsets if _is(o, aten.histc.default)), None)
+        total = next((o for o in self.offsets if _is(o, aten.cumsum.default)), None)
+        if wv is None or hist is None or total is None:
+            return False
+        experts = wv.shape[0]
+        bins = (list(hist.args[1:4]) + [None] * 3)[:3]
+        return bins == [experts, 0, experts - 1] and total.args[1] in (0, -1)
 
     def apply(self, graph: Graph) -> None:
         for g, hidden, k in self.repeats:
