@@ -251,3 +251,25 @@ def test_reference_workloads_run_whole_on_triton(name):
     for a, b in zip(want if isinstance(want, tuple) else (want,),
                     got if isinstance(got, tuple) else (got,)):
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("rows,experts", [(2, 4), (24, 3)])
+def test_expert_mm_reads_each_rows_expert_and_an_out_of_range_id_raises(rows, experts):
+    """The expert GEMM (docs/moe.md) as a Triton kernel: each row times its expert's weight,
+    against eager's bmm over the gathered weights; an id past the experts raises."""
+    from eqsat_llm.codegen.c import KernelIndexError
+
+    g = Graph()
+    x = inp(g, (rows, 40))
+    ids = inp(g, (rows,), "int64")
+    w = const(g, torch.randn(experts, 40, 72))
+    g.outputs = [g.add("expert_mm", (x, w, ids))]
+    gen = torch.Generator().manual_seed(rows)
+    good = [torch.randn(rows, 40, generator=gen),
+            torch.randint(0, experts, (rows,), generator=gen)]
+    rt = check(g, good, tol=1e-4)
+    assert not rt.torch_steps
+    bad = [good[0], good[1].clone()]
+    bad[1][-1] = experts
+    with pytest.raises(KernelIndexError), np.errstate(all="ignore"):
+        rt.run(bad)

@@ -1,0 +1,54 @@
+"""The expert GEMM (`expert_mm`: out[s] = x[s] @ w[ids[s]], docs/moe.md) as a Triton kernel:
+one program per row and block of BLOCK_N columns reads its row's expert (checked against E:
+an id out of range writes nothing and sets the launch's index-error flag, as the C kernel
+and torch raise), and accumulates BLOCK_K slices of x times the expert's weight tile in
+float32. A row per program: decode's case (each of the k rows its own expert's GEMV); at
+prefill each expert's weight is read once per row from cache, not grouped as the C kernel
+does. The router's top-k stays a torch step on this backend: torch's GPU top-k orders ties
+its own way, and the step gives eager's choice on whatever device runs it."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ...ir import Node
+from .launch import FLOATS, Launch, Operand, device
+
+
+@triton.jit
+def expert_mm_kernel(x, w, ids, o, err, K, N, E, xs0, xs1, we, wk, wn, os0, os1,
+                     BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    s = tl.program_id(0)
+    lane = tl.arange(0, BLOCK_N)
+    n = tl.program_id(1) * BLOCK_N + lane
+    e = tl.load(ids + s + lane * 0).to(tl.int64)  # (the row's id in every lane)
+    bad = (e < 0) | (e >= E)
+    tl.store(err + lane * 0, 1, mask=bad & (lane == 0))
+    live = (n < N) & ~bad
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        xk = tl.load(x + s * xs0 + k * xs1, mask=k < K, other=0.0).to(tl.float32)
+        wt = tl.load(w + e[None, :] * we + k[:, None] * wk + n[None, :] * wn,
+                     mask=((k < K)[:, None] & live[None, :]), other=0.0).to(tl.float32)
+        acc += tl.sum(xk[:, None] * wt, axis=0)
+    tl.store(o + s * os0 + n * os1, acc.to(o.dtype.element_ty), mask=live)
+
+
+def plan_expert_mm(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:
+    x, w, ids = ins
+    if any(o.is_scalar for o in ins) or x.dtype not in FLOATS or w.dtype not in FLOATS or \
+            out.dtype not in FLOATS or ids.dtype not in ("int64", "int32") or \
+            len(x.shape) != 2 or len(w.shape) != 3 or len(ids.shape) != 1:
+        return None
+    (S, K), (E, _, N) = x.shape, w.shape
+    block_n = min(128, triton.next_power_of_2(N))
+    block_k = min(64, triton.next_power_of_2(K))
+    if ids.strides[0] != 1:  # (the kernel reads ids[s] at s)
+        return None
+    err = torch.zeros(1, dtype=torch.int32, device=device())
+    args = [x, w, ids, out, err, K, N, E, *x.strides, *w.strides, *out.strides]
+    return [Launch("expert_mm", expert_mm_kernel, (S, triton.cdiv(N, block_n)), args,
+                   {"BLOCK_K": block_k, "BLOCK_N": block_n}, index_error=err)]
