@@ -517,7 +517,8 @@ def _quantization_report(compiled: Compiled, model: Any, fmt: str, keep_float: l
         with torch.no_grad():
             errors = output_errors(model(*inputs, **(kwargs or {})),
                                    compiled(*inputs, **(kwargs or {})))
-    return QuantizationReport(fmt, count, keep_float, errors)
+    experts = sum(n.op == "expert_mm" for n in compiled.graph.nodes)
+    return QuantizationReport(fmt, count, keep_float, errors, experts)
 
 
 def optimize_graph(graph: Graph, rules: list[Rule], extractor: str = "ilp",

@@ -19,8 +19,9 @@ repeated top_k times, and the inverse permutation's gather disappears with the s
 and the cumsum (nothing of them is left to run in torch).
 
 The rewrite is made only when every node between the sort and the inverse permutation is of a
-kind known to work row by row (`_ROW_WISE`, with their operands from outside the region
-broadcast along the rows); a block that does anything else is left as captured, and its sort,
+kind known to work row by row (`_row_wise`: `_ELEMENTWISE` ops whose operands from outside the
+region broadcast along the rows, `_DIM_OPS` along dims other than the rows), and when the
+offsets count the sorted ids per expert of the grouped GEMM's weight; a block that does anything else is left as captured, and its sort,
 histc and grouped GEMMs run in torch as before (named by the FallbackWarning): never a wrong
 answer. The `batched_mm` form (each row times `W[ids[s]]` gathered whole) is rewritten too.
 """
@@ -56,6 +57,7 @@ def _grouped_mm() -> frozenset:
     packets = (getattr(getattr(torch.ops, "transformers", None), "grouped_mm_fallback", None),
                getattr(aten, "_grouped_mm", None))
     return frozenset(p.default for p in packets if p is not None)
+
 
 # ops that work row by row along dim 0 when every operand from outside the region broadcasts
 # along it (elementwise), or when they leave dim 0 alone (dims > 0)
