@@ -21,9 +21,10 @@ and the cumsum (nothing of them is left to run in torch).
 The rewrite is made only when every node between the sort and the inverse permutation is of a
 kind known to work row by row (`_row_wise`: `_ELEMENTWISE` ops whose operands from outside the
 region broadcast along the rows, `_DIM_OPS` along dims other than the rows), and when the
-offsets count the sorted ids per expert of the grouped GEMM's weight; a block that does anything else is left as captured, and its sort,
-histc and grouped GEMMs run in torch as before (named by the FallbackWarning): never a wrong
-answer. The `batched_mm` form (each row times `W[ids[s]]` gathered whole) is rewritten too.
+offsets count the sorted ids per expert of the grouped GEMM's weight; a block that does
+anything else is left as captured, and its sort, histc and grouped GEMMs run in torch as
+before (named by the FallbackWarning): never a wrong answer. The `batched_mm` form (each row
+times `W[ids[s]]` gathered whole) is rewritten too.
 """
 
 from __future__ import annotations
