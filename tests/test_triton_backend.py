@@ -273,3 +273,16 @@ def test_expert_mm_reads_each_rows_expert_and_an_out_of_range_id_raises(rows, ex
     bad[1][-1] = experts
     with pytest.raises(KernelIndexError), np.errstate(all="ignore"):
         rt.run(bad)
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+@pytest.mark.parametrize("keepdim", [True, False])
+def test_arg_extremes_take_the_first_and_count_nan_as_the_extreme(op, keepdim):
+    g = Graph()
+    x = inp(g, (3, 4, 9))
+    g.outputs = [g.add(op, (x,), dim=2, keepdim=keepdim)]
+    xs = [torch.randn(3, 4, 9, generator=torch.Generator().manual_seed(1))]
+    xs[0][0, 1, :] = 2.0  # ties: the first
+    xs[0][2, 3, 5] = float("nan")
+    rt = check(g, xs)
+    assert not rt.torch_steps

@@ -89,6 +89,48 @@ def rope_kernel(x, cos, sin, o, n_rows, D, n1, n2, xs0, xs1, xs2, xc, cs0, cs1, 
     tl.store(o + _offsets(rows, c, n1, n2, os0, os1, os2, oc), y.to(o.dtype.element_ty), mask=m)
 
 
+@triton.jit
+def arg_extreme_kernel(x, o, n_rows, D, n1, n2, xs0, xs1, xs2, xc, os0, os1, os2,
+                       LARGEST: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    # the index of the first largest (smallest) element of each row; a NaN counts as the
+    # extreme (torch.max / torch.min over a dim): the first NaN wins
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    c = tl.arange(0, BLOCK)
+    m = (rows < n_rows)[:, None] & (c < D)[None, :]
+    fill = float("-inf") if LARGEST else float("inf")
+    xv = tl.load(x + _offsets(rows, c, n1, n2, xs0, xs1, xs2, xc), mask=m, other=fill)
+    xv = xv.to(tl.float32)
+    nan = (xv != xv) & m  # noqa: PLR0124 - a NaN is not equal to itself
+    plain = tl.where(nan, fill, xv)
+    ext = tl.max(plain, 1) if LARGEST else tl.min(plain, 1)
+    cols = tl.broadcast_to(c[None, :], (ROWS, BLOCK))
+    first = tl.min(tl.where((plain == ext[:, None]) & m, cols, BLOCK), 1)
+    first_nan = tl.min(tl.where(nan, cols, BLOCK), 1)
+    at = tl.where(first_nan < BLOCK, first_nan, first)
+    out = (rows // (n1 * n2)) * os0 + (rows // n2 % n1) * os1 + (rows % n2) * os2
+    tl.store(o + out, at.to(tl.int64), mask=rows < n_rows)
+
+
+def plan_arg_extreme(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:
+    """argmax / argmin along the last dim (a router's choice: PhiMoE), rows in blocks."""
+    x = ins[0]
+    if x.is_scalar or x.dtype not in FLOATS or out.dtype != "int64" or not x.shape or \
+            node.attrs["dim"] % len(x.shape) != len(x.shape) - 1:
+        return None
+    lead = x.shape[:-1]
+    o_st = out.strides[:len(lead)]  # (keepdim: the trailing 1 is not walked)
+    levels = row_levels([(lead, x.strides[:-1]), (lead, o_st)])
+    if levels is None:
+        return None
+    (_, s0), (n1, s1), (n2, s2) = levels
+    n_rows, d = math.prod(lead), x.shape[-1]
+    r, block, programs = _blocking(n_rows, d)
+    args = [x, out, n_rows, d, n1, n2, s0[0], s1[0], s2[0], x.strides[-1], s0[1], s1[1],
+            s2[1]]
+    return [Launch(node.op, arg_extreme_kernel, (programs,), args,
+                   {"LARGEST": node.op == "argmax", "ROWS": r, "BLOCK": block})]
+
+
 def _blocking(n_rows: int, d: int) -> tuple[int, int, int]:
     """(ROWS, BLOCK, programs): a program holds ROWS whole rows. Compiled, 1-4 rows of a
     row's width in registers; interpreted (~1.4 ms a program), up to 64K elements."""
