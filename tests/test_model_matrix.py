@@ -21,11 +21,10 @@ pytest.importorskip("transformers")
 # every family compiles whole on C, its experts' routing and GEMMs included
 TORCH_ALLOWED: set[str] = set()
 NORMS = ("rms_norm", "layer_norm", "gemm[rms_norm]")
-# ops the Triton backend runs as torch steps: top-k (torch's own on its device: docs/moe.md),
-# a scattered mask and the reductions and gathers around them; expert_mm and argmax are
-# Triton kernels
-MOE_TRITON_STEPS = {"topk_values", "topk_indices", "sum", "scatter_value", "bitwise_not",
-                    "gather", "amax"}
+# ops the Triton backend runs as torch steps: top-k (torch's own on its device: docs/moe.md)
+# and the reductions and gathers around it; expert_mm, argmax and scatter_value are Triton
+# kernels
+MOE_TRITON_STEPS = {"topk_values", "topk_indices", "sum", "bitwise_not", "gather", "amax"}
 MOE = {"mixtral", "qwen2_moe", "olmoe", "phimoe", "deepseek_v3", "gpt_oss"}
 TRITON_TORCH_STEPS = dict.fromkeys(MOE, MOE_TRITON_STEPS)
 

@@ -286,3 +286,23 @@ def test_arg_extremes_take_the_first_and_count_nan_as_the_extreme(op, keepdim):
     xs[0][2, 3, 5] = float("nan")
     rt = check(g, xs)
     assert not rt.torch_steps
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_scatter_value_writes_a_number_where_the_index_points_and_checks_it(dim):
+    from eqsat_llm.codegen.c import KernelIndexError
+
+    g = Graph()
+    x = inp(g, (5, 6))
+    idx = inp(g, (3, 2) if dim == 1 else (2, 6), "int64")
+    g.outputs = [g.add("scatter_value", (x, idx), dim=dim, value=1.0)]
+    gen = torch.Generator().manual_seed(dim)
+    n = 6 if dim == 1 else 5
+    good = [torch.randn(5, 6, generator=gen),
+            torch.randint(0, n, (3, 2) if dim == 1 else (2, 6), generator=gen)]
+    rt = check(g, good)
+    assert not rt.torch_steps
+    bad = [good[0], good[1].clone()]
+    bad[1][0, 0] = n
+    with pytest.raises(KernelIndexError), np.errstate(all="ignore"):
+        rt.run(bad)

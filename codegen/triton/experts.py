@@ -52,3 +52,47 @@ def plan_expert_mm(node: Node, out: Operand, ins: list[Operand]) -> list[Launch]
     args = [x, w, ids, out, err, K, N, E, *x.strides, *w.strides, *out.strides]
     return [Launch("expert_mm", expert_mm_kernel, (S, triton.cdiv(N, block_n)), args,
                    {"BLOCK_K": block_k, "BLOCK_N": block_n}, index_error=err)]
+
+
+@triton.jit
+def copy_kernel(x, o, numel, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(o + i, tl.load(x + i, mask=i < numel), mask=i < numel)
+
+
+@triton.jit
+def scatter_value_kernel(idx, o, err, R, C, n, value, is0, is1, os0, os1,
+                         ALONG_ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    # o[r, idx[r, c]] = value (along columns) or o[idx[r, c], c] = value (along rows)
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = i < R * C
+    r, c = i // C, i % C
+    q = tl.load(idx + r * is0 + c * is1, mask=live, other=0).to(tl.int64)
+    bad = live & ((q < 0) | (q >= n))
+    tl.store(err + i * 0, 1, mask=bad)
+    at = q * os0 + c * os1 if ALONG_ROWS else r * os0 + q * os1
+    tl.store(o + at, tl.zeros((BLOCK,), dtype=tl.float32).to(o.dtype.element_ty) + value,
+             mask=live & ~bad)
+
+
+def plan_scatter_value(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:
+    """scatter of a number into a 2-D tensor (DeepSeek's group mask): x copied whole (both
+    contiguous), then one program per block of index elements writes the value where each
+    points (an index out of range writes nothing and raises, as torch does)."""
+    x, idx = ins
+    if x.is_scalar or idx.is_scalar or len(x.shape) != 2 or len(idx.shape) != 2 or \
+            out.dtype != x.dtype or x.dtype not in FLOATS or \
+            idx.dtype not in ("int64", "int32") or x.strides != (x.shape[1], 1) or \
+            out.strides != x.strides:
+        return None
+    dim = node.attrs["dim"] % 2
+    numel, (R, C) = x.shape[0] * x.shape[1], idx.shape
+    err = torch.zeros(1, dtype=torch.int32, device=device())
+    copy = Launch("scatter_value:copy", copy_kernel, (triton.cdiv(numel, 1024),),
+                  [x, out, numel], {"BLOCK": 1024})
+    block = min(1024, triton.next_power_of_2(max(R * C, 1)))
+    write = Launch("scatter_value", scatter_value_kernel, (triton.cdiv(R * C, block),),
+                   [idx, out, err, R, C, x.shape[dim], float(node.attrs["value"]),
+                    *idx.strides, *out.strides],
+                   {"ALONG_ROWS": dim == 0, "BLOCK": block}, index_error=err)
+    return [copy, write]
