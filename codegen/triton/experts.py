@@ -4,16 +4,21 @@ an id out of range writes nothing and sets the launch's index-error flag, as the
 and torch raise), and accumulates BLOCK_K slices of x times the expert's weight tile in
 float32. A row per program: decode's case (each of the k rows its own expert's GEMV); at
 prefill each expert's weight is read once per row from cache, not grouped as the C kernel
-does. The router's top-k stays a torch step on this backend: torch's GPU top-k orders ties
-its own way, and the step gives eager's choice on whatever device runs it."""
+does. Also the routing's `scatter_value` (2-D: a copy, then the scattered writes). The
+router's top-k stays a torch step on this backend: torch's GPU top-k orders ties its own way,
+and the step gives eager's choice on whatever device runs it."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
 from ...ir import Node
+from .elementwise import Source, plan_copy
 from .launch import FLOATS, Launch, Operand, device
 
 
@@ -55,12 +60,6 @@ def plan_expert_mm(node: Node, out: Operand, ins: list[Operand]) -> list[Launch]
 
 
 @triton.jit
-def copy_kernel(x, o, numel, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(o + i, tl.load(x + i, mask=i < numel), mask=i < numel)
-
-
-@triton.jit
 def scatter_value_kernel(idx, o, err, R, C, n, value, is0, is1, os0, os1,
                          ALONG_ROWS: tl.constexpr, BLOCK: tl.constexpr):
     # o[r, idx[r, c]] = value (along columns) or o[idx[r, c], c] = value (along rows)
@@ -75,21 +74,22 @@ def scatter_value_kernel(idx, o, err, R, C, n, value, is0, is1, os0, os1,
              mask=live & ~bad)
 
 
-def plan_scatter_value(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:
-    """scatter of a number into a 2-D tensor (DeepSeek's group mask): x copied whole (both
-    contiguous), then one program per block of index elements writes the value where each
-    points (an index out of range writes nothing and raises, as torch does)."""
+def plan_scatter_value(node: Node, out: Operand, ins: list[Operand], name: str,
+                       source: Source, module: Callable[[], Any]) -> list[Launch] | None:
+    """scatter of a number into a 2-D tensor (DeepSeek's group mask): x copied whole
+    (elementwise.plan_copy), then one program per block of index elements writes the value
+    where each points (an index out of range writes nothing and raises, as torch does)."""
     x, idx = ins
     if x.is_scalar or idx.is_scalar or len(x.shape) != 2 or len(idx.shape) != 2 or \
-            out.dtype != x.dtype or x.dtype not in FLOATS or \
-            idx.dtype not in ("int64", "int32") or x.strides != (x.shape[1], 1) or \
-            out.strides != x.strides:
+            out.dtype != x.dtype or x.dtype not in FLOATS or idx.dtype not in ("int64", "int32"):
+        return None
+    copy = plan_copy(f"{name}_copy", x.shape, out, out.strides, 0, x, x.strides, 0, source,
+                     module)
+    if copy is None:
         return None
     dim = node.attrs["dim"] % 2
-    numel, (R, C) = x.shape[0] * x.shape[1], idx.shape
+    R, C = idx.shape
     err = torch.zeros(1, dtype=torch.int32, device=device())
-    copy = Launch("scatter_value:copy", copy_kernel, (triton.cdiv(numel, 1024),),
-                  [x, out, numel], {"BLOCK": 1024})
     block = min(1024, triton.next_power_of_2(max(R * C, 1)))
     write = Launch("scatter_value", scatter_value_kernel, (triton.cdiv(R * C, block),),
                    [idx, out, err, R, C, x.shape[dim], float(node.attrs["value"]),

@@ -209,7 +209,8 @@ PLANNERS: dict[str, Planner] = {
     **dict.fromkeys(ROW_OPS, lambda s: plan_rows(s.node, s.out, s.ins)),
     "expert_mm": lambda s: plan_expert_mm(s.node, s.out, s.ins),
     **dict.fromkeys(("argmax", "argmin"), lambda s: plan_arg_extreme(s.node, s.out, s.ins)),
-    "scatter_value": lambda s: plan_scatter_value(s.node, s.out, s.ins),
+    "scatter_value": lambda s: plan_scatter_value(s.node, s.out, s.ins, s.name, s.source,
+                                                  s.program.module),
 }
 SUPPORTED_OPS = frozenset(PLANNERS)
 
