@@ -372,15 +372,18 @@ def _clamp(c: GraphConverter, node: FxNode, x: FxNode, lo: Any = None, hi: Any =
 
 @converts(aten.max.dim, aten.min.dim)
 def _max_dim(c: GraphConverter, node: FxNode, x: FxNode, dim: int, keepdim: bool = False) -> tuple:
-    # (values, indices) as two ops: amax / amin and argmax / argmin (each the first extreme)
-    first = node.target == aten.max.dim
-    attrs = {"dims": [norm_dim(dim, c.rank(x))], "keepdim": bool(keepdim)}
-    values = c.g.add("amax" if first else "amin", (c.t(x),), **attrs)
-    indices = c.g.add("argmax" if first else "argmin", (c.t(x),), dim=attrs["dims"][0],
-                      keepdim=attrs["keepdim"])
+    # (values, indices) as two ops, each made only where it is read: amax / amin (attention
+    # sinks subtract the row max) and argmax / argmin (a router's choice; the first extreme)
+    largest, d = node.target == aten.max.dim, norm_dim(dim, c.rank(x))
+    read = {u.args[1] for u in node.users}
+    values = c.g.add("amax" if largest else "amin", (c.t(x),), dims=[d],
+                     keepdim=bool(keepdim)) if 0 in read else None
+    indices = c.g.add("argmax" if largest else "argmin", (c.t(x),), dim=d,
+                      keepdim=bool(keepdim)) if 1 in read else None
+    pieces = (values, indices)
     for u in node.users:
-        c._check(u, (values, indices)[u.args[1]])
-    return (values, indices)
+        c._check(u, pieces[u.args[1]])
+    return pieces
 
 
 @converts(aten._softmax.default, aten._log_softmax.default, aten.softmax.int,
