@@ -80,18 +80,19 @@ def build_tinyllama(seq: int, quick: bool = False, seed: int = 0
                     ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """A TinyLlama-1.1B-shaped LLaMA with 4 layers (of 22), random weights, sdpa, no cache;
     `quick`: the same structure scaled down (a smoke test, not a measurement)."""
-    model = model_matrix.Logits(model_matrix.tinyllama(4, quick, seed)).eval()
-    vocab = model.model.config.vocab_size
-    gen = torch.Generator().manual_seed(seed)
-    return model, (torch.randint(3, vocab - 1, (1, seq), generator=gen),)
+    return _with_prompt(model_matrix.tinyllama(4, quick, seed), seq, seed)
 
 
 def build_mixtral_large(seq: int, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """model_matrix.MIXTRAL_LARGE: experts dominate a token's weight bytes."""
-    model = model_matrix.Logits(model_matrix.mixtral_large(seed)).eval()
+    return _with_prompt(model_matrix.mixtral_large(seed), seq, seed)
+
+
+def _with_prompt(lm: nn.Module, seq: int, seed: int) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """The causal LM as a row's model (logits only, no cache) and random ids [1, seq]."""
     gen = torch.Generator().manual_seed(seed)
-    vocab = model.model.config.vocab_size
-    return model, (torch.randint(3, vocab - 1, (1, seq), generator=gen),)
+    ids = torch.randint(3, lm.config.vocab_size - 1, (1, seq), generator=gen)
+    return model_matrix.Logits(lm).eval(), (ids,)
 
 
 @dataclass

@@ -5,6 +5,7 @@ expert's weight read once)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -43,7 +44,7 @@ def emit_topk(node: Node, out: Ref, ins: list[Ref]) -> str | None:
     for (int64_t j = 0; j < {k}; j++) o[{offs[1]} + j * {os_}] = ({out.ctype})q[j].{field};"""
     return calling(f"const {x.ctype}* x = {x.ptr()};\n{out.ctype}* o = {out.ptr(const=False)};\n"
                    + loop_nest(x.shape[:-1], [x.strides[:-1], out.strides[:-1]], body,
-                               work=_numel(x.shape) * 8, simd=False), TOPK)
+                               work=math.prod(x.shape) * 8, simd=False), TOPK)
 
 
 def emit_arg_extreme(node: Node, out: Ref, ins: list[Ref]) -> str | None:
@@ -66,7 +67,7 @@ def emit_arg_extreme(node: Node, out: Ref, ins: list[Ref]) -> str | None:
     }}
     o[{offs[1]}] = at;"""
     return (f"const {x.ctype}* x = {x.ptr()};\nint64_t* o = {out.ptr(const=False)};\n"
-            + loop_nest(rows, [x.strides, ost], body, work=_numel(x.shape), simd=False))
+            + loop_nest(rows, [x.strides, ost], body, work=math.prod(x.shape), simd=False))
 
 
 def emit_scatter_value(node: Node, out: Ref, ins: list[Ref]) -> str | None:
@@ -90,13 +91,6 @@ def emit_scatter_value(node: Node, out: Ref, ins: list[Ref]) -> str | None:
     return (f"{{\n{copy}}}\n{{\n{out.ctype}* o = {out.ptr(const=False)};\n"
             f"const int64_t* ix = {idx.ptr()};\n"
             + loop_nest(idx.shape, [ost, idx.strides], body, simd=False) + "\n}")
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 @dataclass(frozen=True)

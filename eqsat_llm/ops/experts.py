@@ -43,6 +43,8 @@ register("topk_values", 1, "k:int dim:int largest:bool", ref=lambda xs, a: _topk
          category="reduction", shape="given", dtype="same", cost="gather", writer=COPY_IN)
 register("topk_indices", 1, "k:int dim:int largest:bool", ref=lambda xs, a: _topk(xs, a)[1],
          category="reduction", shape="given", dtype="given", cost="gather", writer=COPY_IN)
+
+
 def _expert_mm_type(ts: list[TensorType], a: dict[str, Any]) -> TensorType:
     x, w, ids = ts
     if len(x.shape) != 2 or len(w.shape) != 3 or ids.shape != x.shape[:1] or \
