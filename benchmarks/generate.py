@@ -113,27 +113,22 @@ def build_model(name: str, args: argparse.Namespace) -> Model:
     """The causal LM with its cache switched on (the builders switch it off for export), eos
     switched off in its generation_config, which every system follows (random weights would
     stop rows early): every system makes exactly `new` tokens per row."""
-    if name == "small":
-        wrapped, (ids,) = model_matrix.build("llama", seq=args.prompt, size="small",
+    matrix = {"small": ("llama", "small"), "mixtral": ("mixtral", "medium")}  # (4 experts)
+    if name in matrix:
+        family, size = matrix[name]
+        wrapped, (ids,) = model_matrix.build(family, seq=args.prompt, size=size,
                                              batch=max(args.batch))
         lm = wrapped.model
-    elif name == "mixtral":  # the model matrix's Mixtral, medium: 4 experts, 2 a token
-        wrapped, (ids,) = model_matrix.build("mixtral", seq=args.prompt, size="medium",
-                                             batch=max(args.batch))
-        lm = wrapped.model
-    elif name == "mixtral_large":  # benchmarks/models.py's: experts dominate its bytes
-        lm = model_matrix.mixtral_large()
+    else:
+        # benchmarks/models.py's models: the large Mixtral, or TinyLlama with --layers of 22
+        lm = model_matrix.mixtral_large() if name == "mixtral_large" else \
+            model_matrix.tinyllama(args.layers, quick=args.quick)
         gen = torch.Generator().manual_seed(0)
         ids = torch.randint(3, lm.config.vocab_size - 1, (max(args.batch), args.prompt),
                             generator=gen)
-    else:
-        # the model of benchmarks/models.py's build_tinyllama, with --layers of its 22 layers
-        lm = model_matrix.tinyllama(args.layers, quick=args.quick)
-        vocab = lm.config.vocab_size
-        gen = torch.Generator().manual_seed(0)
-        ids = torch.randint(3, vocab - 1, (max(args.batch), args.prompt), generator=gen)
-        name = (f"tinyllama ({lm.config.num_hidden_layers} layers"
-                f"{', quick: scaled down' if args.quick else ''})")
+        if name == "tinyllama":
+            name = (f"tinyllama ({lm.config.num_hidden_layers} layers"
+                    f"{', quick: scaled down' if args.quick else ''})")
     lm.eval()
     lm.config.use_cache = lm.generation_config.use_cache = True
     lm.generation_config.eos_token_id = None
