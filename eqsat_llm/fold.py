@@ -16,6 +16,7 @@ import torch
 
 from .ir import VALUE_LEAVES, Graph, Node, TensorType, dtype_of
 from .ops import evaluate
+from .ops.registry import REGISTRY
 from .weights.interning import intern
 from .weights.lazy_weights import WeightRef, with_recipe
 
@@ -43,12 +44,14 @@ def fold_constants(graph: Graph) -> Folded:
     names: dict[int, WeightRef] = {}  # new id -> the meta weight a param node reads
     count = nbytes = 0
     live = graph.live_ids()
+    kept_views = views_read_in_place(graph, live)
     with torch.no_grad():
         for node in graph.nodes:
             if node.id not in live:
                 continue
             inputs = tuple(remap[i] for i in node.inputs)
-            if node.op not in KEEP and all(i in values for i in inputs):
+            if node.op not in KEEP and node.id not in kept_views and \
+                    all(i in values for i in inputs):
                 value = _fold_value(node, [names.get(i, values[i]) for i in inputs])
                 if isinstance(value, torch.Tensor):
                     name = f"folded.{node.id}"
@@ -72,6 +75,25 @@ def fold_constants(graph: Graph) -> Folded:
     pruned, kept = pruned_with_map(out)
     return Folded(pruned, count, nbytes, {old: kept[new] for old, new in remap.items()
                                           if new in kept})
+
+
+def views_read_in_place(graph: Graph, live: set[int]) -> set[int]:
+    """The layout views of a stored weight (param or const) that only operands packing any
+    strides read (OpDef.packs_strided: an expert GEMM's weight): left views, so the kernel
+    prepares its form from the weight as stored and no transposed copy is held beside it."""
+    readers: dict[int, list[tuple[str, int]]] = {}
+    for node in graph.nodes:
+        if node.id in live:
+            for pos, i in enumerate(node.inputs):
+                readers.setdefault(i, []).append((node.op, pos))
+
+    def packs(op: str, pos: int) -> bool:
+        d = REGISTRY.get(op)
+        return d is not None and pos < len(d.operands) and d.operands[pos] in d.packs_strided
+
+    return {n.id for n in graph.nodes if n.id in live and n.op in ("permute", "transpose")
+            and graph.node(n.inputs[0]).op in ("param", "const") and n.id not in graph.outputs
+            and readers.get(n.id) and all(packs(op, pos) for op, pos in readers[n.id])}
 
 
 def _fold_value(node: Node, args: list[Any]) -> Any:

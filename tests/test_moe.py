@@ -143,6 +143,16 @@ def test_experts_forms_become_expert_mm(implementation, seq):
     assert compiled.report.torch_ops == {} and not compiled.report.fallback_ops
     ops = [n.op for n in compiled.graph.nodes]
     assert ops.count("expert_mm") == 4 and ops.count("topk_indices") == 2, ops
+    # each expert GEMM packs the experts' weight as stored ([E, N, K], read transposed): a
+    # view of the parameter, no transposed copy folded and held beside the packed panels
+    g = compiled.graph
+    for n in g.nodes:
+        if n.op == "expert_mm":
+            w = g.node(n.inputs[1])
+            assert w.op == "permute" and g.node(w.inputs[0]).op == "param", w
+    stored = {tuple(p.shape) for p in model.parameters() if p.dim() == 3}
+    transposed = {(e, k, n) for e, n, k in stored}
+    assert not any(tuple(t.shape) in transposed for t in g.constants.values())
     with torch.no_grad():
         torch.testing.assert_close(compiled(*inputs), model(*inputs), atol=1e-5, rtol=1e-5)
 

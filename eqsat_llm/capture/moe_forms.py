@@ -29,8 +29,9 @@ times `W[ids[s]]` gathered whole) is rewritten too.
 
 from __future__ import annotations
 
+import contextlib
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch.fx import Graph, Node
@@ -50,6 +51,29 @@ def expert_mm(x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor) -> torch.Tens
 @expert_mm.register_fake
 def _(x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return x.new_empty(x.shape[0], w.shape[2])
+
+
+@contextlib.contextmanager
+def experts_on_meta() -> Iterator[None]:
+    """transformers' experts run on meta weights (a model planned on its meta twin): its
+    dispatcher picks torch's grouped_mm wherever torch has one, and torch's meta kernel takes
+    bf16 only, so a float32 model on the meta device fails. Inside this context a meta weight
+    takes transformers' own fallback (a custom op with a shape function; recognised here as
+    grouped_mm is), and every other call is dispatched as before."""
+    try:
+        from transformers.integrations import moe
+    except ImportError:
+        yield
+        return
+    chooses = getattr(moe, "_can_use_grouped_mm", None)
+    if chooses is None:
+        yield
+        return
+    moe._can_use_grouped_mm = lambda x, w, offs: w.device.type != "meta" and chooses(x, w, offs)
+    try:
+        yield
+    finally:
+        moe._can_use_grouped_mm = chooses
 
 
 def _grouped_mm() -> frozenset:

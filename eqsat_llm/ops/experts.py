@@ -56,4 +56,4 @@ def _expert_mm_type(ts: list[TensorType], a: dict[str, Any]) -> TensorType:
 
 register("expert_mm", 3, ref=lambda xs, a: expert_mm(*xs), category="matmul", shape="given",
          dtype="same", cost="matmul", writer=COPY_IN, operands="x w ids",
-         infer=_expert_mm_type)
+         infer=_expert_mm_type, packs_strided="w")

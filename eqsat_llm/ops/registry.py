@@ -81,6 +81,10 @@ class OpDef:
     # -> (TensorType, bound of int64 values or None), or None for any type; `c` is the
     # checker's context (rulecheck/draws.py Demand: rng, built shapes, a drawn size, ...)
     draw: Callable[[Any, int], Any] | None = None
+    # the operand roles whose constant its kernels prepare from any strides (an expert
+    # GEMM packs its weight as stored): a layout view of a weight read there stays a view,
+    # not folded into a copy held beside the packed form (fold.py)
+    packs_strided: tuple[str, ...] = ()
 
     def infer_type(self, input_types: list, attrs: dict[str, Any]):
         self.check_attrs(attrs)
@@ -171,8 +175,8 @@ def register(name: str, arity: int | None, attrs: str = "", *, ref=None, categor
              shape: str, dtype: str = "same", cost: str, flops: float = 0.0,
              parts: Parts | None = None, writer: Writer | str | None = None,
              may_view: bool = False, stride_free: bool = False, frontend_form: bool = False,
-             infer=None, operands: str = "", draw: Callable[[Any, int], Any] | None = None
-             ) -> None:
+             infer=None, operands: str = "", draw: Callable[[Any, int], Any] | None = None,
+             packs_strided: str = "") -> None:
     """Declare an op. `attrs` is "name:kind name:kind ..."; `operands` "role role ...", one
     per input."""
     parsed = tuple(tuple(a.split(":")) for a in attrs.split())
@@ -190,7 +194,7 @@ def register(name: str, arity: int | None, attrs: str = "", *, ref=None, categor
         raise ValueError(f"{name}: a vector op gives its flops per element, no other op does")
     REGISTRY[name] = OpDef(name, arity, parsed, ref, category, shape, dtype,  # type: ignore
                            cost, flops, parts, writer, may_view, stride_free, frontend_form,
-                           infer, roles, draw)
+                           infer, roles, draw, tuple(packs_strided.split()))
     if roles:
         _OPERANDS[name] = namedtuple(f"{name}_operands", roles)  # type: ignore[misc]
 
