@@ -183,6 +183,17 @@ def code_blocks(x: torch.Tensor) -> torch.Tensor:
     return out.reshape(x.shape).to(x.dtype)
 
 
+def _expert_mm(xs: list[Any], a: dict) -> torch.Tensor:
+    """Each row times its expert's weight, gathered whole (bmm); stored experts are the
+    columns [e n, (e + 1) n) of the dequantized [K, E n] matrix."""
+    x, w, w_scale, ids = xs
+    if a["weight"] != "float":
+        k, n = x.shape[1], a["n"]
+        full = dequantized(a["weight"], w, w_scale, k, w.shape[1])
+        w = torch.stack([full[:, e * n:(e + 1) * n] for e in range(w.shape[1] // n)])
+    return torch.bmm(x.unsqueeze(1), w[ids].to(x.dtype)).squeeze(1)
+
+
 def _gemm(xs: list[Any], a: dict) -> torch.Tensor:
     x, w, w_scale, norm, addend = xs
     if a["prologue"] == "rms_norm":
@@ -276,7 +287,7 @@ OPS: dict[str, Callable[[list[Any], dict], Any]] = {
     "argmax": lambda xs, a: xs[0].argmax(a["dim"], keepdim=a["keepdim"]),
     "argmin": lambda xs, a: xs[0].argmin(a["dim"], keepdim=a["keepdim"]),
     "scatter_value": lambda xs, a: xs[0].clone().scatter_(a["dim"], xs[1], a["value"]),
-    "expert_mm": lambda xs, a: torch.bmm(xs[0].unsqueeze(1), xs[1][xs[2]]).squeeze(1),
+    "expert_mm": lambda xs, a: _expert_mm(xs, a),
     "layer_norm": lambda xs, a: F.layer_norm(xs[0], a["normalized_shape"], xs[1], xs[2],
                                              a["eps"]),
     "rms_norm": lambda xs, a: F.rms_norm(xs[0], xs[0].shape[-1:], xs[1], a["eps"]),

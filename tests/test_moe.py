@@ -13,6 +13,7 @@ import torch
 from eqsat_llm import FallbackWarning, optimize
 from eqsat_llm.codegen.c.build import compiler
 from eqsat_llm.ir import Graph
+from eqsat_llm.ops.experts import add_expert_mm
 
 from .conftest import const, inp
 from .test_c_kernels_more import c_runtime, inputs_of, run_and_compare
@@ -82,7 +83,7 @@ def _expert_mm_graph(S: int, K: int, N: int, E: int, ids: torch.Tensor
     x = inp(g, (S, K))
     gen = torch.Generator().manual_seed(S * 1000 + N)
     w = const(g, torch.randn(E, K, N, generator=gen))
-    g.outputs = [g.add("expert_mm", (x, w, const(g, ids)))]
+    g.outputs = [add_expert_mm(g, x, w, const(g, ids))]
     return g, [torch.randn(S, K, generator=gen)]
 
 
@@ -110,6 +111,29 @@ def test_expert_mm_reads_every_row_once_whatever_the_order(ids):
     places, whichever path an expert takes."""
     g, xs = _expert_mm_graph(len(ids), 32, 70, 4, torch.tensor(ids))
     run_and_compare(g, xs, tol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3", "int4_g32", "int4_g128"])
+@pytest.mark.parametrize("S,ids", [
+    (2, [3, 1]),                                   # decode: a row each, in place
+    (12, [0, 2, 2, 0, 2, 1, 2, 2, 0, 2, 2, 1]),    # prefill: rows gathered per expert
+])
+def test_stored_experts_match_eager(fmt, S, ids):
+    """Experts quantized side by side ([K, E N]: each expert's output channels their own
+    scales) times rows routed to them, against eager's bmm over the dequantized experts (the
+    oracle's own decoding of the formats); one expert unused."""
+    from eqsat_llm.formats.quant_formats import quantize
+    from eqsat_llm.ops.experts import experts_matrix
+
+    E, K, N = 4, 256, 128
+    gen = torch.Generator().manual_seed(S)
+    q, scales = quantize(experts_matrix(torch.randn(E, K, N, generator=gen)), fmt)
+    g = Graph()
+    x = inp(g, (S, K))
+    g.outputs = [g.add("expert_mm", (x, const(g, q), const(g, scales),
+                                     const(g, torch.tensor(ids))), weight=fmt, n=N)]
+    assert "eq_expert_mm_q" in c_runtime(g).source
+    run_and_compare(g, [torch.randn(S, K, generator=gen)], tol=1e-4)
 
 
 def test_expert_mm_refuses_an_expert_out_of_range():

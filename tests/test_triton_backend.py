@@ -16,6 +16,7 @@ from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.triton.runtime import TritonRuntime
 from eqsat_llm.errors import EqsatError
 from eqsat_llm.ir import Graph
+from eqsat_llm.ops.experts import add_expert_mm
 from eqsat_llm.models.workloads import LlamaBlock
 
 from .conftest import (
@@ -263,7 +264,7 @@ def test_expert_mm_reads_each_rows_expert_and_an_out_of_range_id_raises(rows, ex
     x = inp(g, (rows, 40))
     ids = inp(g, (rows,), "int64")
     w = const(g, torch.randn(experts, 40, 72))
-    g.outputs = [g.add("expert_mm", (x, w, ids))]
+    g.outputs = [add_expert_mm(g, x, w, ids)]
     gen = torch.Generator().manual_seed(rows)
     good = [torch.randn(rows, 40, generator=gen),
             torch.randint(0, experts, (rows,), generator=gen)]

@@ -48,6 +48,7 @@ from .emit_norm import emit_layer_norm, emit_rms_norm, emit_softmax
 from .emit_reduce import REDUCE_OPS, emit_reduce
 from .emit_routing import (
     EXPERTS,
+    QUANT_EXPERTS,
     TOPK,
     emit_arg_extreme,
     emit_expert_mm,
@@ -101,7 +102,8 @@ def _full(s: Site) -> str | None:
 
 # The C kernel of each op it generates, by op: one line each.
 # the static C libraries, in the order a program includes them (each after those it builds on)
-STATIC_LIBRARIES = (PACKED_GEMM, QUANT_GEMM, SPARSE_GEMM, W8A8_GEMM, EXPERTS, TOPK)
+STATIC_LIBRARIES = (PACKED_GEMM, QUANT_GEMM, SPARSE_GEMM, W8A8_GEMM, EXPERTS, QUANT_EXPERTS,
+                    TOPK)
 
 EMITTERS: dict[str, Emitter] = {
     **dict.fromkeys(ELEMENTWISE_OPS, lambda s: emit_elementwise(s.node, s.out, s.ins,
@@ -125,7 +127,7 @@ EMITTERS: dict[str, Emitter] = {
     **dict.fromkeys(GATHER_OPS, lambda s: emit_gather(s.node, s.out, s.ins)),
     "full": _full,
     **dict.fromkeys(("topk_values", "topk_indices"), lambda s: emit_topk(s.node, s.out, s.ins)),
-    "expert_mm": lambda s: emit_expert_mm(s.out, s.ins, s.layout),
+    "expert_mm": lambda s: emit_expert_mm(s.node, s.out, s.ins, s.layout),
     **dict.fromkeys(("argmax", "argmin"), lambda s: emit_arg_extreme(s.node, s.out, s.ins)),
     "scatter_value": lambda s: emit_scatter_value(s.node, s.out, s.ins),
 }

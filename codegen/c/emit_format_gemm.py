@@ -55,7 +55,7 @@ def emit_format_gemm(d: GemmDescriptor, out: Ref, ins: list[Ref], geo: GemmGeome
     m, k, n = geo.m, geo.k, geo.n
     stored = _sparse_operands(fmt, w, aux) if d.sparse else \
         _dynamic_operands(w, aux, n, swiglu, layout) if d.dynamic else \
-        _quantized_operands(fmt, w, aux, n, swiglu, layout)
+        quantized_operands(fmt, w, aux, n, swiglu, layout)
     if stored is None:
         return None
     library, operands = stored  # (the library whose one entry point the call is)
@@ -108,7 +108,7 @@ for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
 }}""", library)
 
 
-def _quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
+def quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
                         layout: Layout | None) -> tuple[StaticLibrary, str] | None:
     """QUANT_GEMM (eq_gemm_q) and its weight arguments: format code, group, the integers
     (half formats: the values) and the scales (half formats: none) as QuantPanels prepares

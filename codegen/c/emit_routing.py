@@ -10,17 +10,22 @@ from dataclasses import dataclass
 
 import torch
 
-from ...ir import Node
+from ...ir import Node, dtype_of
+from ...ops import operands_of
 from .emit_elementwise import emit_copy
 from .loops import PARALLEL_MIN, loop_nest
+from .emit_format_gemm import quantized_operands
 from .packed_gemm import PACKED_GEMM, PackedWeight
+from .quant_gemm import QUANT_GEMM
 from .packer import pack_in_c
 from .static_c import StaticLibrary, calling, kernel_source
-from .tiles import PACKED_PANEL
+from .tiles import PACKED_PANEL, QUANT_PANEL
 from .values import Layout, Ref
 
 EXPERTS = StaticLibrary("experts", kernel_source("experts.c"), ("eq_expert_mm",),
                         (PACKED_GEMM,))
+QUANT_EXPERTS = StaticLibrary("quant_experts", kernel_source("quant_experts.c"),
+                              ("eq_expert_mm_q",), (EXPERTS, QUANT_GEMM))
 TOPK = StaticLibrary("topk", kernel_source("topk.c"), ("eq_topk",))
 TOPK_MAX_N = 16384  # a row's (value, index) pairs live on the stack: 256 KiB at most
 
@@ -120,17 +125,22 @@ class PackedExperts:
         return out
 
 
-def emit_expert_mm(out: Ref, ins: list[Ref], layout: Layout) -> str | None:
-    """out [S, N] = rows of x [S, K] times their experts' weights w [E, K, N], w a constant
-    (packed per expert when the program is prepared: any strides, so transformers' [E, N, K]
-    storage read transposed is packed as it lies); float32, x's rows contiguous along k,
-    out's along n. Otherwise the op runs in torch."""
-    x, w, ids = ins
+def emit_expert_mm(node: Node, out: Ref, ins: list[Ref], layout: Layout) -> str | None:
+    """out [S, N] = rows of x [S, K] times their experts' weights, w a constant: float
+    experts [E, K, N] packed per expert when the program is prepared (any strides, so
+    transformers' [E, N, K] storage read transposed is packed as it lies), or stored ones
+    (int8, fp8, int4 groups: [K, E N] side by side, N a whole number of QUANT_PANEL panels)
+    laid out as the quantized GEMM's panels; x's rows contiguous along k, out's along n,
+    float32. Otherwise the op runs in torch."""
+    x, w, w_scale, ids = operands_of("expert_mm", ins)
+    if not (x.dtype == out.dtype == "float32") or ids.ctype != "int64_t" or \
+            len(x.shape) != 2 or len(ids.shape) != 1 or x.strides[1] != 1 or \
+            out.strides[1] != 1 or ids.strides[0] != 1:
+        return None
+    if node.attrs["weight"] != "float":
+        return _stored_experts(node.attrs["weight"], out, x, w, w_scale, ids, layout)
     name = layout.constant_name(w)
-    if name is None or not (x.dtype == w.dtype == out.dtype == "float32") or \
-            ids.ctype != "int64_t" or len(x.shape) != 2 or len(w.shape) != 3 or \
-            len(ids.shape) != 1 or x.strides[1] != 1 or out.strides[1] != 1 or \
-            ids.strides[0] != 1:
+    if name is None or w.dtype != "float32" or len(w.shape) != 3:
         return None
     (S, K), (E, _, N) = x.shape, w.shape
     spec = PackedExperts(name, w.offset, E, K, N, *w.strides)
@@ -140,3 +150,24 @@ def emit_expert_mm(out: Ref, ins: list[Ref], layout: Layout) -> str | None:
     return calling(f"""eq_expert_mm({S}, {K}, {N}, {E}, {x.ptr()}, {x.strides[0]},
              {packed.ptr()}, {panels * K * PACKED_PANEL}, {ids.ptr()},
              {out.ptr(const=False)}, {out.strides[0]}, {par});""", EXPERTS)
+
+
+def _stored_experts(fmt: str, out: Ref, x: Ref, w: Ref, w_scale: Ref, ids: Ref,
+                    layout: Layout) -> str | None:
+    """eq_expert_mm_q on the experts' integers and scales, panelled as one weight [K, E N]
+    by the quantized GEMM's QuantPanels: expert e's panels are the e-th N / QUANT_PANEL."""
+    (S, K), N = x.shape, out.shape[1]
+    if len(w.shape) != 2 or N % QUANT_PANEL or w.shape[1] % N:
+        return None
+    stored = quantized_operands(fmt, w, w_scale, w.shape[1], False, layout)
+    if stored is None:
+        return None
+    library, operands = stored
+    code, group, wq, ws = (a.strip() for a in operands.split(","))
+    scale_rows, scale_bytes = (w_scale.shape[0], 2) if int(group) else (1, 4)
+    par = int(K * N >= PARALLEL_MIN * 8)
+    return calling(f"""eq_expert_mm_q({S}, {K}, {N}, {w.shape[1] // N}, {x.ptr()},
+               {x.strides[0]}, {code}, {group}, (const char*){wq},
+               {w.shape[0] * N * dtype_of(w.dtype).itemsize}, (const char*){ws},
+               {scale_rows * N * scale_bytes}, {ids.ptr()}, {out.ptr(const=False)},
+               {out.strides[0]}, {par});""", QUANT_EXPERTS, library)

@@ -43,8 +43,10 @@ def expert_mm_kernel(x, w, ids, o, err, K, N, E, xs0, xs1, we, wk, wn, os0, os1,
 
 
 def plan_expert_mm(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | None:
-    x, w, ids = ins
-    if any(o.is_scalar for o in ins) or x.dtype not in FLOATS or w.dtype not in FLOATS or \
+    """Float experts only: stored ones (int8, int4...) run in torch on this backend."""
+    x, w, _, ids = ins
+    if node.attrs["weight"] != "float" or any(o.is_scalar for o in (x, w, ids)) or \
+            x.dtype not in FLOATS or w.dtype not in FLOATS or \
             out.dtype not in FLOATS or ids.dtype not in ("int64", "int32") or \
             len(x.shape) != 2 or len(w.shape) != 3 or len(ids.shape) != 1:
         return None

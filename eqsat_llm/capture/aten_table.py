@@ -12,6 +12,7 @@ from torch.fx import Node as FxNode
 
 from ..ir import TensorType
 from ..ops.elementwise import UNARY
+from ..ops.experts import add_expert_mm
 from .converter import (
     Converter,
     GraphConverter,
@@ -530,7 +531,7 @@ def _topk(c: GraphConverter, node: FxNode, x: FxNode, k: int, dim: int = -1,
 
 @converts(torch.ops.eqsat_llm.expert_mm.default)
 def _expert_mm(c: GraphConverter, node: FxNode, x: FxNode, w: FxNode, ids: FxNode) -> int:
-    return c.g.append("expert_mm", (c.t(x), c.t(w), c.t(ids)), {}, value_type(node.meta["val"]))
+    return add_expert_mm(c.g, c.t(x), c.t(w), c.t(ids))
 
 
 @converts(aten.scatter.value)

@@ -164,7 +164,7 @@ class CostModel:
             return self._roofline(0.0, 0.0, written + sum(nbytes(t) for t in ins[1:]), written)
         if kind == "matmul":
             if op == "expert_mm":  # only the chosen experts' weights are read
-                read = expert_bytes_read(ins)
+                read = expert_bytes_read(attrs, ins)
             mm_flops, m_eff, epilogue = _matmul_shape(op, attrs, ins, out)
             overlap = GEMV_OVERLAP if _format_gemv(op, attrs, out) else 0.0
             return self._roofline(mm_flops, epilogue, read, written, m_eff, gemm=True,
@@ -229,12 +229,20 @@ def _moves_innermost(op: str, attrs: dict[str, Any], ins: list[TensorType]) -> b
     return False
 
 
-def expert_bytes_read(ins: list[TensorType]) -> float:
-    """An expert GEMM's bytes: its rows, their ids, and the weights of at most S of the E
-    experts (each expert used is read once: codegen/c/kernels/experts.c)."""
-    x, w, ids = ins
-    used = min(x.shape[0], w.shape[0]) / max(w.shape[0], 1)
-    return nbytes(x) + nbytes(ids) + used * nbytes(w)
+def expert_count(attrs: dict[str, Any], ins: list[TensorType]) -> int:
+    """E of an expert_mm: w [E, K, N] float, or its experts side by side (N each) stored."""
+    w = operands_of("expert_mm", ins).w
+    return w.shape[0] if attrs["weight"] == "float" else w.shape[1] // max(attrs["n"], 1)
+
+
+def expert_bytes_read(attrs: dict[str, Any], ins: list[TensorType]) -> float:
+    """An expert GEMM's bytes: its rows, their ids, and the weights (in their format, scales
+    included) of at most S of the E experts (each expert used is read once:
+    codegen/c/kernels/experts.c)."""
+    g = operands_of("expert_mm", ins)
+    experts = expert_count(attrs, ins)
+    used = min(g.x.shape[0], experts) / max(experts, 1)
+    return nbytes(g.x) + nbytes(g.ids) + used * (nbytes(g.w) + nbytes(g.w_scale))
 
 
 def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
@@ -243,9 +251,12 @@ def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
     Flops = 2 * numel(out) * K: one multiply-add per output element per contracted index."""
     if op == "gemm":
         return _gemm_shape(attrs, ins, out)
-    if op == "expert_mm":  # x [S, K] @ w[ids[s]] (w [E, K, N]): an expert's rows share it
-        (S, K), (E, _, N) = ins[0].shape, ins[1].shape
-        return 2.0 * S * K * N, min(max(1, S // E), N, K), 0.0
+    if op == "expert_mm":  # x [S, K] @ W[ids[s]] (W [E, K, N]): an expert's rows share it
+        (S, K), N = ins[0].shape, attrs["n"]
+        g, rows = operands_of(op, ins), max(1, S // expert_count(attrs, ins))
+        flops = 2.0 * S * K * N * _weight_format_factor(attrs["weight"], g.w, g.w_scale,
+                                                        rows, K * N * expert_count(attrs, ins))
+        return flops, min(rows, N, K), 0.0
     a = ins[1] if op == "addmm" else ins[0]
     b = ins[1] if op in ("linear", "linear_bias") else ins[-1]
     if not a.shape:
@@ -317,7 +328,8 @@ GEMV_OVERLAP = 0.35
 
 def _format_gemv(op: str, attrs: dict[str, Any], out: TensorType) -> bool:
     """Whether a kernel is a GEMV streaming a weight stored in a format (GEMV_OVERLAP)."""
-    if op != "gemm" or attrs.get("weight", "float") == "float" or not out.shape:
+    if op not in ("gemm", "expert_mm") or attrs.get("weight", "float") == "float" or \
+            not out.shape:
         return False
     return out.numel // max(out.shape[-1], 1) <= QUANT_GEMV_ROWS
 

@@ -63,14 +63,11 @@ static inline __attribute__((always_inline)) void eq_expert_tile(
         }
 }
 
-/* S rows of x (row s at x + s * ldx, k contiguous; ldx 0: one row for all), ids[s] in
-   [0, E) (others: an index error, their row NaN); the experts' packed panels at w (expert
-   stride lde); out row s at o + s * ldo, columns contiguous. */
-static void eq_expert_mm(int64_t S, int64_t K, int64_t N, int64_t E, const float* x,
-                         int64_t ldx, const float* w, int64_t lde, const int64_t* ids,
-                         float* o, int64_t ldo, int parallel) {
-    int64_t start[E + 1];
-    int64_t order[S > 0 ? S : 1];
+/* the rows of each expert (a counting sort of ids): expert e's rows are order[start[e]],
+   ..., order[start[e + 1] - 1], in their order; an id out of [0, E) is an index error and
+   its row of out (at o + s * ldo, N columns) NaN */
+static void eq_expert_rows(int64_t S, int64_t N, int64_t E, const int64_t* ids,
+                           int64_t* start, int64_t* order, float* o, int64_t ldo) {
     for (int64_t e = 0; e <= E; e++) start[e] = 0;
     for (int64_t s = 0; s < S; s++) {
         if ((uint64_t)ids[s] < (uint64_t)E) start[ids[s] + 1]++;
@@ -80,12 +77,21 @@ static void eq_expert_mm(int64_t S, int64_t K, int64_t N, int64_t E, const float
         }
     }
     for (int64_t e = 0; e < E; e++) start[e + 1] += start[e];
-    {
-        int64_t fill[E];
-        for (int64_t e = 0; e < E; e++) fill[e] = start[e];
-        for (int64_t s = 0; s < S; s++)
-            if ((uint64_t)ids[s] < (uint64_t)E) order[fill[ids[s]]++] = s;
-    }
+    int64_t fill[E];
+    for (int64_t e = 0; e < E; e++) fill[e] = start[e];
+    for (int64_t s = 0; s < S; s++)
+        if ((uint64_t)ids[s] < (uint64_t)E) order[fill[ids[s]]++] = s;
+}
+
+/* S rows of x (row s at x + s * ldx, k contiguous; ldx 0: one row for all), ids[s] in
+   [0, E) (others: an index error, their row NaN); the experts' packed panels at w (expert
+   stride lde); out row s at o + s * ldo, columns contiguous. */
+static void eq_expert_mm(int64_t S, int64_t K, int64_t N, int64_t E, const float* x,
+                         int64_t ldx, const float* w, int64_t lde, const int64_t* ids,
+                         float* o, int64_t ldo, int parallel) {
+    int64_t start[E + 1];
+    int64_t order[S > 0 ? S : 1];
+    eq_expert_rows(S, N, E, ids, start, order, o, ldo);
     const int64_t panels = (N + EQ_XP - 1) / EQ_XP, lp = K * EQ_XP;
     const int64_t blocks = (panels + EQ_XNB - 1) / EQ_XNB;
     /* an expert with many rows (prefill): its rows gathered, the dense packed GEMM's tiles
