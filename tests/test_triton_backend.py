@@ -16,8 +16,8 @@ from eqsat_llm.codegen import ReferenceRuntime
 from eqsat_llm.codegen.triton.runtime import TritonRuntime
 from eqsat_llm.errors import EqsatError
 from eqsat_llm.ir import Graph
-from eqsat_llm.ops.experts import add_expert_mm
 from eqsat_llm.models.workloads import LlamaBlock
+from eqsat_llm.ops.experts import add_expert_mm
 
 from .conftest import (
     assert_outputs_match,

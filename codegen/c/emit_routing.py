@@ -13,11 +13,11 @@ import torch
 from ...ir import Node, dtype_of
 from ...ops import operands_of
 from .emit_elementwise import emit_copy
-from .loops import PARALLEL_MIN, loop_nest
 from .emit_format_gemm import quantized_operands
+from .loops import PARALLEL_MIN, loop_nest
 from .packed_gemm import PACKED_GEMM, PackedWeight
-from .quant_gemm import QUANT_GEMM
 from .packer import pack_in_c
+from .quant_gemm import QUANT_GEMM
 from .static_c import StaticLibrary, calling, kernel_source
 from .tiles import PACKED_PANEL, QUANT_PANEL
 from .values import Layout, Ref
