@@ -510,14 +510,15 @@ def _quantization_report(compiled: Compiled, model: Any, fmt: str, keep_float: l
                          inputs: tuple, kwargs: dict | None) -> QuantizationReport:
     """How many GEMMs read integer weights, and the error against the float model on the
     example inputs (not run for a model that writes its state in place)."""
-    count = sum(n.op == "gemm" and n.attrs["weight"] in (*QUANT_FORMATS, *DYNAMIC_STORED)
-                for n in compiled.graph.nodes)
+    count = sum(n.op in ("gemm", "expert_mm") and n.attrs["weight"] in (
+        *QUANT_FORMATS, *DYNAMIC_STORED) for n in compiled.graph.nodes)
     errors = []
     if callable(model) and not compiled.captured.mutations and not compiled.meta_weights:
         with torch.no_grad():
             errors = output_errors(model(*inputs, **(kwargs or {})),
                                    compiled(*inputs, **(kwargs or {})))
-    experts = sum(n.op == "expert_mm" for n in compiled.graph.nodes)
+    experts = sum(n.op == "expert_mm" and n.attrs["weight"] == "float"
+                  for n in compiled.graph.nodes)
     return QuantizationReport(fmt, count, keep_float, errors, experts)
 
 

@@ -73,7 +73,7 @@ class QuantizationReport:
     quantized_weights: int  # gemms reading integer weights in the program
     kept_float: list[str]  # the keep_float patterns
     outputs: list[OutputError]
-    # expert GEMMs (mixtures of experts) whose weights stay float32: no expert formats yet
+    # expert GEMMs (mixtures of experts) whose weights stay float32 (K not whole groups, say)
     float_experts: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,8 +85,7 @@ class QuantizationReport:
                             if o.top1_agreement is not None else "") for o in self.outputs)
         kept = f"; kept float: {', '.join(self.kept_float)}" if self.kept_float else ""
         if self.float_experts:
-            kept += (f"; {self.float_experts} expert GEMMs kept float32 (experts have no "
-                     "quantized formats yet: docs/moe.md)")
+            kept += f"; {self.float_experts} expert GEMMs kept float32 (docs/moe.md)"
         return (f"weights quantized to {self.format}: {self.quantized_weights} GEMMs{kept}; "
                 f"against the float model on the example inputs: {errs or 'not measured'}")
 

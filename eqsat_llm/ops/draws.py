@@ -58,6 +58,18 @@ def linear(c: Any, pos: int) -> Any:
     return TensorType((b[1][0] if 1 in b else d,), F64), None
 
 
+def experts(c: Any, pos: int) -> Any:
+    """x [S, K], float experts w [E, K, N], w_scale a scalar, int64 ids [S] below E."""
+    b, d = c.built, c.dim
+    if pos == 0:
+        return TensorType((b[3][0] if 3 in b else d, b[1][1] if 1 in b else d), F64), None
+    if pos == 1:
+        return TensorType((c.rng.choice((1, 2, 3)), b[0][1] if 0 in b else d, d), F64), None
+    if pos == 2:
+        return c.rank(0)
+    return TensorType((b[0][0] if 0 in b else d,), "int64"), b[1][0] if 1 in b else 1
+
+
 def embedding(c: Any, pos: int) -> Any:
     """A table [V, E] and int64 indices below V."""
     if pos == 0:

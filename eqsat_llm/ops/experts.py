@@ -27,6 +27,7 @@ import torch
 from ..errors import GraphError
 from ..formats.quant_formats import FORMATS, dequantize, quantized_types
 from ..tensor_type import TensorType
+from . import draws
 from .registry import COPY_IN, register
 
 
@@ -87,7 +88,8 @@ def _expert_mm_type(ts: list[TensorType], a: dict[str, Any]) -> TensorType:
 register("expert_mm", 4, "weight:str n:int",
          ref=lambda xs, a: expert_mm(*xs, weight=a["weight"], n=a["n"]), category="matmul",
          shape="given", dtype="same", cost="matmul", writer=COPY_IN,
-         operands="x w w_scale ids", infer=_expert_mm_type, packs_strided="w")
+         operands="x w w_scale ids", infer=_expert_mm_type, packs_strided="w",
+         draw=draws.experts)
 
 
 def add_expert_mm(graph: Any, x: int, w: int, ids: int) -> int:

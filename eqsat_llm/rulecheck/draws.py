@@ -236,6 +236,8 @@ def sample_attr(rng: random.Random, op: str, name: str, kind: str, types: list[T
             return rng.choice(("none", "tanh"))
         if op == "gemm":
             return _gemm_attr(rng, name, types, attrs)
+        if op == "expert_mm":  # float experts [E, K, N]: n is N
+            return "float" if name == "weight" else types[1].shape[-1]
         if name == "dtype":
             return rng.choice(("float64", "float64", "float32"))
     except (IndexError, ValueError, KeyError) as exc:
