@@ -481,8 +481,17 @@ def figures(s: System, g: Group) -> Figures | None:
                    steps * g.batch / decode)
 
 
-def bound_ms(g: Group, rates: Rates) -> float | None:
-    return g.weight_bytes / rates.read_bw * 1e3 if g.weight_bytes else None
+# the bytes a system's stored weights take per float32 weight byte: int8 one byte a weight
+# (its per-column scales under 0.1% at K >= 1024), int4_g32 half a byte and a float16 scale
+# per 32 (quant_formats; ort-int8's quantize_dynamic stores int8 too)
+STORED_FRACTION = {"int8": 0.25, "int4": (0.5 + 2 / 32) / 4}
+
+
+def bound_ms(g: Group, rates: Rates, system: str = "eqsat") -> float | None:
+    """A decode step's weight bytes (in the system's stored format) over the measured read
+    bandwidth, in ms."""
+    fraction = STORED_FRACTION.get(system.rsplit("-", 1)[-1], 1.0)
+    return g.weight_bytes * fraction / rates.read_bw * 1e3 if g.weight_bytes else None
 
 
 def table(groups: list[Group], rates: Rates | None) -> str:
@@ -492,9 +501,9 @@ def table(groups: list[Group], rates: Rates | None) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for g in groups:
         eager = figures(g.systems["eager"], g) if "eager" in g.systems else None
-        bound = bound_ms(g, rates) if rates else None
         for s in g.systems.values():
-            lines.append(row(g, s, figures(s, g), eager, bound))
+            lines.append(row(g, s, figures(s, g), eager,
+                             bound_ms(g, rates, s.name) if rates else None))
     return "\n".join(lines)
 
 
@@ -523,13 +532,17 @@ def targets(groups: list[Group], rates: Rates | None) -> list[str]:
             r = fq.tokens_s / fe.tokens_s
             out.append(f"- small, batch {g.batch}: eqsat-llm {r:.2f}x eager tokens/s (target >= "
                        f"{SMALL_TARGET:g}x: {'met' if r >= SMALL_TARGET else 'NOT met'})")
-        bound = bound_ms(g, rates) if rates else None
-        if bound and fq:
-            r = fq.decode_ms / bound
-            out.append(f"- {g.model}, batch {g.batch}: bound {g.weight_bytes / 1e6:.0f} MB of "
+        for name, system in g.systems.items():
+            fs = figures(system, g) if name.startswith("eqsat") else None
+            bound = bound_ms(g, rates, name) if rates else None
+            if not (bound and fs):
+                continue
+            r = fs.decode_ms / bound
+            mb = g.weight_bytes * STORED_FRACTION.get(name.rsplit("-", 1)[-1], 1.0) / 1e6
+            out.append(f"- {g.model}, batch {g.batch}, {LABEL[name]}: bound {mb:.0f} MB of "
                        f"weights per decode step / {rates.read_bw / 1e9:.1f} GB/s = "
                        f"{bound:.2f} ms per step, {g.batch * 1e3 / bound:.1f} tokens/s; "
-                       f"eqsat-llm decode {fq.decode_ms:.2f} ms per step = {r:.2f}x the bound "
+                       f"decode {fs.decode_ms:.2f} ms per step = {r:.2f}x the bound "
                        f"(target <= {BOUND_TARGET:g}x: "
                        f"{'met' if r <= BOUND_TARGET else 'NOT met'})")
     return out
