@@ -24,6 +24,7 @@ from torch import nn
 
 from ..errors import EqsatError
 from ..weights.meta import suffixes
+from .converted_layout import Converted, converted_tensors
 
 INDEX = "model.safetensors.index.json"
 
@@ -38,6 +39,7 @@ class Checkpoint:
                              "writes it: config.json and model*.safetensors)")
         self._config: Any = None
         self._where = _tensor_files(path)
+        self._converted: dict[str, Converted] | None = None  # (converted_layout.py)
         self.total_bytes = sum(f.stat().st_size for f in set(self._where.values()))
         self.bytes_read = 0  # of tensors read so far (tensor())
         self.on_read: Callable[[int], None] | None = None  # told bytes_read after each read
@@ -69,13 +71,30 @@ class Checkpoint:
     def keys(self) -> list[str]:
         return list(self._where)
 
+    @property
+    def converted(self) -> dict[str, Converted]:
+        """The model's tensors made of stored ones as transformers converts them (renamed
+        modules, experts stored one tensor each: converted_layout.py), by model name."""
+        if self._converted is None:
+            self._converted = converted_tensors(self.config, self._where)
+        return self._converted
+
+    def has(self, key: str) -> bool:
+        """Whether the model's tensor `key` is stored, or made of stored ones."""
+        return key in self._where or key in self.converted
+
     def shape(self, key: str) -> tuple[int, ...]:
+        if key not in self._where and key in self.converted:
+            return self.converted[key].shape(self.shape)
         with self._handle(key) as f:
             return tuple(f.get_slice(key).get_shape())
 
     def tensor(self, key: str) -> torch.Tensor:
-        """One tensor, read from its memory-mapped shard. The shard is mapped for this read
-        alone: a mapping kept open would keep every page read through it resident."""
+        """One tensor, read from its memory-mapped shard (a converted one from those it is
+        made of, one at a time). The shard is mapped for this read alone: a mapping kept open
+        would keep every page read through it resident."""
+        if key not in self._where and key in self.converted:
+            return self.converted[key].make(self.tensor)
         try:
             with self._handle(key) as f:
                 t = f.get_tensor(key)
@@ -122,13 +141,14 @@ class Checkpoint:
     def check(self, model: nn.Module) -> None:
         """Every parameter has a tensor of its shape in the checkpoint (tied ones once)."""
         for names in _tied_names(model).values():
-            key = next((n for n in names if n in self._where), None)
+            key = next((n for n in names if self.has(n)), None)
             if key is None:
                 raise EqsatError(f"{self.path}: the checkpoint has no tensor {names[0]}"
                                  + _converted_layout(self.config))
             want = tuple(model.get_parameter(names[0]).shape)
             if self.shape(key) != want:
-                raise EqsatError(f"{self._where[key].name}: tensor {key} has shape "
+                where = self._where[key].name if key in self._where else "the checkpoint"
+                raise EqsatError(f"{where}: tensor {key} has shape "
                                  f"{list(self.shape(key))}, the config's model "
                                  f"{list(want)}")
 
@@ -139,6 +159,8 @@ class Checkpoint:
 
     def rows(self, key: str, start: int, stop: int) -> torch.Tensor:
         """Rows [start, stop) of the tensor `key` (dim 0), read alone from its shard."""
+        if key not in self._where and key in self.converted:
+            return self.tensor(key)[start:stop]
         try:
             with self._handle(key) as f:
                 t = f.get_slice(key)[start:stop]
@@ -157,7 +179,7 @@ def tied_keys(checkpoint: Checkpoint, model: nn.Module) -> dict[str, str]:
     """Each parameter name of `model` -> the checkpoint's tensor it reads (tied names one)."""
     key_of: dict[str, str] = {}
     for names in _tied_names(model).values():
-        key = next(n for n in names if n in checkpoint._where)
+        key = next(n for n in names if checkpoint.has(n))
         key_of.update(dict.fromkeys(names, key))
     return key_of
 
@@ -211,9 +233,10 @@ def _converted_layout(config: Any) -> str:
     except Exception:  # noqa: BLE001 - an older transformers: nothing to say
         return ""
     return (f" ({config.model_type} checkpoints store weights in a layout transformers "
-            "converts as it loads them, such as one tensor per expert; from_pretrained does "
-            "not read converted layouts yet: load the model with transformers and pass it to "
-            "Generator(model, ...), which plans it on its meta twin the same way)")
+            "converts as it loads them; from_pretrained reads its renames and experts stored "
+            "one tensor each, and this checkpoint needs more: load the model with "
+            "transformers and pass it to Generator(model, ...), which plans it on its meta "
+            "twin the same way)")
 
 
 def _config(path: Path) -> Any:
