@@ -83,8 +83,11 @@ class CRuntime:
             self._fn.argtypes = [ctypes.c_void_p] * 4
         self.weights = lay.prepared_weights(constants)
         # streamed once a call (a decode step's weights): moved onto 2 MiB pages (fewer TLB
-        # walks) by a background thread, off the start's path
-        self.huge_pages = collapse_in_background(self.weights)
+        # walks) by a background thread, off the start's path; not float32 ones, which
+        # stream as fast on 4 KiB pages while the move slows every call it overlaps ~7x
+        # (docs/c-backend.md, "Weights on 2 MiB pages")
+        self.huge_pages = collapse_in_background(
+            [w for w in self.weights if w.dtype != torch.float32])
         self._w = (ctypes.c_void_p * max(len(self.weights), 1))(
             *[w.data_ptr() for w in self.weights])
         self.n_inputs = lay.n_inputs
