@@ -109,10 +109,21 @@ for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
 
 
 def quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
-                        layout: Layout | None) -> tuple[StaticLibrary, str] | None:
+                       layout: Layout | None) -> tuple[StaticLibrary, str] | None:
     """QUANT_GEMM (eq_gemm_q) and its weight arguments: format code, group, the integers
-    (half formats: the values) and the scales (half formats: none) as QuantPanels prepares
-    them (panels of QUANT_PANEL columns; a SwiGLU weight's two halves apart)."""
+    (half formats: the values) and the scales (half formats: NULL), as quantized_panels."""
+    panels = quantized_panels(fmt, w, scales, n, swiglu, layout)
+    if panels is None:
+        return None
+    code, group, wq, ws = panels
+    return QUANT_GEMM, f"{code}, {group}, {wq.ptr()}, {ws.ptr() if ws else 'NULL'}"
+
+
+def quantized_panels(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
+                     layout: Layout | None) -> tuple[int, int, Ref, Ref | None] | None:
+    """eq_gemm_q's format code and group, and the W slots of the integers (half formats:
+    the values) and the scales (half formats: none) as QuantPanels prepares them (panels of
+    QUANT_PANEL columns; a SwiGLU weight's two halves apart)."""
     half = HALF_FORMATS.get(fmt)
     # (int4_dynamic: int4_g32's operands, the activations coded in the kernel)
     group = 0 if half else format_group(DYNAMIC_STORED.get(fmt, fmt))
@@ -125,7 +136,7 @@ def quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     pq = QuantPanels(qname, w.offset, w.shape[0], n, w.strides[0], halves)
     if half:
         wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), "int16")  # (the values' bits)
-        return QUANT_GEMM, f"{format_code(fmt)}, 0, {wq.ptr()}, NULL"
+        return format_code(fmt), 0, wq, None
     if scales.dtype != "float32" or scales.strides[-1] != 1 or scales.shape[-1] != halves * n:
         return None
     if group and (len(scales.shape) != 2 or w.shape[0] * 2 != scales.shape[0] * group):
@@ -137,7 +148,7 @@ def quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     ps = QuantPanels.of_scales(sname, scales.offset, srows, n, srs, halves, group)
     wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), w.dtype)
     ws = layout.prepared(ps, (ps.panels(), ps.rows, QUANT_PANEL), ps.c_dtype)
-    return QUANT_GEMM, f"{format_code(fmt)}, {group}, {wq.ptr()}, {ws.ptr()}"
+    return format_code(fmt), group, wq, ws
 
 
 def _dynamic_operands(w: Ref, scales: Ref, n: int, swiglu: bool,

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ...formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from ...ir import Node, dtype_of
 from ...ops import operands_of
 from .emit_elementwise import emit_copy
-from .emit_format_gemm import quantized_operands
+from .emit_format_gemm import quantized_panels
 from .loops import PARALLEL_MIN, loop_nest
 from .packed_gemm import PACKED_GEMM, PackedWeight
 from .packer import pack_in_c
@@ -157,17 +158,18 @@ def _stored_experts(fmt: str, out: Ref, x: Ref, w: Ref, w_scale: Ref, ids: Ref,
     """eq_expert_mm_q on the experts' integers and scales, panelled as one weight [K, E N]
     by the quantized GEMM's QuantPanels: expert e's panels are the e-th N / QUANT_PANEL."""
     (S, K), N = x.shape, out.shape[1]
-    if len(w.shape) != 2 or N % QUANT_PANEL or w.shape[1] % N:
+    if len(w.shape) != 2 or N % QUANT_PANEL or w.shape[1] % N or fmt in HALF_FORMATS:
         return None
-    stored = quantized_operands(fmt, w, w_scale, w.shape[1], False, layout)
-    if stored is None:
+    panels = quantized_panels(fmt, w, w_scale, w.shape[1], False, layout)
+    if panels is None:
         return None
-    library, operands = stored
-    code, group, wq, ws = (a.strip() for a in operands.split(","))
-    scale_rows, scale_bytes = (w_scale.shape[0], 2) if int(group) else (1, 4)
+    code, group, wq, ws = panels
+    # bytes from one expert's panels to the next: its rows of integers (int8, int4's byte
+    # pairs) or of scales (int8: one row of float32; int4: a group's float16 per row)
+    expert_q = w.shape[0] * N * dtype_of(w.dtype).itemsize
+    expert_s = w_scale.shape[0] * N * 2 if group else N * 4
     par = int(K * N >= PARALLEL_MIN * 8)
     return calling(f"""eq_expert_mm_q({S}, {K}, {N}, {w.shape[1] // N}, {x.ptr()},
-               {x.strides[0]}, {code}, {group}, (const char*){wq},
-               {w.shape[0] * N * dtype_of(w.dtype).itemsize}, (const char*){ws},
-               {scale_rows * N * scale_bytes}, {ids.ptr()}, {out.ptr(const=False)},
-               {out.strides[0]}, {par});""", QUANT_EXPERTS, library)
+               {x.strides[0]}, {code}, {group}, (const char*){wq.ptr()}, {expert_q},
+               (const char*){ws.ptr()}, {expert_s}, {ids.ptr()}, {out.ptr(const=False)},
+               {out.strides[0]}, {par});""", QUANT_EXPERTS)
