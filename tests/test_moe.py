@@ -113,25 +113,33 @@ def test_expert_mm_reads_every_row_once_whatever_the_order(ids):
     run_and_compare(g, xs, tol=1e-4)
 
 
-@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3", "int4_g32", "int4_g128"])
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3", "int4_g32", "int4_g128", "bf16", "fp16"])
 @pytest.mark.parametrize("S,ids", [
     (2, [3, 1]),                                   # decode: a row each, in place
     (12, [0, 2, 2, 0, 2, 1, 2, 2, 0, 2, 2, 1]),    # prefill: rows gathered per expert
 ])
 def test_stored_experts_match_eager(fmt, S, ids):
-    """Experts quantized side by side ([K, E N]: each expert's output channels their own
-    scales) times rows routed to them, against eager's bmm over the dequantized experts (the
-    oracle's own decoding of the formats); one expert unused."""
+    """Experts stored side by side ([K, E N]: each expert's output channels their own
+    scales; half formats their values in that dtype) times rows routed to them, against
+    eager's bmm over the decoded experts (the oracle's own decoding of the formats); one
+    expert unused."""
+    from eqsat_llm.formats.half_formats import WEIGHT_FORMATS
     from eqsat_llm.formats.quant_formats import quantize
     from eqsat_llm.ops.experts import experts_matrix
 
     E, K, N = 4, 256, 128
     gen = torch.Generator().manual_seed(S)
-    q, scales = quantize(experts_matrix(torch.randn(E, K, N, generator=gen)), fmt)
+    side = experts_matrix(torch.randn(E, K, N, generator=gen))
     g = Graph()
     x = inp(g, (S, K))
-    g.outputs = [g.add("expert_mm", (x, const(g, q), const(g, scales),
-                                     const(g, torch.tensor(ids))), weight=fmt, n=N)]
+    if fmt in WEIGHT_FORMATS:
+        w = const(g, side.to(getattr(torch, WEIGHT_FORMATS[fmt])))
+        scales = g.add("scalar", value=0.0, kind="float")
+    else:
+        q, s = quantize(side, fmt)
+        w, scales = const(g, q), const(g, s)
+    g.outputs = [g.add("expert_mm", (x, w, scales, const(g, torch.tensor(ids))), weight=fmt,
+                       n=N)]
     assert "eq_expert_mm_q" in c_runtime(g).source
     run_and_compare(g, [torch.randn(S, K, generator=gen)], tol=1e-4)
 
@@ -294,6 +302,30 @@ def test_quantizing_a_moe_stores_its_experts(fmt, tol, seq):
     with torch.no_grad():
         want, got = model(*inputs), compiled(*inputs)
     assert (got - want).abs().max() <= tol * want.abs().max()
+
+
+def test_a_half_models_experts_stay_half():
+    """A bf16 Mixtral's experts are read as bf16 panels (rules/half_weights.py: exact), not
+    widened to float32: the program equals eager at bf16's rounding, and its Generator,
+    planned on the meta twin, gives transformers' greedy tokens."""
+    from eqsat_llm import Generator
+
+    model, inputs = _mixtral(9)
+    model = model.to(torch.bfloat16)
+    compiled = optimize(model, inputs, measure_eager=False)
+    assert [n.attrs["weight"] for n in compiled.graph.nodes if n.op == "expert_mm"] == \
+        ["bf16"] * 4
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*inputs).float(), model(*inputs).float(),
+                                   atol=0.02, rtol=0.02)
+    lm = model.model
+    gen = Generator(lm, max_seq_len=32)
+    assert gen.report.weights_from == "model"
+    ids = torch.randint(3, 999, (1, 7), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
+                           do_sample=False)
+    assert torch.equal(gen.generate(ids, 4), want)
 
 
 def test_experts_that_do_not_fill_whole_groups_stay_float_and_say_so():

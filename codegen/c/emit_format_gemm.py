@@ -33,7 +33,8 @@ from .w8a8_gemm import W8A8_GEMM, W8A8Panels
 def prepared_operands(node) -> frozenset[int]:
     """The inputs of `node` its kernel reads only through a prepared copy (so they need no C
     type): a half-precision gemm weight, whose bits the panels carry."""
-    if node.op == "gemm" and GemmDescriptor.of(node.attrs).half:
+    if node.op == "gemm" and GemmDescriptor.of(node.attrs).half or \
+            node.op == "expert_mm" and node.attrs["weight"] in HALF_FORMATS:
         return frozenset({1})
     return frozenset()
 

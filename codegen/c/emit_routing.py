@@ -158,18 +158,20 @@ def _stored_experts(fmt: str, out: Ref, x: Ref, w: Ref, w_scale: Ref, ids: Ref,
     """eq_expert_mm_q on the experts' integers and scales, panelled as one weight [K, E N]
     by the quantized GEMM's QuantPanels: expert e's panels are the e-th N / QUANT_PANEL."""
     (S, K), N = x.shape, out.shape[1]
-    if len(w.shape) != 2 or N % QUANT_PANEL or w.shape[1] % N or fmt in HALF_FORMATS:
+    if len(w.shape) != 2 or N % QUANT_PANEL or w.shape[1] % N:
         return None
     panels = quantized_panels(fmt, w, w_scale, w.shape[1], False, layout)
     if panels is None:
         return None
     code, group, wq, ws = panels
     # bytes from one expert's panels to the next: its rows of integers (int8, int4's byte
-    # pairs) or of scales (int8: one row of float32; int4: a group's float16 per row)
-    expert_q = w.shape[0] * N * dtype_of(w.dtype).itemsize
-    expert_s = w_scale.shape[0] * N * 2 if group else N * 4
+    # pairs; a half weight's values) or of scales (int8: one row of float32; int4: a group's
+    # float16 per row; half: none)
+    expert_q = w.shape[0] * N * (2 if fmt in HALF_FORMATS else dtype_of(w.dtype).itemsize)
+    expert_s = 0 if ws is None else w_scale.shape[0] * N * 2 if group else N * 4
     par = int(K * N >= PARALLEL_MIN * 8)
     return calling(f"""eq_expert_mm_q({S}, {K}, {N}, {w.shape[1] // N}, {x.ptr()},
                {x.strides[0]}, {code}, {group}, (const char*){wq.ptr()}, {expert_q},
-               (const char*){ws.ptr()}, {expert_s}, {ids.ptr()}, {out.ptr(const=False)},
+               (const char*){ws.ptr() if ws else 'NULL'}, {expert_s}, {ids.ptr()},
+               {out.ptr(const=False)},
                {out.strides[0]}, {par});""", QUANT_EXPERTS)

@@ -32,13 +32,15 @@ def has_half(graph: Graph) -> bool:
 
 def exact_half_dtypes(value: torch.Tensor) -> list[str]:
     """The half dtypes that hold every value of `value` exactly: its own if it is half; for a
-    float32 or float64 matrix those it happens to fit (a half checkpoint loaded as float32),
-    read off its values (its first row first: most float32 weights fail there); else none."""
+    float32 or float64 matrix, or a mixture's experts [E, K, N], those it happens to fit (a
+    half checkpoint loaded as float32), read off its values (its first row, or expert, first:
+    most float32 weights fail there); else none."""
     dt = str(value.dtype).removeprefix("torch.")
     if dt in HALF:
         return [dt]
     # a meta tensor has no values to read: not known to fit (docs/memory.md, meta models)
-    if value.dtype not in (torch.float32, torch.float64) or value.dim() != 2 or value.is_meta:
+    if value.dtype not in (torch.float32, torch.float64) or value.dim() not in (2, 3) or \
+            value.is_meta:
         return []
     value = value.detach()
 

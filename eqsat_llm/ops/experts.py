@@ -12,7 +12,8 @@
                      fp8_e4m3, int4_g32, ...): w and w_scale are the integers and scales of the
                      experts side by side, `experts_matrix(W)` = [K, E * n], so that expert e
                      is its columns [e n, (e + 1) n): each expert's output channels get their
-                     own scales, as a dense weight's do.
+                     own scales, as a dense weight's do; a half format (fp16, bf16): w is
+                     experts_matrix(W) in that dtype, its values unchanged (w_scale 0.0).
 
 Ties in top-k: torch leaves the order of equal values unspecified, but a router fed equal
 scores (a zero-initialised gate) chooses its experts by it; the C kernel follows torch's CPU
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import GraphError
+from ..formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from ..formats.quant_formats import FORMATS, dequantize, quantized_types
 from ..tensor_type import TensorType
 from . import draws
@@ -45,7 +47,7 @@ def expert_weights(w: torch.Tensor, w_scale: Any, weight: str, n: int) -> torch.
     """The float experts [E, K, n] that expert_mm's w (and w_scale) stand for."""
     if weight == "float":
         return w
-    full = dequantize(w, w_scale, weight)
+    full = w.float() if weight in HALF_FORMATS else dequantize(w, w_scale, weight)
     return full.reshape(full.shape[0], -1, n).permute(1, 0, 2)
 
 
@@ -77,6 +79,11 @@ def _expert_mm_type(ts: list[TensorType], a: dict[str, Any]) -> TensorType:
         if len(w.shape) != 3 or w.shape[1:] != (x.shape[1], n):
             raise GraphError(f"expert_mm takes float experts [E, K, N] = [E, {x.shape[1]}, "
                              f"{n}]; got {w}")
+    elif weight in HALF_FORMATS:
+        if w.dtype != HALF_FORMATS[weight] or len(w.shape) != 2 or w.shape[1] % n or \
+                w.shape[0] != x.shape[1]:
+            raise GraphError(f"expert_mm in {weight}: w must be [{x.shape[1]}, E * {n}] experts "
+                             f"in {HALF_FORMATS[weight]}; got {w}")
     elif weight not in FORMATS or len(w.shape) != 2 or w.shape[1] % n or \
             quantized_types(TensorType((x.shape[1], w.shape[1]), "float32"), weight) != (
                 TensorType(w.shape, w.dtype), TensorType(w_scale.shape, w_scale.dtype)):

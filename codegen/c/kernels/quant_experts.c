@@ -16,7 +16,7 @@ static void eq_expert_mm_q(int64_t S, int64_t K, int64_t N, int64_t E, const flo
     for (int64_t e = 0; e < E; e++) {
         const int64_t r0 = start[e], rows = start[e + 1] - r0;
         const char* we = wq + e * lwe;
-        const char* se = s + e * lse;
+        const char* se = s ? s + e * lse : NULL;  /* (half weights: no scales) */
         if (rows == 1) {  /* decode: the row where it lies, the result where it goes */
             eq_gemm_q(1, N, K, x + order[r0] * ldx, K, fmt, group, we, se, o + order[r0] * ldo,
                       ldo, 1.0f, NULL, NULL, 0, 0, 0, parallel);
