@@ -240,8 +240,8 @@ def make_eqsat(lm: nn.Module, ids: torch.Tensor, new: int, quantize: str | None 
     s.note = "; ".join(dict.fromkeys(" ".join(str(w.message).split())[:140] for w in caught
                                      if "Fallback" in w.category.__name__))
     if moved > 0.05:
-        s.note = "; ".join(filter(None, [s.note, f"weights moved onto 2 MiB pages in "
-                                                  f"{moved:.1f} s before timing"]))
+        waited = f"weights moved onto 2 MiB pages in {moved:.1f} s before timing"
+        s.note = "; ".join(filter(None, [s.note, waited]))
     print("\n".join(gen.report.summary().splitlines()[:5]), flush=True)
 
     def call() -> tuple[torch.Tensor, float]:
