@@ -15,6 +15,8 @@ from eqsat_llm.generation import generator as generator_module
 from eqsat_llm.models.model_matrix import build
 from eqsat_llm.weights.meta import ParameterSource, meta_twin, plans_on_meta
 
+from .test_generation import prompt, reference
+
 
 def causal_lm(family: str) -> torch.nn.Module:
     return build(family, seq=1)[0].model
@@ -105,11 +107,8 @@ def test_experts_are_planned_on_the_twin_and_packed_from_the_weights_as_stored()
         held = [*program._runtime.weights, *program.graph.constants.values()]
         assert not any(tuple(t.shape) in transposed for t in held if t.numel() and not t.is_meta)
         assert not program.report.torch_ops
-    ids = torch.randint(3, 999, (1, 9), generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
-                              do_sample=False)
-    assert torch.equal(gen.generate(ids, 4), want)
+    ids = prompt(1, 9)
+    assert torch.equal(gen.generate(ids, 4), reference(model, ids, 4))
 
 
 def test_a_model_that_cannot_be_copied_is_planned_as_loaded():

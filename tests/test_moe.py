@@ -230,17 +230,14 @@ def test_a_checkpoint_with_one_tensor_per_expert_loads(tmp_path, family):
     int8 the tokens of quantizing the loaded model."""
     from eqsat_llm import Generator
 
-    from .test_generation import causal_lm
+    from .test_generation import causal_lm, prompt, reference
 
     model = causal_lm(family)
     model.save_pretrained(tmp_path)
-    ids = torch.randint(3, 999, (1, 9), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5,
-                              do_sample=False)
+    ids = prompt(1, 9)
     gen = Generator.from_pretrained(tmp_path, max_seq_len=32)
     assert gen.report.weights_from == "checkpoint" and not gen.report.decode.torch_ops
-    assert torch.equal(gen.generate(ids, 5), want)
+    assert torch.equal(gen.generate(ids, 5), reference(model, ids, 5))
     if family == "mixtral":
         stored = Generator.from_pretrained(tmp_path, max_seq_len=32, quantize="int8")
         loaded = Generator(model, max_seq_len=32, quantize="int8")
@@ -310,6 +307,8 @@ def test_a_half_models_experts_stay_half():
     planned on the meta twin, gives transformers' greedy tokens."""
     from eqsat_llm import Generator
 
+    from .test_generation import prompt, reference
+
     model, inputs = _mixtral(9)
     model = model.to(torch.bfloat16)
     compiled = optimize(model, inputs, measure_eager=False)
@@ -318,14 +317,10 @@ def test_a_half_models_experts_stay_half():
     with torch.no_grad():
         torch.testing.assert_close(compiled(*inputs).float(), model(*inputs).float(),
                                    atol=0.02, rtol=0.02)
-    lm = model.model
-    gen = Generator(lm, max_seq_len=32)
+    gen = Generator(model.model, max_seq_len=32)
     assert gen.report.weights_from == "model"
-    ids = torch.randint(3, 999, (1, 7), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        want = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
-                           do_sample=False)
-    assert torch.equal(gen.generate(ids, 4), want)
+    ids = prompt(1, 7)
+    assert torch.equal(gen.generate(ids, 4), reference(model.model, ids, 4))
 
 
 def test_experts_that_do_not_fill_whole_groups_stay_float_and_say_so():
