@@ -498,11 +498,15 @@ def figures(s: System, g: Group) -> Figures | None:
 STORED_FRACTION = {"int8": 0.25, "int4": (0.5 + 2 / 32) / 4}
 
 
+def stored_bytes(g: Group, system: str) -> float:
+    """A decode step's weight bytes in the system's stored format."""
+    return g.weight_bytes * STORED_FRACTION.get(system.rsplit("-", 1)[-1], 1.0)
+
+
 def bound_ms(g: Group, rates: Rates, system: str = "eqsat") -> float | None:
     """A decode step's weight bytes (in the system's stored format) over the measured read
     bandwidth, in ms."""
-    fraction = STORED_FRACTION.get(system.rsplit("-", 1)[-1], 1.0)
-    return g.weight_bytes * fraction / rates.read_bw * 1e3 if g.weight_bytes else None
+    return stored_bytes(g, system) / rates.read_bw * 1e3 if g.weight_bytes else None
 
 
 def table(groups: list[Group], rates: Rates | None) -> str:
@@ -549,8 +553,8 @@ def targets(groups: list[Group], rates: Rates | None) -> list[str]:
             if not (bound and fs):
                 continue
             r = fs.decode_ms / bound
-            mb = g.weight_bytes * STORED_FRACTION.get(name.rsplit("-", 1)[-1], 1.0) / 1e6
-            out.append(f"- {g.model}, batch {g.batch}, {LABEL[name]}: bound {mb:.0f} MB of "
+            out.append(f"- {g.model}, batch {g.batch}, {LABEL[name]}: bound "
+                       f"{stored_bytes(g, name) / 1e6:.0f} MB of "
                        f"weights per decode step / {rates.read_bw / 1e9:.1f} GB/s = "
                        f"{bound:.2f} ms per step, {g.batch * 1e3 / bound:.1f} tokens/s; "
                        f"decode {fs.decode_ms:.2f} ms per step = {r:.2f}x the bound "

@@ -192,6 +192,22 @@ def stored_weight_rules(fmt: str, stored: Tensor, aux: Tensor, facts: list, x: T
             guarded(fused, stored_fused, *facts))
 
 
+def stored_experts_rule(fmt: str, store, mark, x: Tensor, w: Tensor, sw: Vec[i64],
+                        *extra):
+    """The rewrite that stores a mixture's experts w [E, K, N] (shape sw) in the format
+    `fmt`: a float expert_mm on w, a constant float weight `mark` holds for (and `extra`
+    facts), becomes the one on store(M) = (stored, aux), M the experts side by side as one
+    [K, E N] weight (ops/experts.experts_matrix). Its other operands and attributes are
+    variables of their own."""
+    ids, ws, n = var("ids", Tensor), var("ws", Tensor), var("n", i64)
+    side = E.view(E.permute(w, Vec[i64](1, 0, 2)), Vec[i64](sw[1], sw[0] * sw[2]))
+    stored, aux = store(side)
+    facts = [is_const(w), mark(w), eq(sw).to(shape(w)), eq(sw.length()).to(i64(3)),
+             is_float_dtype(dtype(w)), *extra]
+    return guarded(E.expert_mm(x, w, ws, ids, String("float"), n),
+                   E.expert_mm(x, stored, aux, ids, String(fmt), n), *facts)
+
+
 @family("fusion")
 def matmul_epilogue(y: Tensor, m: Tensor, x: Tensor, w: Tensor, r: Tensor, al: f64,
                     s: Vec[i64], dt: String):

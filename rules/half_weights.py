@@ -7,14 +7,14 @@ model prices their 2 bytes a weight, so at decode, where reading the weight is w
 extraction takes the half weight. Exact: the values are unchanged."""
 
 import torch
-from egglog import String, Vec, eq, i64, var
+from egglog import String, Vec, eq, i64
 
 from eqsat_llm.egraph.analysis import HALF_EXACT, is_const, is_float_dtype
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
 from eqsat_llm.formats.half import WEIGHT_FORMATS
-from eqsat_llm.rulebook import exact, family, guarded
+from eqsat_llm.rulebook import exact, family
 
-from .fusion import NONE, stored_weight_rules
+from .fusion import NONE, stored_experts_rule, stored_weight_rules
 
 
 def _rounded_to(dt: str):
@@ -35,12 +35,7 @@ def half_weights(x: Tensor, w: Tensor, sw: Vec[i64]):
         matmul, gemm = stored_weight_rules(fmt, h, NONE, weight, x, w, sw)
         yield exact(f"{fmt}-matmul", matmul, note, **check)
         yield exact(f"{fmt}-gemm", gemm, note, **check)
-        # a mixture's experts W [E, K, N], side by side as one [K, E N] weight (ops/experts.py)
-        ids, ws, n = var("ids", Tensor), var("ws", Tensor), var("n", i64)
-        experts = [is_const(w), HALF_EXACT[dt](w), eq(sw).to(shape(w)),
-                   eq(sw.length()).to(i64(3)), is_float_dtype(dtype(w))]
-        side = E.view(E.permute(w, Vec[i64](1, 0, 2)), Vec[i64](sw[1], sw[0] * sw[2]))
-        yield exact(f"{fmt}-experts",
-                    guarded(E.expert_mm(x, w, ws, ids, String("float"), n),
-                            E.expert_mm(x, E.to_dtype(side, String(dt)), NONE, ids, String(fmt),
-                                        n), *experts), note, **check)
+        # a mixture's experts, side by side as one half weight
+        experts = stored_experts_rule(fmt, lambda m, dt=dt: (E.to_dtype(m, String(dt)), NONE),
+                                      HALF_EXACT[dt], x, w, sw)
+        yield exact(f"{fmt}-experts", experts, note, **check)

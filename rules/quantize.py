@@ -16,14 +16,14 @@ prefill.
 Approximate rules: their tolerance, relative to the largest output, is what `rules check`
 verifies on random instances."""
 
-from egglog import String, Vec, eq, i64, var
+from egglog import Vec, eq, i64
 
 from eqsat_llm.egraph.analysis import is_const, is_float_dtype, quantizable
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
 from eqsat_llm.formats.quant_formats import DYNAMIC, DYNAMIC4, DYNAMIC_STORED, FORMATS, format_group
-from eqsat_llm.rulebook import approximate, family, guarded
+from eqsat_llm.rulebook import approximate, family
 
-from .fusion import stored_weight_rules
+from .fusion import stored_experts_rule, stored_weight_rules
 
 # The worst error seen by `eqsat-llm rules check` over random instances, with a margin: each
 # weight is off by at most half a step (int8: max|w| / 254 per column; fp8_e4m3: 2^-4 of
@@ -54,20 +54,13 @@ def _family(fmt: str):
         matmul, gemm = stored_weight_rules(fmt, q, s, weight, x, w, sw)
         yield approximate(f"quantize-matmul-{fmt}", matmul, tol, note, dims)
         yield approximate(f"quantize-gemm-{fmt}", gemm, tol, note, dims)
-        # the experts W [E, K, N] of a mixture, stored side by side as one [K, E N] weight
-        # (ops/experts.py: each expert's output channels their own scales), weight-only
-        ids, ws, n = var("ids", Tensor), var("ws", Tensor), var("n", i64)
-        experts = [is_const(w), quantizable(w), eq(sw).to(shape(w)),
-                   eq(sw.length()).to(i64(3)), is_float_dtype(dtype(w))]
-        if group:
-            experts.append(eq(sw[1] % group).to(i64(0)))
-        side = E.view(E.permute(w, Vec[i64](1, 0, 2)), Vec[i64](sw[1], sw[0] * sw[2]))
-        yield approximate(
-            f"quantize-experts-{fmt}",
-            guarded(E.expert_mm(x, w, ws, ids, String("float"), n),
-                    E.expert_mm(x, E.quantize_weight(side, stored), E.weight_scales(side, stored),
-                                ids, String(stored), n), *experts),
-            TOLERANCE[stored], f"each expert stored as {stored}: within half a step", dims)
+        # a mixture's experts, each expert's output channels their own scales; weight-only
+        whole = [eq(sw[1] % group).to(i64(0))] if group else []
+        experts = stored_experts_rule(
+            stored, lambda m: (E.quantize_weight(m, stored), E.weight_scales(m, stored)),
+            quantizable, x, w, sw, *whole)
+        yield approximate(f"quantize-experts-{fmt}", experts, TOLERANCE[stored],
+                          f"each expert stored as {stored}: within half a step", dims)
 
     rules.__name__ = f"quantize_{fmt}"
     return family(f"quantize-{fmt}")(rules)

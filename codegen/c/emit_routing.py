@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ...formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from ...ir import Node, dtype_of
 from ...ops import operands_of
 from .emit_elementwise import emit_copy
@@ -130,9 +129,9 @@ def emit_expert_mm(node: Node, out: Ref, ins: list[Ref], layout: Layout) -> str 
     """out [S, N] = rows of x [S, K] times their experts' weights, w a constant: float
     experts [E, K, N] packed per expert when the program is prepared (any strides, so
     transformers' [E, N, K] storage read transposed is packed as it lies), or stored ones
-    (int8, fp8, int4 groups: [K, E N] side by side, N a whole number of QUANT_PANEL panels)
-    laid out as the quantized GEMM's panels; x's rows contiguous along k, out's along n,
-    float32. Otherwise the op runs in torch."""
+    (int8, fp8, int4 groups, bf16, fp16: [K, E N] side by side, N a whole number of
+    QUANT_PANEL panels) laid out as the quantized GEMM's panels; x's rows contiguous along
+    k, out's along n, float32. Otherwise the op runs in torch."""
     x, w, w_scale, ids = operands_of("expert_mm", ins)
     if not (x.dtype == out.dtype == "float32") or ids.ctype != "int64_t" or \
             len(x.shape) != 2 or len(ids.shape) != 1 or x.strides[1] != 1 or \
@@ -164,14 +163,13 @@ def _stored_experts(fmt: str, out: Ref, x: Ref, w: Ref, w_scale: Ref, ids: Ref,
     if panels is None:
         return None
     code, group, wq, ws = panels
-    # bytes from one expert's panels to the next: its rows of integers (int8, int4's byte
-    # pairs; a half weight's values) or of scales (int8: one row of float32; int4: a group's
-    # float16 per row; half: none)
-    expert_q = w.shape[0] * N * (2 if fmt in HALF_FORMATS else dtype_of(w.dtype).itemsize)
-    expert_s = 0 if ws is None else w_scale.shape[0] * N * 2 if group else N * 4
+    experts = w.shape[1] // N
+
+    def per_expert(r: Ref | None) -> int:  # bytes from one expert's panels to the next
+        return 0 if r is None else math.prod(r.shape) * dtype_of(r.dtype).itemsize // experts
+
     par = int(K * N >= PARALLEL_MIN * 8)
-    return calling(f"""eq_expert_mm_q({S}, {K}, {N}, {w.shape[1] // N}, {x.ptr()},
-               {x.strides[0]}, {code}, {group}, (const char*){wq.ptr()}, {expert_q},
-               (const char*){ws.ptr() if ws else 'NULL'}, {expert_s}, {ids.ptr()},
-               {out.ptr(const=False)},
-               {out.strides[0]}, {par});""", QUANT_EXPERTS)
+    return calling(f"""eq_expert_mm_q({S}, {K}, {N}, {experts}, {x.ptr()}, {x.strides[0]},
+               {code}, {group}, (const char*){wq.ptr()}, {per_expert(wq)},
+               (const char*){ws.ptr() if ws else 'NULL'}, {per_expert(ws)}, {ids.ptr()},
+               {out.ptr(const=False)}, {out.strides[0]}, {par});""", QUANT_EXPERTS)

@@ -63,17 +63,16 @@ def experts_on_meta() -> Iterator[None]:
     try:
         from transformers.integrations import moe
     except ImportError:
-        yield
-        return
+        moe = None
     chooses = getattr(moe, "_can_use_grouped_mm", None)
-    if chooses is None:
-        yield
-        return
-    moe._can_use_grouped_mm = lambda x, w, offs: w.device.type != "meta" and chooses(x, w, offs)
+    if chooses is not None:
+        moe._can_use_grouped_mm = lambda x, w, offs: w.device.type != "meta" and \
+            chooses(x, w, offs)
     try:
         yield
     finally:
-        moe._can_use_grouped_mm = chooses
+        if chooses is not None:
+            moe._can_use_grouped_mm = chooses
 
 
 def _grouped_mm() -> frozenset:

@@ -252,10 +252,10 @@ def _matmul_shape(op: str, attrs: dict[str, Any], ins: list[TensorType],
     if op == "gemm":
         return _gemm_shape(attrs, ins, out)
     if op == "expert_mm":  # x [S, K] @ W[ids[s]] (W [E, K, N]): an expert's rows share it
-        (S, K), N = ins[0].shape, attrs["n"]
-        g, rows = operands_of(op, ins), max(1, S // expert_count(attrs, ins))
+        (S, K), N, E = ins[0].shape, attrs["n"], expert_count(attrs, ins)
+        g, rows = operands_of(op, ins), max(1, S // E)
         flops = 2.0 * S * K * N * _weight_format_factor(attrs["weight"], g.w, g.w_scale,
-                                                        rows, K * N * expert_count(attrs, ins))
+                                                        rows, K * N * E)
         return flops, min(rows, N, K), 0.0
     a = ins[1] if op == "addmm" else ins[0]
     b = ins[1] if op in ("linear", "linear_bias") else ins[-1]

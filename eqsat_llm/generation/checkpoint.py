@@ -83,9 +83,13 @@ class Checkpoint:
         """Whether the model's tensor `key` is stored, or made of stored ones."""
         return key in self._where or key in self.converted
 
+    def _made(self, key: str) -> Converted | None:
+        """How `key` is made of stored tensors, where it is not stored itself."""
+        return None if key in self._where else self.converted.get(key)
+
     def shape(self, key: str) -> tuple[int, ...]:
-        if key not in self._where and key in self.converted:
-            return self.converted[key].shape(self.shape)
+        if made := self._made(key):
+            return made.shape(self.shape)
         with self._handle(key) as f:
             return tuple(f.get_slice(key).get_shape())
 
@@ -93,8 +97,8 @@ class Checkpoint:
         """One tensor, read from its memory-mapped shard (a converted one from those it is
         made of, one at a time). The shard is mapped for this read alone: a mapping kept open
         would keep every page read through it resident."""
-        if key not in self._where and key in self.converted:
-            return self.converted[key].make(self.tensor)
+        if made := self._made(key):
+            return made.make(self.tensor)
         try:
             with self._handle(key) as f:
                 t = f.get_tensor(key)
@@ -159,7 +163,7 @@ class Checkpoint:
 
     def rows(self, key: str, start: int, stop: int) -> torch.Tensor:
         """Rows [start, stop) of the tensor `key` (dim 0), read alone from its shard."""
-        if key not in self._where and key in self.converted:
+        if self._made(key):
             return self.tensor(key)[start:stop]
         try:
             with self._handle(key) as f:

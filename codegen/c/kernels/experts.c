@@ -83,6 +83,18 @@ static void eq_expert_rows(int64_t S, int64_t N, int64_t E, const int64_t* ids,
         if ((uint64_t)ids[s] < (uint64_t)E) order[fill[ids[s]]++] = s;
 }
 
+/* the rows order[0..rows) of x gathered into a [rows, K], contiguous (an expert's rows) */
+static void eq_gather_rows(int64_t rows, int64_t K, const float* x, int64_t ldx,
+                           const int64_t* order, float* a) {
+    for (int64_t i = 0; i < rows; i++) memcpy(a + i * K, x + order[i] * ldx, K * 4);
+}
+/* the rows of c [rows, N] scattered back to out's rows order[0..rows) */
+static void eq_scatter_rows(int64_t rows, int64_t N, const float* c, const int64_t* order,
+                            float* o, int64_t ldo, int parallel) {
+#pragma omp parallel for if (parallel && rows * N >= 32768)
+    for (int64_t i = 0; i < rows; i++) memcpy(o + order[i] * ldo, c + i * N, N * 4);
+}
+
 /* S rows of x (row s at x + s * ldx, k contiguous; ldx 0: one row for all), ids[s] in
    [0, E) (others: an index error, their row NaN); the experts' packed panels at w (expert
    stride lde); out row s at o + s * ldo, columns contiguous. */
@@ -103,11 +115,10 @@ static void eq_expert_mm(int64_t S, int64_t K, int64_t N, int64_t E, const float
         float* c = a ? eq_grow(&eq_xc, &eq_xc_n, rows * N) : NULL;
         gemm[e] = c != NULL;  /* (out of memory: the tiles below take the expert) */
         if (!gemm[e]) continue;
-        for (int64_t i = 0; i < rows; i++) memcpy(a + i * K, x + order[r0 + i] * ldx, K * 4);
+        eq_gather_rows(rows, K, x, ldx, order + r0, a);
         eq_gemm_packed(rows, N, K, a, K, w + e * lde, c, N, 1.0f, NULL, NULL, 0, 0,
                        parallel);
-#pragma omp parallel for if (parallel && rows * N >= 32768)
-        for (int64_t i = 0; i < rows; i++) memcpy(o + order[r0 + i] * ldo, c + i * N, N * 4);
+        eq_scatter_rows(rows, N, c, order + r0, o, ldo, parallel);
     }
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
     for (int64_t task = 0; task < E * blocks; task++) {

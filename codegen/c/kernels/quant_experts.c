@@ -1,11 +1,12 @@
 /* ---- expert GEMM on stored experts (codegen/c/emit_routing.py): out[s, :] = x[s, :] @
-   W[ids[s]], W's experts quantized (int8, fp8, int4 groups) side by side and laid out by
-   QuantPanels as one [K, E N] weight: expert e is panels [e P, (e + 1) P) (P = N / 64), its
-   integers at wq + e * lwe bytes, its scales at s + e * lse bytes. The rows are grouped by
-   expert (eq_expert_rows, experts.c) and each expert used runs the quantized GEMM
-   (eq_gemm_q, quant_gemm.c) once on its rows: at decode one row each, read in place, the
-   expert's panels streamed once (threads over its panels); at prefill its rows gathered into
-   a buffer of the calling thread and the results scattered back. */
+   W[ids[s]], W's experts stored (int8, fp8, int4 groups; bf16, fp16 values) side by side and
+   laid out by QuantPanels as one [K, E N] weight: expert e is panels [e P, (e + 1) P)
+   (P = N / 64), its integers at wq + e * lwe bytes, its scales (none for half) at
+   s + e * lse bytes. The rows are grouped by expert (experts.c: eq_expert_rows,
+   eq_gather_rows, eq_scatter_rows) and each expert used runs the quantized GEMM (eq_gemm_q,
+   quant_gemm.c) once on its rows: at decode one row each, read in place, the expert's panels
+   streamed once (threads over its panels); at prefill its rows gathered into a buffer of the
+   calling thread and the results scattered back. */
 static void eq_expert_mm_q(int64_t S, int64_t K, int64_t N, int64_t E, const float* x,
                            int64_t ldx, int fmt, int64_t group, const char* wq, int64_t lwe,
                            const char* s, int64_t lse, const int64_t* ids, float* o,
@@ -26,9 +27,9 @@ static void eq_expert_mm_q(int64_t S, int64_t K, int64_t N, int64_t E, const flo
         float* a = eq_grow(&eq_xa, &eq_xa_n, rows * K);
         float* c = a ? eq_grow(&eq_xc, &eq_xc_n, rows * N) : NULL;
         if (!c) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
-        for (int64_t i = 0; i < rows; i++) memcpy(a + i * K, x + order[r0 + i] * ldx, K * 4);
+        eq_gather_rows(rows, K, x, ldx, order + r0, a);
         eq_gemm_q(rows, N, K, a, K, fmt, group, we, se, c, N, 1.0f, NULL, NULL, 0, 0, 0,
                   parallel);
-        for (int64_t i = 0; i < rows; i++) memcpy(o + order[r0 + i] * ldo, c + i * N, N * 4);
+        eq_scatter_rows(rows, N, c, order + r0, o, ldo, parallel);
     }
 }
