@@ -33,8 +33,8 @@ def has_half(graph: Graph) -> bool:
 def exact_half_dtypes(value: torch.Tensor) -> list[str]:
     """The half dtypes that hold every value of `value` exactly: its own if it is half; for a
     float32 or float64 matrix, or a mixture's experts [E, K, N], those it happens to fit (a
-    half checkpoint loaded as float32), read off its values (its first row, or expert, first:
-    most float32 weights fail there); else none."""
+    half checkpoint loaded as float32), read off its values (its first row first: most
+    float32 weights fail there); else none."""
     dt = str(value.dtype).removeprefix("torch.")
     if dt in HALF:
         return [dt]
@@ -43,10 +43,11 @@ def exact_half_dtypes(value: torch.Tensor) -> list[str]:
             value.is_meta:
         return []
     value = value.detach()
+    first_row = value[(slice(0, 1),) * (value.dim() - 1)]  # (a view: an expert's first row)
 
     def fits(dt: str, v: torch.Tensor) -> bool:
         return torch.equal(v.to(getattr(torch, dt)).to(v.dtype), v)
-    return [dt for dt in sorted(HALF) if fits(dt, value[:1]) and fits(dt, value)]
+    return [dt for dt in sorted(HALF) if fits(dt, first_row) and fits(dt, value)]
 
 
 def _is_half(t: ValueType) -> bool:
