@@ -113,21 +113,17 @@ def test_expert_mm_reads_every_row_once_whatever_the_order(ids):
     run_and_compare(g, xs, tol=1e-4)
 
 
-@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3", "int4_g32", "int4_g128", "bf16", "fp16"])
-@pytest.mark.parametrize("S,ids", [
-    (2, [3, 1]),                                   # decode: a row each, in place
-    (12, [0, 2, 2, 0, 2, 1, 2, 2, 0, 2, 2, 1]),    # prefill: rows gathered per expert
-])
-def test_stored_experts_match_eager(fmt, S, ids):
-    """Experts stored side by side ([K, E N]: each expert's output channels their own
-    scales; half formats their values in that dtype) times rows routed to them, against
-    eager's bmm over the decoded experts (the oracle's own decoding of the formats); one
-    expert unused."""
+STORED_EXPERTS = ["int8", "fp8_e4m3", "int4_g32", "int4_g128", "bf16", "fp16"]
+
+
+def stored_experts_graph(fmt: str, ids: list[int]) -> tuple[Graph, list[torch.Tensor]]:
+    """x [S, 256] times 4 experts [256, 128] stored side by side in `fmt` ([K, E N]: each
+    expert's output channels their own scales; half formats their values in that dtype)."""
     from eqsat_llm.formats.half_formats import WEIGHT_FORMATS
     from eqsat_llm.formats.quant_formats import quantize
     from eqsat_llm.ops.experts import experts_matrix
 
-    E, K, N = 4, 256, 128
+    E, K, N, S = 4, 256, 128, len(ids)
     gen = torch.Generator().manual_seed(S)
     side = experts_matrix(torch.randn(E, K, N, generator=gen))
     g = Graph()
@@ -140,8 +136,20 @@ def test_stored_experts_match_eager(fmt, S, ids):
         w, scales = const(g, q), const(g, s)
     g.outputs = [g.add("expert_mm", (x, w, scales, const(g, torch.tensor(ids))), weight=fmt,
                        n=N)]
+    return g, [torch.randn(S, K, generator=gen)]
+
+
+@pytest.mark.parametrize("fmt", STORED_EXPERTS)
+@pytest.mark.parametrize("ids", [
+    [3, 1],                                  # decode: a row each, in place
+    [0, 2, 2, 0, 2, 1, 2, 2, 0, 2, 2, 1],    # prefill: rows gathered per expert
+], ids=["decode", "prefill"])
+def test_stored_experts_match_eager(fmt, ids):
+    """Stored experts times rows routed to them, against eager's bmm over the decoded experts
+    (the oracle's own decoding of the formats); one expert unused."""
+    g, xs = stored_experts_graph(fmt, ids)
     assert "eq_expert_mm_q" in c_runtime(g).source
-    run_and_compare(g, [torch.randn(S, K, generator=gen)], tol=1e-4)
+    run_and_compare(g, xs, tol=1e-4)
 
 
 def test_expert_mm_refuses_an_expert_out_of_range():

@@ -89,7 +89,7 @@ def _rint(v):
 
 
 @triton.jit
-def _w_tile(w_ptr, scale_ptr, k, n, mask, sw_k, sw_n, ss_k, ss_n,
+def weight_tile(w_ptr, scale_ptr, k, n, mask, sw_k, sw_n, ss_k, ss_n,
             WEIGHT: tl.constexpr, GROUP: tl.constexpr):
     # a weight tile [BLOCK_K, BLOCK_N] in float32, dequantized, zero outside the matrix
     if WEIGHT == 2:  # int4: byte (k // 2, n), low nibble for even k, stored as q + 8
@@ -185,10 +185,10 @@ def gemm_kernel(
             q = tl.minimum(tl.maximum(_rint(a * inv[:, None]) + z[:, None], 0.0), 127.0)
             a = s[:, None] * (q - z[:, None])
         w_mask = (k < K)[:, None] & n_mask[None, :]
-        w = _w_tile(w_ptr, scale_ptr, k, offs_n, w_mask, sw_k, sw_n, ss_k, ss_n, WEIGHT, GROUP)
+        w = weight_tile(w_ptr, scale_ptr, k, offs_n, w_mask, sw_k, sw_n, ss_k, ss_n, WEIGHT, GROUP)
         acc = tl.dot(a, w, acc, input_precision="ieee")
         if EPILOGUE == 2:  # swiglu: Wu, the columns N.. 2N - 1
-            w = _w_tile(w_ptr, scale_ptr, k, offs_n + N, w_mask, sw_k, sw_n, ss_k, ss_n,
+            w = weight_tile(w_ptr, scale_ptr, k, offs_n + N, w_mask, sw_k, sw_n, ss_k, ss_n,
                         WEIGHT, GROUP)
             acc_up = tl.dot(a, w, acc_up, input_precision="ieee")
 
@@ -305,7 +305,7 @@ def _plan(name: str, lead: tuple[int, ...], n: int, k: int, x: _View, w: _View, 
     return [Launch(name, gemm_kernel, grid, args, constexprs)]
 
 
-def _weight_format(fmt: str, w: Operand, scale: Operand, k: int, cols: int
+def weight_format(fmt: str, w: Operand, scale: Operand, k: int, cols: int
                    ) -> tuple[int, int, tuple[Operand, int, int] | None] | None:
     """(WEIGHT, GROUP, scale and its strides) of a gemm weight format, or None for a format,
     dtype or shape the kernel does not read."""
@@ -345,7 +345,7 @@ def plan_gemm(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | No
     n, k, epilogue = d.n, x.shape[-1], d.epilogue
     if out.shape != x.shape[:-1] + (n,):
         return None
-    fmt = _weight_format(d.weight, w, w_scale, k, d.columns)
+    fmt = weight_format(d.weight, w, w_scale, k, d.columns)
     if fmt is None:
         return None
     weight, group, scale = fmt
