@@ -45,8 +45,9 @@ def _graph(m: int, k: int, n: int, constant: bool, batch: tuple[int, ...] = (1,)
 @needs_cc
 @pytest.mark.parametrize("constant", [True, False])
 def test_c_kernel_against_the_reference(constant):
-    for m, k, n, batch in [(1, 9, 37, (1,)), (5, 19, 70, (1,)), (33, 16, 300, (2,)),
-                           (130, 8, 33, (1,))]:
+    # (decode rows over 7 and 10 panels: two gate and two up panels side by side, a tail of one)
+    for m, k, n, batch in [(1, 9, 37, (1,)), (1, 21, 200, (1,)), (1, 12, 300, (1,)),
+                           (5, 19, 70, (1,)), (33, 16, 300, (2,)), (130, 8, 33, (1,))]:
         g = _graph(m, k, n, constant, batch)
         rt = check(g, rand_inputs(g), use_blas=False)
         assert ("eq_gemm_packed_swiglu(" in rt.source.split("/* kernel ")[-1]) == constant

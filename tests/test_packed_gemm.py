@@ -92,6 +92,25 @@ def test_epilogues_batches_and_views(flags):
     assert "bb[" not in rt.source
 
 
+@pytest.mark.parametrize("flags", FLAGS)
+def test_a_decode_row_over_many_panels(flags):
+    """One row (decode) against 4 to 21 panels: up to four read side by side, then the tail
+    (each thread's share of 10 panels is 5, of 13 is 6 and 7), with each epilogue."""
+    k = 37
+    g = Graph()
+    x = inp(g, (1, k))
+    outs = []
+    for n in (128, 300, 417, 650):
+        w = const(g, torch.randn(k, n))
+        outs += [g.add("matmul", (x, w), alpha=0.5),
+                 add_gemm(g, x, w, addend=inp(g, (1, n)), alpha=2.0, epilogue="add"),
+                 g.add("addmm", (const(g, torch.randn(n)), x, w), beta=0.5, alpha=1.5),
+                 add_gemm(g, x, w, act="gelu_tanh")]
+    g.outputs = outs
+    rt = check(g, rand_inputs(g), flags=flags, use_blas=False)
+    assert _packed_calls(rt) == len(outs)
+
+
 def test_a_weight_that_is_an_input_is_not_packed():
     g = Graph()
     x, w = inp(g, (20, 8)), inp(g, (8, 40))

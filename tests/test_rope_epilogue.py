@@ -72,7 +72,7 @@ def _in_epilogue(rt: CRuntime) -> tuple[int, ...]:
 @needs_cc
 @pytest.mark.parametrize("b,s,heads,d,kw", [
     (1, 16, 4, 32, {}), (1, 37, 2, 64, {}), (2, 15, 3, 64, {"norm": True}),
-    (1, 1, 4, 64, {"norm": True}), (2, 9, 2, 128, {"cs_4d": True}),
+    (1, 1, 4, 64, {"norm": True}), (1, 1, 3, 128, {}), (2, 9, 2, 128, {"cs_4d": True}),
     (2, 20, 3, 32, {"permuted": False}), (3, 1, 2, 32, {"norm": True, "cs_4d": True}),
 ])
 def test_fused_rope_matches_reference(b, s, heads, d, kw):

@@ -65,6 +65,26 @@ static inline __attribute__((always_inline)) void eq_tile(
         _mm512_mask_storeu_ps(c + r * ldc + 16, k1, _mm512_mul_ps(x1[r], va));
     }
 }
+/* decode: one row a times np panels b[0..np) (K x 32 each), read side by side: np streams
+   in flight and 2 np independent FMA chains; the np * 32 sums stored at t. (One panel at a
+   time, eq_tile's 2 chains, a 6-layer TinyLlama's one-token program took 52.4 ms against
+   41.6 with four: 25 -> 32 GB/s of weights) */
+static inline __attribute__((always_inline)) void eq_row_panels(
+        int64_t K, const float* a, const float* const* b, const int np, float* t) {
+    __m512 x[8];
+    for (int j = 0; j < 2 * np; j++) x[j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const __m512 av = _mm512_set1_ps(a[k]);
+        for (int p = 0; p < np; p++) {
+            x[2 * p] = _mm512_fmadd_ps(av, _mm512_load_ps(b[p] + k * 32), x[2 * p]);
+            x[2 * p + 1] = _mm512_fmadd_ps(av, _mm512_load_ps(b[p] + k * 32 + 16), x[2 * p + 1]);
+        }
+    }
+    for (int j = 0; j < 2 * np; j++) _mm512_store_ps(t + 16 * j, x[j]);
+}
+#ifndef EQ_NO_ROW_PANELS  /* (benchmarks: the same program a panel at a time) */
+#define EQ_ROW_PANELS 4
+#endif
 #define EQ_MR 14  /* the tallest tile (28 zmm accumulators) */
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -127,6 +147,24 @@ static inline __attribute__((always_inline)) void eq_row32(
         _mm256_maskstore_ps(c + 8 * j, mask, _mm256_mul_ps(_mm256_add_ps(x[j], x[4 + j]), va));
     }
 }
+/* decode: one row a times np panels b[0..np) read side by side (as the AVX-512 kernel's),
+   4 ymm accumulators a panel; the np * 32 sums stored at t */
+static inline __attribute__((always_inline)) void eq_row_panels(
+        int64_t K, const float* a, const float* const* b, const int np, float* t) {
+    __m256 x[16];
+    for (int j = 0; j < 4 * np; j++) x[j] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const __m256 av = _mm256_broadcast_ss(a + k);
+        for (int p = 0; p < np; p++)
+            for (int j = 0; j < 4; j++)
+                x[4 * p + j] = _mm256_fmadd_ps(av, _mm256_loadu_ps(b[p] + k * 32 + 8 * j),
+                                               x[4 * p + j]);
+    }
+    for (int j = 0; j < 4 * np; j++) _mm256_storeu_ps(t + 8 * j, x[j]);
+}
+#ifndef EQ_NO_ROW_PANELS
+#define EQ_ROW_PANELS 2
+#endif
 static inline __attribute__((always_inline)) void eq_tile(
         const int rows, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
         int64_t ldc, int ncols, float alpha, const char* pf, int64_t pfk) {
@@ -236,6 +274,41 @@ static float* eq_grow(float** buf, int64_t* have, int64_t n) {
     }
     return *buf;
 }
+/* decode: one row's columns of panels [p, p1) (K x 32 each at bp) with the epilogue, up to
+   EQ_ROW_PANELS panels side by side (eq_row_panels); a panel at a time elsewhere */
+static void eq_row_range(int64_t N, int64_t K, const float* a, const float* bp, float* c,
+                         int64_t p, int64_t p1, float alpha, const float* rowscale,
+                         const eq_addend* e, int ne, int act) {
+#ifdef EQ_ROW_PANELS
+    float t[32 * EQ_ROW_PANELS] __attribute__((aligned(64)));
+    while (p < p1) {
+        const int q = p1 - p < EQ_ROW_PANELS ? (int)(p1 - p) : EQ_ROW_PANELS;
+        const float* b[EQ_ROW_PANELS];
+        for (int i = 0; i < q; i++) b[i] = bp + (p + i) * K * 32;
+        switch (q) {  /* (each count its own unrolled loop) */
+#if EQ_ROW_PANELS == 4
+        case 4: eq_row_panels(K, a, b, 4, t); break;
+        case 3: eq_row_panels(K, a, b, 3, t); break;
+#endif
+        case 2: eq_row_panels(K, a, b, 2, t); break;
+        default: eq_row_panels(K, a, b, 1, t); break;
+        }
+        const int64_t n0 = p * 32;
+        const int ncols = (int)(N - n0 < 32 * q ? N - n0 : 32 * q);
+#pragma omp simd
+        for (int j = 0; j < ncols; j++) c[n0 + j] = alpha * t[j];
+        if (rowscale || ne || act)
+            eq_tile_epilogue(1, c + n0, 0, 0, n0, ncols, rowscale, e, ne, act);
+        p += q;
+    }
+#else
+    for (; p < p1; p++) {
+        const int64_t n0 = p * 32;
+        eq_panel(1, K, a, 0, bp + p * K * 32, c, 0, n0, (int)(N - n0 < 32 ? N - n0 : 32),
+                 alpha, rowscale, e, ne, act, 0, 0);
+    }
+#endif
+}
 /* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ B) + sum_i scale_i * e_i);
    A [M, K] with row stride lda and unit column stride; bp: B packed by PackedWeight. */
 static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64_t K,
@@ -248,7 +321,8 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
     {
         EQ_THREAD_IDS;
         const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
-        for (int64_t p = p0; p < p1; p++) {
+        if (M == 1) eq_row_range(N, K, a, bp, c, p0, p1, alpha, rowscale, e, ne, act);
+        else for (int64_t p = p0; p < p1; p++) {
             const int64_t n0 = p * 32;
             const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
             eq_panel(M, K, a, lda, bp + p * K * 32, c, ldc, n0, ncols, alpha, rowscale, e, ne,
@@ -327,8 +401,34 @@ static void eq_expanded_panels(int64_t M, int64_t K, const float* a, int64_t lda
                      e, ne, act, 0, 0);
     }
 }
+#ifdef EQ_ROW_PANELS
+/* decode: silu(a @ Bg) * (a @ Bu) for panels [p, p1), EQ_ROW_PANELS / 2 gate panels and as
+   many up panels side by side */
+static void eq_row_swiglu(int64_t N, int64_t K, const float* a, const float* bg,
+                          const float* bu, float* c, int64_t p, int64_t p1) {
+    float t[32 * EQ_ROW_PANELS] __attribute__((aligned(64)));
+    while (p < p1) {
+        const int q = p1 - p < EQ_ROW_PANELS / 2 ? 1 : EQ_ROW_PANELS / 2;
+        const float* b[EQ_ROW_PANELS];
+        for (int i = 0; i < q; i++) {
+            b[i] = bg + (p + i) * K * 32;
+            b[q + i] = bu + (p + i) * K * 32;
+        }
+#if EQ_ROW_PANELS == 4
+        if (q == 2) eq_row_panels(K, a, b, 4, t);
+        else
+#endif
+        eq_row_panels(K, a, b, 2, t);
+        const int64_t n0 = p * 32;
+        const int ncols = (int)(N - n0 < 32 * q ? N - n0 : 32 * q);
+#pragma omp simd
+        for (int j = 0; j < ncols; j++) c[n0 + j] = t[j] * eq_sigmoidf(t[j]) * t[32 * q + j];
+        p += q;
+    }
+}
+#endif
 /* C[M, N] = swiglu(A @ Bg, A @ Bu) = g * sigmoid(g) * u, Bg and Bu packed alike: per panel,
-   eq_panel_swiglu. */
+   eq_panel_swiglu (one row: eq_row_swiglu where built). */
 static __attribute__((noinline)) void eq_gemm_packed_swiglu(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* bg,
         const float* bu, float* c, int64_t ldc, int parallel) {
@@ -338,6 +438,10 @@ static __attribute__((noinline)) void eq_gemm_packed_swiglu(
     {
         EQ_THREAD_IDS;
         const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
+#ifdef EQ_ROW_PANELS
+        if (M == 1) eq_row_swiglu(N, K, a, bg, bu, c, p0, p1);
+        else
+#endif
         for (int64_t p = p0; p < p1; p++) {
             const int64_t n0 = p * 32;
             const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
@@ -401,7 +505,9 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
             for (int64_t m = 0; m < M; m += r ? 14 : M) {
                 const int rows = r && M - m > 14 ? 14 : (int)(M - m);
                 for (int i = 0; i < ne; i++) { es[i] = e[i]; es[i].p += m * e[i].rs; }
-                for (int64_t p = pa; p < pb; p++) {
+                if (M == 1)  /* (decode: the head's panels side by side) */
+                    eq_row_range(N, K, a, bp, c, pa, pb, alpha, rowscale, es, ne, act);
+                else for (int64_t p = pa; p < pb; p++) {
                     const int ncols = (int)(N - p * 32 < 32 ? N - p * 32 : 32);
                     /* (all rows at once: the next panel prefetched as in eq_gemm_packed) */
                     const int next = !r && M > EQ_MR && p + 1 < (g1 * gp < np ? g1 * gp : np);
