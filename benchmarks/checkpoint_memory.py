@@ -1,20 +1,22 @@
 """Generating from a checkpoint directory: peak memory and start-up, per precision.
 
-    .venv/bin/python benchmarks/checkpoint_memory.py [--shape tinyllama|llama7b] [--layers N]
+    .venv/bin/python benchmarks/checkpoint_memory.py [--shape tinyllama|llama7b|mixtral_large]
+        [--layers N]
         [--formats bf16,int8,int4] [--loaded] [--warm] [--check-logits] [--write]
         (formats: fp32 too, the bf16 checkpoint's values widened: dtype=torch.float32)
 
-Writes a LLaMA-shaped checkpoint in bf16 with random weights layer by layer (one shard a
-layer: never the whole model in memory), then for each format runs, in a fresh process,
-`Generator.from_pretrained(dir, max_seq_len=256, quantize=...)` and a 16-token prompt with 16
-new tokens, and reports the process's peak RSS beside what it must hold (the prepared weights,
-the KV cache, the two arenas) and the bare `import eqsat_llm, torch` process. A start is
-the Generator's construction (from_pretrained) in that process; its imports are timed apart.
-"(peak - bare) / held" is the issue's measure (peak <= 1.15 x held + bare). The child peak is
-the largest child process's (the parallel start's optimizer, or gcc). With --loaded,
-transformers loads the checkpoint first and `Generator(model, ...)` prepares from the loaded
-model's tensors: the table says what the Generator adds to the model. --write puts the table
-into benchmarks/RESULTS.md ("Generating from a checkpoint" or "from a loaded model").
+Writes a LLaMA-shaped checkpoint in bf16 with random weights layer by layer (one shard a layer:
+never the whole model in memory; mixtral_large: the model built whole and written by
+transformers' save_pretrained, its experts one tensor each), then for each format runs, in a
+fresh process, `Generator.from_pretrained(dir, max_seq_len=256, quantize=...)` and a 16-token
+prompt with 16 new tokens, and reports the process's peak RSS beside what it must hold (the
+prepared weights, the KV cache, the two arenas) and the bare `import eqsat_llm, torch` process.
+A start is the Generator's construction (from_pretrained) in that process; its imports are
+timed apart. "(peak - bare) / held" is the issue's measure (peak <= 1.15 x held + bare). The
+child peak is the largest child process's (the parallel start's optimizer, or gcc). With
+--loaded, transformers loads the checkpoint first and `Generator(model, ...)` prepares from the
+loaded model's tensors: the table says what the Generator adds to the model. --write puts the
+table into benchmarks/RESULTS.md ("Generating from a checkpoint" or "from a loaded model").
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ SHAPES = {
                   "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 32000},
     "llama7b": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                 "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000},
+    # a mixture of experts (model_matrix.MIXTRAL_LARGE: 8 experts of FFN 3584, top-2), written
+    # by transformers' save_pretrained: one tensor per expert, converted as it loads
+    "mixtral_large": {"moe": True, "num_hidden_layers": 4, "vocab_size": 32000},
 }
 
 
@@ -43,6 +48,13 @@ def write_checkpoint(path: Path, shape: dict, layers: int) -> int:
     import transformers
     from safetensors.torch import save_file
 
+    if shape.get("moe"):  # small enough to build whole (1.7 GB fp32)
+        from eqsat_llm.models.model_matrix import mixtral_large
+
+        model = mixtral_large().to(torch.bfloat16)
+        model.config.use_cache = True
+        model.save_pretrained(path)
+        return sum(p.numel() * p.element_size() for p in model.parameters())
     cfg = transformers.LlamaConfig(**(shape | {"num_hidden_layers": layers}),
                                    max_position_embeddings=2048, rms_norm_eps=1e-5,
                                    tie_word_embeddings=False, dtype="bfloat16")
@@ -132,7 +144,8 @@ print(json.dumps({"format": fmt, "bare": bare, "model": model_bytes, "model_s": 
     "cache": gen.report.cache_bytes, "arenas": sum(p.plan.arena_bytes for p in programs),
     "start_s": start, "import_s": import_s, "read_bytes": gen.report.weights_read_bytes,
     # the weights' own seconds: loading less the C compile it includes (a cold cache's)
-    "load_s": gen.load_seconds - sum(p._runtime.compile_seconds for p in programs),
+    "load_s": gen.load_seconds - sum(p._runtime.compile_seconds for p in programs)
+              if gen.load_seconds else None,  # (folded: made while optimizing)
     "program_cache": gen.decode_program.report.program_cache, "decode_tok_s": run["new_tokens"] /
     run["decode_s"] if run["decode_s"] else None}))
 """
@@ -287,6 +300,10 @@ def main() -> None:
 GB = 1e9
 
 
+def _seconds(s: float | None) -> str:
+    return "while optimizing" if s is None else f"{s:.1f}"
+
+
 def loaded_table(rows: list[dict]) -> list[str]:
     """The loaded model's rows: what the Generator adds to the model transformers holds."""
     lines = [("The model loaded by transformers (bf16), then `Generator(model, max_seq_len=256, "
@@ -305,7 +322,7 @@ def loaded_table(rows: list[dict]) -> list[str]:
                      f"{r['prepared'] / GB:.2f} | {(r['cache'] + r['arenas']) / GB:.2f} | "
                      f"{r['bare'] / GB:.2f} | {(r['peak'] - held) / GB:.2f} | "
                      f"{r['weights_from']} | {r['model_s']:.1f} | {r['start_s']:.1f} "
-                     f"({r['load_s']:.1f}) | {warm} | {r['decode_tok_s'] or 0:.1f} |")
+                     f"({_seconds(r['load_s'])}) | {warm} | {r['decode_tok_s'] or 0:.1f} |")
     return lines
 
 
@@ -319,15 +336,15 @@ def checkpoint_table(rows: list[dict]) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         held = r["prepared"] + r["cache"] + r["arenas"]
-        warm = (f"{r['warm_start_s']:.1f} ({r['warm_load_s']:.1f}; program cache "
+        warm = (f"{r['warm_start_s']:.1f} ({_seconds(r['warm_load_s'])}; program cache "
                 f"{r['warm_cache']})" if "warm_start_s" in r else "not run")
         imports = f"{r['import_s']:.1f}" + (f", {r['warm_import_s']:.1f}"
                                            if "warm_import_s" in r else "")
         lines.append(f"| {r['format']} | {r['peak'] / GB:.2f} | {r['prepared'] / GB:.2f} "
                      f"({r['decode_prepared'] / GB:.2f}) | {(r['cache'] + r['arenas']) / GB:.2f} "
                      f"| {r['bare'] / GB:.2f} | {(r['peak'] - r['bare']) / held:.2f} | "
-                     f"{r['start_s']:.1f} ({r['load_s']:.1f}, "
-                     f"{r['read_bytes'] / GB / max(r['load_s'], 1e-9):.2f}) | "
+                     f"{r['start_s']:.1f} ({_seconds(r['load_s'])}, "
+                     f"{r['read_bytes'] / GB / max(r['load_s'] or 0, 1e-9):.2f}) | "
                      f"{r['decode_optimized']}, {r['prefill_optimized']} "
                      f"({r['child_peak'] / GB:.2f}; {' + '.join(map(str, r['stamped']))}) "
                      f"| {warm} | "

@@ -280,6 +280,7 @@ class Generator:
                 weights_from: str) -> None:
         """With both programs made: their weights (where planned on the meta device), the
         report and the run-time inputs."""
+        self.load_seconds = 0.0  # (folded: the weights were made while optimizing)
         if weights is not None:  # planned on the meta device: each prepared weight is made now
             t1 = time.perf_counter()
             caches = {name: torch.zeros(meta.shape, dtype=meta.dtype)  # the caches, real (the
