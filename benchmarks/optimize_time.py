@@ -70,8 +70,9 @@ def cpu_name() -> str:
 
 
 def write_section(text: str, section: str = SECTION) -> None:
-    """Replace (or append) the section titled `section` in benchmarks/RESULTS.md; `text` is
-    its body, the heading line included or not."""
+    """Replace the section titled `section` in benchmarks/RESULTS.md where it stands (its
+    reading too: a new run's figures need a new one), or append it; `text` is its body, the
+    heading line included or not."""
     if not text.startswith(section):
         text = f"{section}\n\n{text}"
     path = Path(__file__).with_name("RESULTS.md")
@@ -79,7 +80,9 @@ def write_section(text: str, section: str = SECTION) -> None:
     if section in old:
         start = old.index(section)
         nxt = old.find("\n## ", start + len(section))
-        old = old[:start] + old[nxt + 1:] if nxt != -1 else old[:start]
+        rest = old[nxt + 1:] if nxt != -1 else ""
+        path.write_text(old[:start] + text.rstrip() + "\n" + ("\n" + rest if rest else ""))
+        return
     path.write_text(old.rstrip() + "\n\n" + text + "\n")
 
 
