@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/llamacpp.py [--layers 22] [--prompt 128] [--new 64]
         [--pairs fp32,bf16,int8,int4] [--rounds 2] [--threads N] [--write]
+        (pairs: also int4_dynamic against Q4_0, and fp8_e4m3 against Q8_0: llama.cpp has no
+        FP8 type, so that row puts eqsat-llm's fp8 beside its int8 in one run)
 
 Needs the bench extra (`pip install -e '.[bench]'`: llama-cpp-python, whose source package
 builds llama.cpp for this CPU, and gguf). Never in the test path. On a CPU with AMX, the
@@ -67,7 +69,9 @@ from optimize_time import cpu_name, write_section
 PAIRS = {"fp32": ("F32", "LLAMA_FTYPE_ALL_F32"), "bf16": ("F16", "LLAMA_FTYPE_MOSTLY_F16"),
          "int8": ("Q8_0", "LLAMA_FTYPE_MOSTLY_Q8_0"),
          "int4": ("Q4_0", "LLAMA_FTYPE_MOSTLY_Q4_0"),
-         "int4_dynamic": ("Q4_0", "LLAMA_FTYPE_MOSTLY_Q4_0")}
+         "int4_dynamic": ("Q4_0", "LLAMA_FTYPE_MOSTLY_Q4_0"),
+         # llama.cpp has no FP8 file type: fp8 runs against its 8-bit one, beside int8's row
+         "fp8_e4m3": ("Q8_0", "LLAMA_FTYPE_MOSTLY_Q8_0")}
 
 
 # --- the GGUF files ---------------------------------------------------------------------------
@@ -188,7 +192,7 @@ from eqsat_llm.generation.generator import Generator
 path, fmt, prompt_file, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 ids = torch.load(prompt_file)
 dtype = torch.float32 if fmt == "fp32" else None
-quantize = fmt if fmt in ("int8", "int4", "int4_dynamic") else None
+quantize = fmt if fmt in ("int8", "int4", "int4_dynamic", "fp8_e4m3") else None
 gen = Generator.from_pretrained(path, max_seq_len=ids.shape[1] + new, quantize=quantize,
                                 dtype=dtype)
 for program in (gen.prefill_program, gen.decode_program):  # weights on 2 MiB pages: the
