@@ -17,6 +17,7 @@ from eqsat_llm.codegen.triton.launch import Operand
 from eqsat_llm.ir import Node, TensorType
 
 from .eager_oracle import OPS as EAGER
+from .triton_device import run_launches
 
 NEG = float("-inf")
 
@@ -43,8 +44,7 @@ def check(q, k, v, bias, *, constant=False, out=None, tol=1e-4, softcap=0.0, sin
         out = torch.full(q.shape[:3] + v.shape[-1:], float("nan"), dtype=q.dtype)
     launches = plan(q, k, v, bias, out, scale, constant, softcap, sinks)
     assert launches is not None
-    for launch in launches:
-        launch([q, k, v, bias, sinks, out])
+    run_launches(launches, [q, k, v, bias, sinks, out])
     ref = EAGER["attention"]([x.float() if isinstance(x, torch.Tensor) else x
                               for x in (q, k, v, bias, sinks)],
                              {"scale": scale, "softcap": softcap})  # sdpa or the eager form
@@ -187,8 +187,7 @@ def test_masked_cache_tail_is_not_read(blocks):
     out = torch.empty(2, 4, 1, 16)
     expected = EAGER["attention"]([q, k, v, mask], {"scale": 0.25})
     k[:, :, 256:], v[:, :, 256:] = float("nan"), float("nan")
-    for launch in plan(q, k, v, mask, out, 0.25):
-        launch([q, k, v, mask, NEG, out])
+    run_launches(plan(q, k, v, mask, out, 0.25), [q, k, v, mask, NEG, out])
     torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
 
 

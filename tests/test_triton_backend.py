@@ -13,6 +13,7 @@ import torch
 
 from eqsat_llm import Generator, optimize
 from eqsat_llm.codegen import ReferenceRuntime
+from eqsat_llm.codegen.triton.launch import device
 from eqsat_llm.codegen.triton.runtime import TritonRuntime
 from eqsat_llm.errors import EqsatError
 from eqsat_llm.ir import Graph
@@ -30,6 +31,7 @@ from .conftest import (
 )
 from .eager_oracle import run_eager
 from .test_moe import STORED_EXPERTS, stored_experts_graph
+from .triton_device import on_device, on_host
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy in the interpreter
 
@@ -39,7 +41,7 @@ def check(g: Graph, inputs: list[torch.Tensor], tol: float = 1e-5) -> TritonRunt
     want = run_eager(g, inputs)  # torch eager (tests/eager_oracle.py)
     for _ in range(2):  # the arena is reused: nothing may leak from the first call
         with np.errstate(all="ignore"):
-            assert_outputs_match(want, rt.run(inputs), tol)
+            assert_outputs_match(want, on_host(rt.run(on_device(inputs))), tol)
     return rt
 
 
@@ -110,6 +112,7 @@ def test_llama_block_runs_whole_on_triton_and_matches_eager(shape):
     if shape == "decode_kv":
         inputs += (torch.randn(1, 4, 40, 16, generator=gen),
                    torch.randn(1, 4, 40, 16, generator=gen))
+    model, inputs = model.to(device()), on_device(inputs)
     compiled = optimize(model, inputs, backend="triton", measure_eager=False)
     report = compiled.report
     assert report.backend == "triton" and not report.torch_ops
@@ -151,8 +154,8 @@ def test_generator_on_triton_gives_transformers_tokens():
     pytest.importorskip("transformers")
     from eqsat_llm.models.model_matrix import build
 
-    model = build("llama", seq=4)[0].model
-    ids = torch.randint(0, 1000, (1, 5), generator=torch.Generator().manual_seed(3))
+    model = build("llama", seq=4)[0].model.to(device())
+    ids = on_device(torch.randint(0, 1000, (1, 5), generator=torch.Generator().manual_seed(3)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with np.errstate(all="ignore"):
@@ -181,9 +184,10 @@ def test_embedding_gathers_rows_and_an_out_of_range_id_raises():
     bad = [good[0].clone()]
     bad[0][1, 3] = 11
     with pytest.raises(KernelIndexError), np.errstate(all="ignore"):
-        rt.run(bad)
+        rt.run(on_device(bad))
     with np.errstate(all="ignore"):  # the flag was reset: a good call runs again
-        torch.testing.assert_close(rt.run(good)[0], ReferenceRuntime(g).run(good)[0])
+        torch.testing.assert_close(on_host(rt.run(on_device(good)))[0],
+                                   ReferenceRuntime(g).run(good)[0])
 
 
 def test_index_and_index_select_gather_with_negative_ids_and_raise_out_of_range():
@@ -204,10 +208,10 @@ def test_index_and_index_select_gather_with_negative_ids_and_raise_out_of_range(
     bad = [good[0], good[1].clone(), good[2]]
     bad[1][0, 0] = 10
     with pytest.raises(KernelIndexError), np.errstate(all="ignore"):
-        rt.run(bad)
+        rt.run(on_device(bad))
     negative = [good[0], good[1], torch.tensor([0, -1, 2, 3, 1, 0])]  # refused, as by torch
     with pytest.raises(KernelIndexError), np.errstate(all="ignore"):
-        rt.run(negative)
+        rt.run(on_device(negative))
 
 
 def test_index_with_two_broadcast_index_tensors():
@@ -227,7 +231,7 @@ def test_bf16_model_keeps_bf16_gemm_weights_and_matches_eager():
     from eqsat_llm.models.model_matrix import build
 
     model, inputs = build("llama", seq=8)
-    model = model.to(torch.bfloat16)
+    model, inputs = model.to(device(), torch.bfloat16), on_device(inputs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         compiled = optimize(model, inputs, backend="triton", measure_eager=False)
@@ -246,6 +250,7 @@ def test_reference_workloads_run_whole_on_triton(name):
     from eqsat_llm.models.workloads import WORKLOADS
 
     model, inputs = WORKLOADS[name]()
+    model, inputs = model.to(device()), on_device(inputs)
     compiled = optimize(model, inputs, backend="triton", measure_eager=False)
     assert compiled.report.backend == "triton" and not compiled.report.torch_ops
     with torch.no_grad(), np.errstate(all="ignore"):
@@ -274,7 +279,7 @@ def test_expert_mm_reads_each_rows_expert_and_an_out_of_range_id_raises(rows, ex
     bad = [good[0], good[1].clone()]
     bad[1][-1] = experts
     with pytest.raises(KernelIndexError), np.errstate(all="ignore"):
-        rt.run(bad)
+        rt.run(on_device(bad))
 
 
 @pytest.mark.parametrize("fmt", STORED_EXPERTS)
@@ -316,4 +321,4 @@ def test_scatter_value_writes_a_number_where_the_index_points_and_checks_it(dim)
     bad = [good[0], good[1].clone()]
     bad[1][0, 0] = n
     with pytest.raises(KernelIndexError), np.errstate(all="ignore"):
-        rt.run(bad)
+        rt.run(on_device(bad))

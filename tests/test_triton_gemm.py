@@ -17,6 +17,7 @@ from eqsat_llm.ir import Node, TensorType
 from eqsat_llm.ops import GEMM_DEFAULTS
 
 from .eager_oracle import OPS as EAGER
+from .triton_device import run_launches
 
 
 def _operand(i: int, v: Any) -> Operand:
@@ -39,8 +40,7 @@ def _run(planner, op: str, attrs: dict[str, Any], ins: list[Any], out: torch.Ten
     launches = _plan(planner, op, attrs, ins, out)
     if launches is None:
         return None
-    for launch in launches:
-        launch([*ins, out])
+    run_launches(launches, [*ins, out])
     return out
 
 
