@@ -95,7 +95,7 @@ def test_what_the_twin_cannot_stand_in_for_is_folded_as_before():
 def test_experts_are_planned_on_the_twin_and_packed_from_the_weights_as_stored():
     # transformers dispatches its grouped expert GEMM to torch's, whose meta kernel takes
     # bf16 only: planned on the twin, the experts take transformers' fallback
-    # (moe_forms.experts_on_meta), and the expert GEMM packs [E, N, K] as stored, with no
+    # (moe_forms.experts_for_capture), and the expert GEMM packs [E, N, K] as stored, with no
     # transposed copy of it folded and held (fold.views_read_in_place)
     model = causal_lm("mixtral")
     gen = generator(model)

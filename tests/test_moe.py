@@ -171,11 +171,13 @@ def _mixtral(seq: int, implementation: str | None = None):
     return model, inputs
 
 
-@pytest.mark.parametrize("implementation", ["grouped_mm", "batched_mm"])
+@pytest.mark.parametrize("implementation", ["grouped_mm", "batched_mm", "eager"])
 @pytest.mark.parametrize("seq", [1, 9])
 def test_experts_forms_become_expert_mm(implementation, seq):
-    """transformers' grouped and batched experts: no sort, histc or gathered weight left;
-    the expert GEMMs generated in C; equal to eager."""
+    """transformers' grouped and batched experts, and its eager loop over the experts hit
+    (captured through the same module's grouped_mm: moe_forms.experts_for_capture): no sort,
+    histc or gathered weight left; the expert GEMMs generated in C; equal to eager (the loop
+    itself, for "eager")."""
     model, inputs = _mixtral(seq, implementation)
     with warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
@@ -193,6 +195,7 @@ def test_experts_forms_become_expert_mm(implementation, seq):
     stored = {tuple(p.shape) for p in model.parameters() if p.dim() == 3}
     transposed = {(e, k, n) for e, n, k in stored}
     assert not any(tuple(t.shape) in transposed for t in g.constants.values())
+    assert model.model.config._experts_implementation == implementation  # (switched back)
     with torch.no_grad():
         torch.testing.assert_close(compiled(*inputs), model(*inputs), atol=1e-5, rtol=1e-5)
 
@@ -228,6 +231,21 @@ def test_moe_generation_is_transformers_and_all_c(family):
     for program in (gen.decode_program, gen.prefill_program):
         assert program.report.torch_ops == {}, program.report.torch_ops
         assert "expert_mm" in {n.op for n in program.graph.nodes}
+
+
+def test_generation_with_the_eager_experts_loop():
+    """transformers' eager experts (a loop over the experts hit) generate too: captured
+    through the module's grouped_mm, planned on the meta twin, transformers' tokens (its
+    loop run by eager), and the model left as it was."""
+    from .test_generation import causal_lm, prompt, quiet_generator, reference
+
+    model = causal_lm("mixtral")
+    model.config._experts_implementation = "eager"
+    gen = quiet_generator(model, 32)
+    ids = prompt(1, 9)
+    assert gen.report.weights_from == "model" and gen.report.decode.torch_ops == {}
+    assert model.config._experts_implementation == "eager"
+    assert torch.equal(gen.generate(ids, 6), reference(model, ids, 6))
 
 
 @pytest.mark.parametrize("family", ["mixtral", "phimoe", "deepseek_v3"])

@@ -21,7 +21,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from ..errors import CaptureError
-from .moe_forms import experts_on_meta
+from .moe_forms import experts_for_capture
 
 aten = torch.ops.aten
 
@@ -45,7 +45,7 @@ def export(model: Any, example_inputs: tuple, example_kwargs: dict | None = None
             printed = io.StringIO()
             try:
                 with contextlib.redirect_stderr(printed), _quiet(_EXPORT_LOGGERS), \
-                        experts_on_meta():
+                        experts_for_capture(model):
                     ep = torch.export.export(model, tuple(example_inputs),
                                              example_kwargs or None, strict=strict)
                 sys.stderr.write(printed.getvalue())

@@ -54,12 +54,20 @@ def _(x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def experts_on_meta() -> Iterator[None]:
-    """transformers' experts run on meta weights (a model planned on its meta twin): its
-    dispatcher picks torch's grouped_mm wherever torch has one, and torch's meta kernel takes
-    bf16 only, so a float32 model on the meta device fails. Inside this context a meta weight
-    takes transformers' own fallback (a custom op with a shape function; recognised here as
-    grouped_mm is), and every other call is dispatched as before."""
+def experts_for_capture(model: object = None) -> Iterator[None]:
+    """transformers' experts as the frontend can capture them, around torch.export and the
+    cache-shape probe:
+
+    - **on meta weights** (a model planned on its meta twin): transformers' dispatcher picks
+      torch's grouped_mm wherever torch has one, and torch's meta kernel takes bf16 only, so
+      a float32 model on the meta device fails. A meta weight takes transformers' own
+      fallback instead (a custom op with a shape function; recognised here as grouped_mm is);
+      every other call is dispatched as before.
+    - **the eager loop** (`config._experts_implementation == "eager"`: a Python loop over the
+      experts hit, which torch.export cannot follow): each of `model`'s experts modules set
+      so runs transformers' own grouped_mm implementation of the same module (its switch,
+      read per call), the same products row by row, which the frontend rewrites to
+      expert_mm. Families that write their own loops (DBRX, JetMoE) are not touched."""
     try:
         from transformers.integrations import moe
     except ImportError:
@@ -68,9 +76,18 @@ def experts_on_meta() -> Iterator[None]:
     if chooses is not None:
         moe._can_use_grouped_mm = lambda x, w, offs: w.device.type != "meta" and \
             chooses(x, w, offs)
+    looping = [m.config for m in (model.modules() if isinstance(model, torch.nn.Module)
+                                  else ())
+               if hasattr(m, "_is_expert_parallel")  # (use_experts_implementation's mark)
+               and getattr(getattr(m, "config", None), "_experts_implementation", None) ==
+               "eager"]
+    for config in looping:
+        config._experts_implementation = "grouped_mm"
     try:
         yield
     finally:
+        for config in looping:
+            config._experts_implementation = "eager"
         if chooses is not None:
             moe._can_use_grouped_mm = chooses
 

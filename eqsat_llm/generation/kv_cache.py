@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..capture.moe_forms import experts_on_meta
+from ..capture.moe_forms import experts_for_capture
 from ..errors import EqsatError
 
 
@@ -81,7 +81,7 @@ def cached_shapes(model: nn.Module, cache_arg: str) -> list[tuple[int, int, int]
 
     config = text_config(model)
     cache = DynamicCache(config=config)
-    with torch.no_grad(), experts_on_meta():
+    with torch.no_grad(), experts_for_capture(model):
         model(input_ids=torch.zeros(1, 1, dtype=torch.long), use_cache=True,
               **{cache_arg: cache})
     shapes = [(layer.keys.shape[1], layer.keys.shape[-1], layer.values.shape[-1])
