@@ -8,7 +8,7 @@ not run), then one summary table:
 
 1. **Model matrix on compiled Triton**: every family of eqsat_llm.models.model_matrix (its
    small config) optimized with `backend="triton"` on the device, its logits against eager's
-   on the device: float32 (within 1e-4 of the largest logit) and bfloat16 (within 2e-2).
+   on the device: float32 (within 1e-4 of the largest logit) and bfloat16 (within 3e-2).
 2. **Generator** on two families (llama, mixtral): greedy tokens on the Triton backend
    against transformers' `generate` on the device, 12 new tokens from a 9-token prompt.
 3. **Triton kernel tests, compiled**: pytest on tests/test_triton_*.py with
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 GENERATOR_FAMILIES = ("llama", "mixtral")
-TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2}
+TOLERANCE = {"float32": 1e-4, "bfloat16": 3e-2}
 
 
 @dataclass

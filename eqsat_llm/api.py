@@ -421,9 +421,10 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
         rule_list += resolve(["sparsity"])
     cost_model = CostModel()  # calibrated numbers when `eqsat-llm calibrate` ran, else defaults
     graph = captured.graph
-    # the C kernels are float32; the Triton backend computes half models in float32 too, for
-    # now: the rules do not yet keep every half graph well-typed (formats/half.py)
-    if backend in ("c", "triton") and has_half(graph):
+    # the C kernels are float32: a half model is computed in float32 there (formats/half.py);
+    # the Triton kernels load and store half values (float32 inside), so a half model keeps
+    # its activations half on Triton (docs/triton-backend.md)
+    if backend == "c" and has_half(graph):
         graph = compute_in_float32(graph)
         report.computed_in_float32 = True
     graph = optimize_graph(graph, rule_list, extractor, limits, report, progress,

@@ -42,6 +42,7 @@ class Rule:
     check_dims: tuple[int, ...] = ()  # sizes `rules check` draws (default rulecheck.DIMS)
     # how `rules check` shapes the weights it draws (random values; sparsity: pruned ones)
     check_weights: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
+    check_dtype: str = "float64"  # the dtype of the tensors `rules check` draws
 
     @property
     def key(self) -> object:
@@ -58,12 +59,13 @@ class _Pending:
     note: str
     check_dims: tuple[int, ...] = ()
     check_weights: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
+    check_dtype: str = "float64"
 
 
 def exact(name: str, command: RewriteOrRule, note: str = "", check_dims: tuple[int, ...] = (),
-          check_weights: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None
-          ) -> _Pending:
-    return _Pending(name, "exact", command, None, note, check_dims, check_weights)
+          check_weights: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+          check_dtype: str = "float64") -> _Pending:
+    return _Pending(name, "exact", command, None, note, check_dims, check_weights, check_dtype)
 
 
 def reassociates(name: str, command: RewriteOrRule, note: str = "") -> _Pending:
@@ -109,7 +111,7 @@ def family(name: str) -> Callable[[Callable[..., Iterator[_Pending]]], list[Rule
             hints = typing.get_type_hints(fn)
             variables = [var(p, hints[p]) for p in inspect.signature(fn).parameters]
             rules = [Rule(r.name, name, r.soundness, r.command, r.tolerance, r.note,
-                          r.check_dims, r.check_weights) for r in fn(*variables)]
+                          r.check_dims, r.check_weights, r.check_dtype) for r in fn(*variables)]
         except Exception as exc:  # a typo in a rule (E.no_such_op), a missing annotation
             raise RuleError(f"rule family {name!r} ({fn.__code__.co_filename}:"
                             f"{_raised_at(exc, fn)}) raised while building its rules: "

@@ -8,7 +8,14 @@ ops/gemm.py), so the recognising rules are exact.
 
 from egglog import String, Vec, eq, f64, i64, rewrite, rule, set_, subsume, union, var
 
-from eqsat_llm.egraph.analysis import hi_id, is_const, is_float_dtype, lo_id
+from eqsat_llm.egraph.analysis import (
+    hi_id,
+    is_const,
+    is_float_dtype,
+    is_full_float_dtype,
+    is_half_dtype,
+    lo_id,
+)
 from eqsat_llm.egraph.language import E, Tensor, dtype, shape
 from eqsat_llm.ops import ACTIVATIONS
 from eqsat_llm.rulebook import exact, family, guarded, reassociates
@@ -31,10 +38,12 @@ def fusion(x: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: Tensor,
     last_dim = (eq(sx).to(shape(x)), eq(d).to(Vec[i64](sx.length() - 1)), eq(sw).to(shape(w)),
                 eq(sw).to(Vec[i64](sx[sx.length() - 1])))
     norm = E.rms_norm(x, w, eps)
-    yield exact("rms-norm", guarded(E.mul(E.mul(x, inv_rms), w), norm, *last_dim))
-    yield exact("rms-norm-weight-first", guarded(E.mul(w, E.mul(x, inv_rms)), norm, *last_dim))
-    yield exact("swiglu", rewrite(E.mul(E.mul(g, E.sigmoid(g)), u)).to(E.swiglu(g, u)))
-    yield exact("silu-mul", rewrite(E.mul(E.silu(g), u)).to(E.swiglu(g, u)),
+    single = (*last_dim, is_full_float_dtype(dtype(x)))  # (a half x: rms-norm-half)
+    yield exact("rms-norm", guarded(E.mul(E.mul(x, inv_rms), w), norm, *single))
+    yield exact("rms-norm-weight-first", guarded(E.mul(w, E.mul(x, inv_rms)), norm, *single))
+    wide = is_full_float_dtype(dtype(g))  # (a half g: swiglu-half)
+    yield exact("swiglu", guarded(E.mul(E.mul(g, E.sigmoid(g)), u), E.swiglu(g, u), wide))
+    yield exact("silu-mul", guarded(E.mul(E.silu(g), u), E.swiglu(g, u), wide),
                 note="silu(g) = g * sigmoid(g) up to rounding of torch's fused silu")
     scores = E.matmul(q, E.permute(k, Vec[i64](0, 1, 3, 2)), al)
     blind = "where every key is -inf, attention's row is 0 (as sdpa's) and the formula's NaN"
@@ -91,6 +100,37 @@ def fusion(x: Tensor, w: Tensor, g: Tensor, u: Tensor, q: Tensor, k: Tensor,
 
 
 @family("fusion")
+def half_rms_norm(x: Tensor, w: Tensor, eps: f64, k1: String, k2: String, dt: String,
+                  d: Vec[i64], sx: Vec[i64], sw: Vec[i64]):
+    # a half model's RMSNorm (LLaMA's): x widened to float32, normalised, rounded back to
+    # x's dtype, then times the weight: the rms_norm op's meaning for a half x (ops/fused.py)
+    x32 = E.to_dtype(x, String("float32"))
+    inv_rms = E.rsqrt(E.add(E.mean(E.pow(x32, E.scalar(2.0, k1)), d, i64(1)),
+                            E.scalar(eps, k2)))
+    rounded = E.to_dtype(E.mul(x32, inv_rms), dt)
+    half = (eq(sx).to(shape(x)), eq(d).to(Vec[i64](sx.length() - 1)), eq(sw).to(shape(w)),
+            eq(sw).to(Vec[i64](sx[sx.length() - 1])), eq(dt).to(dtype(x)),
+            eq(dt).to(dtype(w)), is_half_dtype(dt))
+    norm = E.rms_norm(x, w, eps)
+    yield exact("rms-norm-half", guarded(E.mul(w, rounded), norm, *half),
+                check_dtype="bfloat16")
+    yield exact("rms-norm-half-weight-last", guarded(E.mul(rounded, w), norm, *half),
+                note="a product of two half values is the same in either order",
+                check_dtype="bfloat16")
+
+
+@family("fusion")
+def half_swiglu(g: Tensor, u: Tensor, dt: String):
+    # a half model's SwiGLU as torch decomposes its silu: g widened to float32, g * sigmoid(g)
+    # rounded back to g's dtype, times u: the swiglu op's meaning for a half g (ops/fused.py)
+    g32 = E.to_dtype(g, String("float32"))
+    silu = E.to_dtype(E.mul(g32, E.sigmoid(g32)), dt)
+    half = (eq(dt).to(dtype(g)), eq(dt).to(dtype(u)), is_half_dtype(dt))
+    yield exact("swiglu-half", guarded(E.mul(silu, u), E.swiglu(g, u), *half),
+                check_dtype="bfloat16")
+
+
+@family("fusion")
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, m: Tensor, al: f64,
                    sq: Vec[i64], sk: Vec[i64], dt: String):
     # scaled_dot_product_attention (kept whole by the frontend) as the one attention op: no
@@ -110,10 +150,13 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, m: Tensor, al: f64,
     yield reassociates("sdpa-causal-as-attention",
                        guarded(E.sdpa(q, k, v, i64(1), al),
                                attend(q, k, v, causal, al), *sizes), note=note)
+    # (the additive mask in q's dtype: a half model's scores stay half; to-dtype-noop drops
+    # the cast for float32)
     yield reassociates("sdpa-bool-mask-as-attention",
                        guarded(masked,
-                               attend(q, k, v, E.where(m, zero, ninf), al),
-                               eq(dtype(m)).to(String("bool"))), note=note)
+                               attend(q, k, v, E.to_dtype(E.where(m, zero, ninf), dt), al),
+                               eq(dtype(m)).to(String("bool")), eq(dt).to(dtype(q))),
+                       note=note)
     yield reassociates("sdpa-float-mask-as-attention",
                        guarded(masked, attend(q, k, v, m, al),
                                is_float_dtype(dtype(m))),

@@ -226,21 +226,45 @@ def test_index_with_two_broadcast_index_tensors():
     assert not rt.torch_steps
 
 
-def test_bf16_model_keeps_bf16_gemm_weights_and_matches_eager():
+def _half_compute(graph) -> set[str]:
+    """The dtypes of the values a program computes (its leaves and scalars left out)."""
+    return {n.type.dtype for n in graph.nodes if n.op not in ("input", "param", "const",
+                                                              "scalar")}
+
+
+@pytest.mark.parametrize("family", [
+    "llama", "gpt2", "mixtral",
+    *(pytest.param(f, marks=pytest.mark.slow) for f in (
+        "bert", "deepseek_v3", "falcon", "gpt_oss", "gptj", "granite", "olmo2", "olmoe",
+        "opt", "phimoe", "qwen2_moe", "qwen3", "stablelm", "starcoder2"))])
+def test_a_bf16_model_keeps_its_activations_bf16(family):
+    """A bf16 model on Triton computes in bf16 (each kernel in float32 inside, its values
+    stored half: no float32 pass, formats/half.py is the C backend's), its RMSNorm and SwiGLU
+    fused from their half spellings (rules/fusion.py rms-norm-half, swiglu-half), its GEMMs
+    on bf16 weights; within 3e-2 of eager's largest logit (eager rounds after every op, the
+    kernels at their ends: bf16's 8 bits, a few roundings apart)."""
     pytest.importorskip("transformers")
     from eqsat_llm.models.model_matrix import build
 
-    model, inputs = build("llama", seq=8)
+    model, inputs = build(family, seq=8)
     model, inputs = model.to(device(), torch.bfloat16), on_device(inputs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         compiled = optimize(model, inputs, backend="triton", measure_eager=False)
-    assert compiled.report.backend == "triton" and not compiled.report.torch_ops
-    assert compiled.report.weight_formats == {"bf16": 9}  # every GEMM reads 2-byte weights
+    report = compiled.report
+    assert report.backend == "triton" and not report.computed_in_float32
+    assert "float32" not in {t for n in compiled.graph.nodes if n.op.startswith("gemm")
+                             for t in [n.type.dtype]}
+    if family in ("llama", "gpt2"):  # whole: no torch step, every value bf16 (or ids)
+        assert not report.torch_ops and _half_compute(compiled.graph) <= {"bfloat16", "int64"}
+        assert set(report.weight_formats) <= {"bf16"}
+    if family == "llama":
+        counts = report.op_counts_after
+        assert counts.get("gemm[bf16+swiglu]") == 2 and "mean" not in counts, counts
     with torch.no_grad(), np.errstate(all="ignore"):
         want, got = model(*inputs).float(), compiled(*inputs)
     assert got.dtype == torch.bfloat16
-    assert (got.float() - want).abs().max() <= 2e-2 * want.abs().max()
+    assert (got.float() - want).abs().max() <= 3e-2 * want.abs().max()
 
 
 @pytest.mark.slow

@@ -111,13 +111,18 @@ def iota(n: i64) -> Vec[i64]:
 
 
 is_float_dtype = relation("is_float_dtype", String)
+is_half_dtype = relation("is_half_dtype", String)
+is_full_float_dtype = relation("is_full_float_dtype", String)  # float32, float64
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+HALF_DTYPES = ("float16", "bfloat16")
 WEAK_DTYPES = ("py_float", "py_int", "py_bool")
 is_weak_dtype = relation("is_weak_dtype", String)
 
 
 def dtype_facts() -> list:
     return [is_float_dtype(String(d)) for d in FLOAT_DTYPES] + [
+        is_half_dtype(String(d)) for d in HALF_DTYPES] + [
+        is_full_float_dtype(String(d)) for d in FLOAT_DTYPES if d not in HALF_DTYPES] + [
         is_weak_dtype(String(d)) for d in WEAK_DTYPES]
 
 

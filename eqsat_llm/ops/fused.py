@@ -18,7 +18,13 @@ PY = TensorType((), "py_float")  # a Python number operand: moves nothing
 
 
 def rms_norm(xs: list[Any], a: dict[str, Any]) -> Any:
+    """x / rms(x) * w; a half x normalised in float32 and rounded back before the weight, as
+    the LLaMA family's RMSNorm writes it (rules/fusion.py "rms-norm-half")."""
     x, w = xs
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x32 = x.float()
+        return w * (x32 * torch.rsqrt(torch.mean(torch.pow(x32, 2), [-1], keepdim=True) +
+                                      a["eps"])).to(x.dtype)
     return x * torch.rsqrt(torch.mean(torch.pow(x, 2), [-1], keepdim=True) + a["eps"]) * w
 
 
@@ -97,7 +103,17 @@ def _rope_parts(a: dict[str, Any], ins: list[TensorType], out: TensorType) -> li
 # kernel). Their references make temporaries: no writer computes them in place.
 register("rms_norm", 2, "eps:float", ref=rms_norm, category="reduction", shape="same",
          cost="vector", flops=6.0, parts=rms_norm_parts, writer=COPY_IN, draw=draws.norm)
-register("swiglu", 2, ref=lambda xs, a: xs[0] * torch.sigmoid(xs[0]) * xs[1],
+def swiglu(xs: list[Any], a: dict[str, Any]) -> Any:
+    """silu(g) * u; a half g's silu computed in float32 and rounded back before the product,
+    as torch's silu and its decomposition do (rules/fusion.py "swiglu-half")."""
+    g, u = xs
+    if g.dtype in (torch.float16, torch.bfloat16):
+        g32 = g.float()
+        return (g32 * torch.sigmoid(g32)).to(g.dtype) * u
+    return g * torch.sigmoid(g) * u
+
+
+register("swiglu", 2, ref=swiglu,
          category="elementwise", shape="broadcast", dtype="same", cost="vector",
          flops=TRANSCENDENTAL + 2, parts=_swiglu_parts, writer=COPY_IN)
 register("attention", 5, "scale:float softcap:float", ref=_attention, category="attention",

@@ -56,11 +56,11 @@ def check_rule(rule: Rule, *, instances: int = 20, seed: int = 0,
         return done("not-exercised", 0, None, "the rule matches no op pattern")
     shown = " / ".join(", ".join(show(r) for r in p.roots) for p in patterns)
     rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
-    DRAW["dims"] = rule.check_dims or DIMS
+    DRAW["dims"], DRAW["dtype"] = rule.check_dims or DIMS, rule.check_dtype
     try:
         return _check(rule, patterns, shown, rng, gen, instances, max_attempts, done)
     finally:
-        DRAW["dims"] = DIMS
+        DRAW["dims"], DRAW["dtype"] = DIMS, "float64"
 
 
 def _check(rule: Rule, patterns: list[Pattern], shown: str, rng: random.Random,

@@ -19,7 +19,8 @@ from ..ir import Graph, TensorType
 from ..ops import GEMM_ACTS, GEMM_PROLOGUES, REGISTRY
 
 DIMS = (1, 2, 3, 4)
-DRAW = {"dims": DIMS}  # the sizes drawn: DIMS, or a rule's own (Rule.check_dims)
+# the sizes drawn: DIMS, or a rule's own (Rule.check_dims); the leaves' dtype (check_dtype)
+DRAW: dict[str, Any] = {"dims": DIMS, "dtype": "float64"}
 RANKS = (0, 1, 2, 2, 3, 3, 4)
 SCALARS = (0.0, 1.0, -1.0, 2.0, 0.5)
 
@@ -39,20 +40,23 @@ def draw_shape(rng: random.Random, rank: int | None = None) -> tuple[int, ...]:
 class Demand:
     """What an op's `draw` (OpDef.draw, ops/draws.py) reads: the random source, the op's
     operand roles, the shapes of the inputs already built (by position), a size drawn for the
-    dim the op chooses freely, and fresh float64 types of a given rank."""
-
-    F = "float64"
+    dim the op chooses freely, and fresh float types (the rule's check_dtype, float64 by
+    default) of a given rank."""
 
     def __init__(self, rng: random.Random, op: str, built: dict[int, TensorType]):
         self.rng, self.roles = rng, REGISTRY[op].operands
         self.dim = rng.choice(DRAW["dims"])
         self.built = {i: t.shape for i, t in built.items()}
 
+    @property
+    def F(self) -> str:  # (the draws read c.F: the float dtype)
+        return DRAW["dtype"]
+
     def shape(self, rank: int | None = None) -> tuple[int, ...]:
         return draw_shape(self.rng, rank)
 
     def rank(self, *ranks: int) -> Want:
-        """A fresh float64 type of one of these ranks."""
+        """A fresh float type of one of these ranks."""
         return TensorType(draw_shape(self.rng, self.rng.choice(ranks)), self.F), None
 
     def dims(self) -> tuple[int, ...]:
@@ -238,8 +242,9 @@ def sample_attr(rng: random.Random, op: str, name: str, kind: str, types: list[T
             return _gemm_attr(rng, name, types, attrs)
         if op == "expert_mm":  # float experts [E, K, N]: n is N
             return "float" if name == "weight" else types[1].shape[-1]
-        if name == "dtype":
-            return rng.choice(("float64", "float64", "float32"))
+        if name == "dtype":  # (a rule checked in a half dtype casts to it)
+            return rng.choice(("float64", "float64", "float32")) if DRAW["dtype"] == \
+                "float64" else DRAW["dtype"]
     except (IndexError, ValueError, KeyError) as exc:
         raise Retry(f"no valid {op}.{name} for inputs {types}") from exc
     defaults = {"int": lambda: rng.randrange(3), "float": lambda: rng.choice(SCALARS),

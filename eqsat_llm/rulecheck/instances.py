@@ -79,7 +79,7 @@ class Instance:
         if want is None:
             shape_ = self.rng.choice(leaves) if leaves and self.rng.random() < 0.33 else None
             shape_ = shape_ if shape_ is not None else draw_shape(self.rng)
-            want = TensorType(shape_, "float64"), None
+            want = TensorType(shape_, DRAW["dtype"]), None
         k = len(self.graph.input_ids)
         if self.rng.random() < 0.5:  # an input, or a weight (rules may require constness)
             nid = self.graph.append("input", (), {"name": f"in{k}", "index": k}, want[0])
@@ -120,7 +120,7 @@ class Instance:
                     shape_ = list(self.type(ids[0]).shape)
                     if axis is not None and -len(shape_) <= axis < len(shape_):
                         shape_[axis] = self.rng.choice((1, 1, *DRAW["dims"]))
-                    want = TensorType(tuple(shape_), "float64"), None
+                    want = TensorType(tuple(shape_), DRAW["dtype"]), None
                 ids.append(self.tensor(x, want))
             return ids
         if isinstance(e, UnboundVarDecl):
@@ -129,7 +129,7 @@ class Instance:
                 axis = self.rng.randrange(len(base))
                 self.tensors[e.name] = [self.leaf((TensorType(tuple(
                     self.rng.choice(DRAW["dims"]) if i == axis else n for i, n in enumerate(base)),
-                    "float64"), None)) for _ in range(self.rng.choice((1, 2, 3)))]
+                    DRAW["dtype"]), None)) for _ in range(self.rng.choice((1, 2, 3)))]
             ids = self.tensors[e.name]
             return ids if isinstance(ids, list) else [ids]
         if isinstance(e, CallDecl) and isinstance(e.callable, InitRef | ClassMethodRef):
