@@ -267,6 +267,26 @@ def test_a_bf16_model_keeps_its_activations_bf16(family):
     assert (got.float() - want).abs().max() <= 3e-2 * want.abs().max()
 
 
+def test_an_fp16_model_multiplies_half_tiles():
+    """fp16 activations times fp16 weights: every GEMM multiplies fp16 tiles (gemm.dot_kind:
+    tensor cores on a GPU, float32 sums), within fp16's precision of eager."""
+    pytest.importorskip("transformers")
+    from eqsat_llm.codegen.triton.gemm import DOT_HALF
+    from eqsat_llm.models.model_matrix import build
+
+    model, inputs = build("llama", seq=8)
+    model, inputs = model.to(device(), torch.float16), on_device(inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = optimize(model, inputs, backend="triton", measure_eager=False)
+    dots = [ln.constexprs["DOT"] for _, ls in compiled._runtime._actions if ls
+            for ln in ls if ln.name == "gemm"]
+    assert dots and set(dots) == {DOT_HALF}, dots
+    with torch.no_grad(), np.errstate(all="ignore"):
+        want, got = model(*inputs).float(), compiled(*inputs)
+    assert (got.float() - want).abs().max() <= 3e-3 * want.abs().max()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama_block_prefill", "llama_block_decode",
                                   "llama_block_decode_kv"])

@@ -158,6 +158,36 @@ def test_gemm_half_activations(dtype: torch.dtype) -> None:
                  else "bf16"}, x, w, tol=3e-2)
 
 
+def test_tiles_are_multiplied_half_where_x_and_w_are_and_tf32_only_when_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """dot_kind: fp16 x fp16 tiles multiplied in fp16 (tensor cores; float32 sums), and so
+    bf16 when compiled (the interpreter's bf16 dot is wrong); a float32 weight, a quantized
+    or coded one keep float32 tiles; TF32 only with EQSAT_TF32=1. The TF32 kernel runs (the
+    interpreter multiplies exactly)."""
+    from eqsat_llm.codegen.triton.gemm import (
+        DOT_HALF,
+        DOT_IEEE,
+        DOT_TF32,
+        W_FLOAT,
+        W_INT8,
+        dot_kind,
+    )
+
+    assert dot_kind("float16", "float16", W_FLOAT, False) == DOT_HALF
+    assert dot_kind("bfloat16", "bfloat16", W_FLOAT, False) == DOT_IEEE  # (interpreted)
+    assert dot_kind("float16", "float32", W_FLOAT, False) == DOT_IEEE
+    assert dot_kind("float16", "int8", W_INT8, False) == DOT_IEEE
+    assert dot_kind("float32", "float32", W_FLOAT, False) == DOT_IEEE
+    monkeypatch.setenv("EQSAT_TF32", "1")
+    assert dot_kind("float32", "float32", W_FLOAT, False) == DOT_TF32
+    assert dot_kind("float32", "float32", W_FLOAT, True) == DOT_IEEE
+    x, w = torch.randn(6, 40), torch.randn(40, 24)
+    attrs = {**GEMM_DEFAULTS, "n": 24}
+    launches = _plan(plan_gemm, "gemm", attrs, [x, w, 0.0, 0.0, 0.0], torch.empty(6, 24))
+    assert launches[0].constexprs["DOT"] == DOT_TF32
+    _check_gemm({"n": 24}, x, w)
+
+
 @pytest.mark.parametrize("fmt,epilogue,k", [("float", "add", 40), (DYNAMIC, "swiglu", 96)])
 def test_gemm_many_programs(monkeypatch: pytest.MonkeyPatch, fmt: str, epilogue: str,
                             k: int) -> None:

@@ -1,7 +1,9 @@
 """The GEMM kernel of the Triton backend: the `gemm` op (ops/gemm.py) and the plain matmul ops.
 
-One kernel, `gemm_kernel`, computes act(epilogue(alpha * prologue(x) @ W)) tile by tile, in
-float32 (tl.dot with input_precision="ieee"), the result stored in the output's dtype:
+One kernel, `gemm_kernel`, computes act(epilogue(alpha * prologue(x) @ W)) tile by tile, its
+sums in float32 (tl.dot: exact float32 products, "ieee"; half tiles when x and the weight are
+both half, tensor cores on a GPU; TF32 when asked, `dot_kind`), the result stored in the
+output's dtype:
 
     prologue  none | rms_norm (a first pass over the row's K for its sum of squares)
     weight    float (any float dtype) | fp16 | bf16 | int8 (q * scale[n]) | fp8_e4m3/e5m2
@@ -25,6 +27,7 @@ Operands may be any strided views: every stride is a kernel argument, planned fr
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import triton
@@ -41,6 +44,9 @@ from .launch import FLOATS, Launch, Operand, interpreting, merge_levels
 W_FLOAT, W_INT8, W_INT4 = 0, 1, 2
 W_FLOAT8 = {"fp8_e4m3": 3, "fp8_e5m2": 4}
 EPI_NONE, EPI_ADD, EPI_SWIGLU = 0, 1, 2  # EPI_ADD: beta * addend (gemm's add: beta = 1)
+# how tiles are multiplied: float32 "ieee"; in x's half dtype (tensor cores, float32 sums);
+# TF32 (float32 models, opt-in: EQSAT_TF32=1)
+DOT_IEEE, DOT_HALF, DOT_TF32 = 0, 1, 2
 MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1, the batch
 GROUP_M = 8
 
@@ -112,6 +118,18 @@ def weight_tile(w_ptr, scale_ptr, k, n, mask, sw_k, sw_n, ss_k, ss_n,
 
 
 @triton.jit
+def _dot(a, w, acc, half_ty, DOT: tl.constexpr):
+    # acc + a @ w, float32 sums: the tiles rounded to x's half dtype (tensor cores), as TF32,
+    # or exact float32 products
+    if DOT == 1:
+        return tl.dot(a.to(half_ty), w.to(half_ty), acc)
+    elif DOT == 2:
+        return tl.dot(a, w, acc, input_precision="tf32")
+    else:
+        return tl.dot(a, w, acc, input_precision="ieee")
+
+
+@triton.jit
 def gemm_kernel(
         x_ptr, w_ptr, scale_ptr, norm_ptr, add_ptr, out_ptr,
         M, N, K, M2, B2,
@@ -124,7 +142,7 @@ def gemm_kernel(
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         GROUP_M: tl.constexpr, RMS: tl.constexpr, DYNAMIC: tl.constexpr,
         WEIGHT: tl.constexpr, GROUP: tl.constexpr, EPILOGUE: tl.constexpr,
-        SCALE: tl.constexpr, ACT: tl.constexpr):
+        SCALE: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr):
     """out[b, m, n] = act(epilogue(alpha * sum_k prologue(x)[b, m, k] * W[b, k, n])): program
     (tile, b) computes a BLOCK_M x BLOCK_N tile of batch b; rows and batches are two-level
     indices (_two_level). For EPILOGUE swiglu, W has 2N columns [Wg | Wu]."""
@@ -186,11 +204,11 @@ def gemm_kernel(
             a = s[:, None] * (q - z[:, None])
         w_mask = (k < K)[:, None] & n_mask[None, :]
         w = weight_tile(w_ptr, scale_ptr, k, offs_n, w_mask, sw_k, sw_n, ss_k, ss_n, WEIGHT, GROUP)
-        acc = tl.dot(a, w, acc, input_precision="ieee")
+        acc = _dot(a, w, acc, x_ptr.dtype.element_ty, DOT)
         if EPILOGUE == 2:  # swiglu: Wu, the columns N.. 2N - 1
             w = weight_tile(w_ptr, scale_ptr, k, offs_n + N, w_mask, sw_k, sw_n, ss_k, ss_n,
                         WEIGHT, GROUP)
-            acc_up = tl.dot(a, w, acc_up, input_precision="ieee")
+            acc_up = _dot(a, w, acc_up, x_ptr.dtype.element_ty, DOT)
 
     if SCALE:
         acc = acc * alpha
@@ -251,6 +269,22 @@ def _fits_int32(op: Operand) -> bool:
     return sum((d - 1) * abs(s) for d, s in zip(op.shape, op.strides)) < 2**31
 
 
+def dot_kind(x_dtype: str, w_dtype: str, weight: int, dynamic: bool) -> int:
+    """How a GEMM's tiles are multiplied: in the half dtype when x and a float weight are both
+    of it (tensor cores on a GPU; float32 sums), as TF32 for float32 ones when EQSAT_TF32=1
+    (off by default: TF32 keeps 10 of float32's 23 mantissa bits), else exact float32."""
+    if weight != W_FLOAT or dynamic:
+        return DOT_IEEE  # (dequantized or coded tiles: multiplied as float32)
+    # (Triton's interpreter multiplies bfloat16 tiles wrongly, numpy having no bfloat16:
+    # measured, products of 1e21 from unit values; its float16 tiles are right)
+    if x_dtype == w_dtype and (x_dtype == "float16" or x_dtype == "bfloat16" and
+                               not interpreting()):
+        return DOT_HALF
+    if x_dtype == w_dtype == "float32" and os.environ.get("EQSAT_TF32") == "1":
+        return DOT_TF32
+    return DOT_IEEE
+
+
 def _plan(name: str, lead: tuple[int, ...], n: int, k: int, x: _View, w: _View, out: _View,
           addend: _View | None = None, scale: tuple[Operand, int, int] | None = None,
           norm: tuple[Operand, int] | None = None, *, weight: int = W_FLOAT, group: int = 0,
@@ -297,6 +331,7 @@ def _plan(name: str, lead: tuple[int, ...], n: int, k: int, x: _View, w: _View, 
                   "GROUP_M": GROUP_M, "RMS": norm is not None, "DYNAMIC": dynamic,
                   "WEIGHT": weight, "GROUP": group, "EPILOGUE": epilogue,
                   "SCALE": alpha != 1.0, "ACT": ACT_CODES[act],
+                  "DOT": dot_kind(x.operand.dtype, w.operand.dtype, weight, dynamic),
                   # compiled: no fused multiply-adds where int8_dynamic rounds a product
                   # (_rint), so that its codes are torch's; the interpreter ignores it
                   "enable_fp_fusion": not dynamic}
