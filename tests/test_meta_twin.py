@@ -81,13 +81,36 @@ def test_planned_on_the_twin_it_computes_what_folding_computes_and_holds_less(
     assert "held once for both programs" in report.summary()
 
 
-def test_what_the_twin_cannot_stand_in_for_is_folded_as_before():
-    model = causal_lm("llama")
-    with torch.no_grad():  # float32 weights that fit bfloat16 exactly: only values tell
+@pytest.mark.parametrize("family", ["llama", "mixtral"])
+def test_a_half_checkpoint_loaded_as_float32_is_planned_on_the_twin_and_kept_half(
+        monkeypatch, family):
+    """float32 weights that fit bfloat16 exactly (a bf16 checkpoint loaded as float32: only
+    the values tell) are read off the loaded model (meta.exact_half_of), so the twin's
+    programs choose the formats folding chooses (the mixture's bf16 experts and GEMMs), hold
+    no more, and give transformers' tokens."""
+    model = causal_lm(family)
+    with torch.no_grad():
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).float())
-    assert not plans_on_meta(model)
-    assert generator(model).report.weights_from == "folded"
+    assert plans_on_meta(model)
+    with monkeypatch.context() as m:
+        m.setattr(generator_module, "_on_meta_twin", lambda *a: False)
+        folded = generator(copy.deepcopy(model))
+    gen = generator(model)
+    assert gen.report.weights_from == "model" and folded.report.weights_from == "folded"
+
+    def formats(g: Generator) -> list[set[str]]:
+        return [{n.attrs["weight"] for n in p.graph.nodes if n.op in ("gemm", "expert_mm")}
+                for p in (g.decode_program, g.prefill_program)]
+    assert formats(gen) == formats(folded)
+    if family == "mixtral":
+        assert formats(gen) == [{"bf16"}, {"bf16"}]
+    assert gen.report.prepared_bytes <= folded.report.prepared_bytes
+    ids = prompt(1, 9)
+    assert torch.equal(gen.generate(ids, 5), reference(model, ids, 5))
+
+
+def test_what_the_twin_cannot_stand_in_for_is_folded_as_before():
     # a constant made in forward (falcon's, lifted by export) has values only the model has
     assert generator(causal_lm("falcon")).report.weights_from == "folded"
 

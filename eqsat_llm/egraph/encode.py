@@ -27,10 +27,10 @@ from egglog.egraph_state import _normalize_global_let_name
 from egglog.runtime import RuntimeExpr
 
 from ..errors import EncodeError
-from ..formats.half import exact_half_dtypes
 from ..formats.sparse_formats import structure
 from ..ir import Graph, TensorType
 from ..ops import get_op
+from ..weights.meta import half_dtypes
 from .analysis import (
     HALF_EXACT,
     dtype_facts,
@@ -184,7 +184,8 @@ def encode(graph: Graph, *, assert_shapes: bool = False, egraph: EGraph | None =
                 program.set(shape, [var], attr_literal("ints", node.type.shape))
             program.set(dtype, [var], _lit(bindings.String(node.type.dtype)))
         if node.op in ("param", "const"):
-            _leaf_facts(program, var, node.id, graph.constants.get(node.attrs["name"]),
+            _leaf_facts(program, var, node.id, node.attrs["name"],
+                        graph.constants.get(node.attrs["name"]),
                         keep_float is not None and keep_float(node.attrs["name"]), sparsity)
     program.run()
     tensor = _tensor_sort()
@@ -206,8 +207,8 @@ def is_keep_mask(value: torch.Tensor) -> bool:
     return bool(((value == 0) | (value == 1)).all())
 
 
-def _leaf_facts(program: _Program, var: Any, node_id: int, value: Any, keep_float: bool,
-                sparsity: bool) -> None:
+def _leaf_facts(program: _Program, var: Any, node_id: int, name: str, value: Any,
+                keep_float: bool, sparsity: bool) -> None:
     """A weight's facts: its number (lo_id/hi_id, for merging parallel GEMMs), whether the
     quantize rules may store it as integers, which half dtypes hold it exactly, whether it is a
     keep mask, and (with `sparsity`) its sparsity structure."""
@@ -217,7 +218,7 @@ def _leaf_facts(program: _Program, var: Any, node_id: int, value: Any, keep_floa
     if not keep_float:
         program.mark(quantizable, [var])
     if isinstance(value, torch.Tensor):
-        for dt in exact_half_dtypes(value):
+        for dt in half_dtypes(value, name):
             program.mark(HALF_EXACT[dt], [var])
         if is_keep_mask(value):
             program.mark(keep_mask, [var])

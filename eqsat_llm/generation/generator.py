@@ -31,7 +31,7 @@ from ..errors import EqsatError
 from ..memcheck import release_freed_memory
 from ..rulebook import resolve
 from ..weights.lazy_weights import WeightSource, source_names
-from ..weights.meta import ParameterSource, meta_twin, plans_on_meta
+from ..weights.meta import ParameterSource, exact_half_of, meta_twin, plans_on_meta
 from .kv_cache import CachedStep
 from .parallel_start import layers_in, start_workers, wait_budget
 
@@ -257,22 +257,26 @@ class Generator:
         dtype, options = program_options(model, optimize_options)
         t0 = time.perf_counter()
         twin = False
-        if weights is None and _on_meta_twin(model, options):
-            # a loaded model is planned on its meta twin and loaded from its own tensors:
-            # each prepared weight made once, none held beside a folded copy (weights/meta.py)
-            own = ParameterSource(model)
-            try:
-                self._optimize(meta_twin(model), dtype, own, options)
-                # (not where a constant is made in forward: its values only the model has)
-                twin = not own.missing(source_names(self.decode_program.graph.constants))
-            except (EqsatError, RuntimeError, NotImplementedError, TypeError):
-                twin = False  # code that runs only on real tensors (Mixtral's grouped GEMM
-                # refuses float32 on the meta device), a model that cannot be deep-copied (a
-                # lock among its attributes): planned as loaded, as before
-            weights = own if twin else None
-        if not twin:
-            self._optimize(model, dtype, weights, options)
-        self.prefill_program = self._program(self.chunk, options)
+        on_twin = weights is None and _on_meta_twin(model, options)
+        # (planned on the twin, a half checkpoint loaded as float32 stays half: which weights
+        # fit a half dtype is read off the loaded values, for both programs)
+        with exact_half_of(model) if on_twin else contextlib.nullcontext():
+            if on_twin:
+                # a loaded model is planned on its meta twin and loaded from its own tensors:
+                # each prepared weight made once, none held beside a folded copy
+                # (weights/meta.py)
+                own = ParameterSource(model)
+                try:
+                    self._optimize(meta_twin(model), dtype, own, options)
+                    # (not where a constant is made in forward: its values only the model has)
+                    twin = not own.missing(source_names(self.decode_program.graph.constants))
+                except (EqsatError, RuntimeError, NotImplementedError, TypeError):
+                    twin = False  # code that runs only on real tensors, a model that cannot
+                    # be deep-copied (a lock among its attributes): planned as loaded
+                weights = own if twin else None
+            if not twin:
+                self._optimize(model, dtype, weights, options)
+            self.prefill_program = self._program(self.chunk, options)
         self._finish(model, weights, t0, "model" if twin else
                      "checkpoint" if weights is not None else "folded")
 

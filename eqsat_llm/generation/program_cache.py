@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from ..cache import cache_dir, load_pickled, store_verified
+from ..weights.meta import exact_half_weights
 
 _FORMAT = 2  # bumped when what an entry holds changes (2: the memory plan too)
 
@@ -71,6 +72,7 @@ def key(model: torch.nn.Module, inputs: tuple, kwargs: dict | None, options: dic
         add(_describe(x))
     for name in sorted(options):
         add(name, _describe(options[name]))
+    add(exact_half_weights())  # (a meta twin's weights that its loaded model has half-exact)
     return h.hexdigest()
 
 

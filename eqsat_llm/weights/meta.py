@@ -16,9 +16,11 @@ weights fit half precision exactly) and refused where the result depends on it
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -115,11 +117,64 @@ class ParameterSource:
 
 def plans_on_meta(model: nn.Module) -> bool:
     """Whether a loaded model can be planned on its meta twin with nothing lost: its tensors
-    are all on the CPU, and no float32 matrix fits a half dtype exactly (those the planner
-    keeps half, which it can tell only from the values: half.exact_half_dtypes)."""
+    are all on the CPU. (Which float32 weights fit a half dtype exactly, which the planner can
+    tell only from the values, is read off the loaded model first: exact_half_of.)"""
+    tensors = [*model.parameters(), *model.buffers()]
+    return bool(tensors) and all(t.device.type == "cpu" for t in tensors)
+
+
+_EXACT_HALF: ContextVar[dict[str, list[str]] | None] = ContextVar("eqsat_exact_half",
+                                                                  default=None)
+# ops that only move values: their result fits a half dtype wherever all their sources do
+_MOVES = frozenset({"permute", "transpose", "t", "view", "reshape", "expand", "slice", "cat",
+                    "contiguous", "clone", "unsqueeze", "squeeze", "select", "unbind"})
+
+
+@contextlib.contextmanager
+def exact_half_of(model: nn.Module) -> Iterator[None]:
+    """While `model`'s meta twin is planned: which half dtypes hold each of its parameters
+    exactly (a half checkpoint loaded as float32), read off the loaded values, for the
+    encoder to tell of the twin's weights (half_dtypes): the planner then keeps them half as
+    it would on the loaded model itself."""
     from ..formats.half import exact_half_dtypes
 
-    tensors = [*model.parameters(), *model.buffers()]
-    return bool(tensors) and all(t.device.type == "cpu" for t in tensors) and not any(
-        exact_half_dtypes(p) for p in model.parameters() if p.dtype != torch.bfloat16
-        and p.dtype != torch.float16)
+    token = _EXACT_HALF.set({name: exact_half_dtypes(p) for name, p in
+                             model.named_parameters(remove_duplicate=False)})
+    try:
+        yield
+    finally:
+        _EXACT_HALF.reset(token)
+
+
+def exact_half_weights() -> list[tuple[str, tuple[str, ...]]]:
+    """The weights exact_half_of found to fit a half dtype, while it holds (what a meta
+    twin's programs depend on beyond its shapes: the program cache's key has them)."""
+    return sorted((n, tuple(d)) for n, d in (_EXACT_HALF.get() or {}).items() if d)
+
+
+def half_dtypes(value: torch.Tensor, name: str) -> list[str]:
+    """The half dtypes that hold the graph constant `value` (named `name`) exactly: read off
+    its values, or for a meta twin's weight, and a folded recipe that only moves such weights
+    (a transposed or merged one), from the table exact_half_of keeps (none outside it)."""
+    from ..formats.half import exact_half_dtypes
+    from .lazy_weights import WeightRef, recipe_of
+
+    if not value.is_meta:
+        return exact_half_dtypes(value)
+    table = _EXACT_HALF.get()
+    if table is None or value.dtype not in (torch.float32, torch.float64) or \
+            value.dim() not in (2, 3):
+        return []
+
+    def fits(t: Any, tname: str | None) -> set[str]:
+        recipe = recipe_of(t) if isinstance(t, torch.Tensor) else None
+        if recipe is None:
+            return set(next((table[s] for s in suffixes(tname) if s in table), [])) \
+                if tname else set()
+        if recipe.op not in _MOVES:
+            return set()
+        sources = [a for a in recipe.args if isinstance(a, WeightRef | torch.Tensor)]
+        found = [fits(a.meta, a.name) if isinstance(a, WeightRef) else fits(a, None)
+                 for a in sources]
+        return set.intersection(*found) if found else set()
+    return sorted(fits(value, name))
