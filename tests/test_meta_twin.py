@@ -81,6 +81,16 @@ def test_planned_on_the_twin_it_computes_what_folding_computes_and_holds_less(
     assert "held once for both programs" in report.summary()
 
 
+def test_a_bf16_models_twin_keeps_its_weights_bf16():
+    """A bf16 model's weights are half by their dtype on the twin too: bf16 GEMM weights and
+    experts (not widened to float32 panels), as folding makes them."""
+    gen = generator(causal_lm("mixtral").to(torch.bfloat16))
+    assert gen.report.weights_from == "model"
+    for program in (gen.decode_program, gen.prefill_program):
+        assert {n.attrs["weight"] for n in program.graph.nodes
+                if n.op in ("gemm", "expert_mm")} == {"bf16"}
+
+
 @pytest.mark.parametrize("family", ["llama", "mixtral"])
 def test_a_half_checkpoint_loaded_as_float32_is_planned_on_the_twin_and_kept_half(
         monkeypatch, family):

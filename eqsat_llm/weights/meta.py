@@ -159,8 +159,8 @@ def half_dtypes(value: torch.Tensor, name: str) -> list[str]:
     from ..formats.half import exact_half_dtypes
     from .lazy_weights import WeightRef, recipe_of
 
-    if not value.is_meta:
-        return exact_half_dtypes(value)
+    if not value.is_meta or value.dtype in (torch.float16, torch.bfloat16):
+        return exact_half_dtypes(value)  # (values read; a half one is half by its dtype)
     table = _EXACT_HALF.get()
     if table is None or value.dtype not in (torch.float32, torch.float64) or \
             value.dim() not in (2, 3):
