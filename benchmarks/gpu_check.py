@@ -59,11 +59,8 @@ def _quiet(fn: Callable[[], object]) -> object:
         return fn()
 
 
-def _logits(out: object):
-    return out[0] if isinstance(out, (tuple, list)) else out
-
-
 def model_matrix(step: Step, families: list[str], dtypes: list[str], dev: str) -> None:
+    import gpu
     import torch
 
     from eqsat_llm import optimize
@@ -79,8 +76,8 @@ def model_matrix(step: Step, families: list[str], dtypes: list[str], dev: str) -
                 compiled = _quiet(lambda m=model, i=ids: optimize(
                     m, (i,), backend="triton", measure_eager=False))
                 with torch.no_grad():
-                    want = _logits(model(ids)).float()
-                    got = _logits(_quiet(lambda c=compiled, i=ids: c(i))).float()
+                    want = gpu.first(model(ids)).float()
+                    got = gpu.first(_quiet(lambda c=compiled, i=ids: c(i))).float()
                 err = ((got - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
                 steps = compiled.report.torch_ops
                 detail = f"max error {err:.1e} of the largest logit" + (

@@ -78,7 +78,7 @@ def plan_expert_mm(node: Node, out: Operand, ins: list[Operand]) -> list[Launch]
     block_n = min(128, triton.next_power_of_2(N))
     block_k = min(64, triton.next_power_of_2(K))
     err = torch.zeros(1, dtype=torch.int32, device=device())
-    args = [x, w, w if scale is None else scale, ids, out, err, K, N, E, *x.strides,
+    args = [x, w, scale, ids, out, err, K, N, E, *x.strides,
             *w_strides, *scale_strides, *out.strides]
     return [Launch("expert_mm", expert_mm_kernel, (S, triton.cdiv(N, block_n)), args,
                    {"WEIGHT": weight, "GROUP": max(group, 1), "SIDE_BY_SIDE": fmt != "float",

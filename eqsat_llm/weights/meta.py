@@ -125,9 +125,6 @@ def plans_on_meta(model: nn.Module) -> bool:
 
 _EXACT_HALF: ContextVar[dict[str, list[str]] | None] = ContextVar("eqsat_exact_half",
                                                                   default=None)
-# ops that only move values: their result fits a half dtype wherever all their sources do
-_MOVES = frozenset({"permute", "transpose", "t", "view", "reshape", "expand", "slice", "cat",
-                    "contiguous", "clone", "unsqueeze", "squeeze", "select", "unbind"})
 
 
 @contextlib.contextmanager
@@ -157,6 +154,7 @@ def half_dtypes(value: torch.Tensor, name: str) -> list[str]:
     its values, or for a meta twin's weight, and a folded recipe that only moves such weights
     (a transposed or merged one), from the table exact_half_of keeps (none outside it)."""
     from ..formats.half import exact_half_dtypes
+    from ..ops import get_op
     from .lazy_weights import WeightRef, recipe_of
 
     if not value.is_meta or value.dtype in (torch.float16, torch.bfloat16):
@@ -171,9 +169,12 @@ def half_dtypes(value: torch.Tensor, name: str) -> list[str]:
         if recipe is None:
             return set(next((table[s] for s in suffixes(tname) if s in table), [])) \
                 if tname else set()
-        if recipe.op not in _MOVES:
+        # a layout op's values are its float sources' (views, cat, gathers by int indices);
+        # scatter_value also writes a number of its own
+        if get_op(recipe.op).category != "layout" or recipe.op == "scatter_value":
             return set()
-        sources = [a for a in recipe.args if isinstance(a, WeightRef | torch.Tensor)]
+        sources = [a for a in recipe.args if isinstance(a, WeightRef | torch.Tensor) and
+                   (a.meta if isinstance(a, WeightRef) else a).is_floating_point()]
         found = [fits(a.meta, a.name) if isinstance(a, WeightRef) else fits(a, None)
                  for a in sources]
         return set.intersection(*found) if found else set()
