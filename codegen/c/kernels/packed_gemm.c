@@ -67,8 +67,8 @@ static inline __attribute__((always_inline)) void eq_tile(
 }
 /* decode: one row a times np panels b[0..np) (K x 32 each), read side by side: np streams
    in flight and 2 np independent FMA chains; the np * 32 sums stored at t. (One panel at a
-   time, eq_tile's 2 chains, a 6-layer TinyLlama's one-token program took 52.4 ms against
-   41.6 with four: 25 -> 32 GB/s of weights) */
+   time, eq_tile's 2 chains, a 6-layer TinyLlama's one-token program took 48.0 ms against
+   40.7 with four: benchmarks/cflags_ab.py --add=-DEQ_NO_ROW_PANELS) */
 static inline __attribute__((always_inline)) void eq_row_panels(
         int64_t K, const float* a, const float* const* b, const int np, float* t) {
     __m512 x[8];
