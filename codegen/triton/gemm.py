@@ -52,22 +52,50 @@ GROUP_M = 8
 
 
 def gemm_tiles(M: int, N: int, K: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K) for an M x N x K product.
+    """(BLOCK_M, BLOCK_N, BLOCK_K) for an M x N x K product, the fixed choice.
 
     Compiled: 16 rows for decode-sized M (the weight streamed once, few wasted rows), else
     64 x 64 x 32, and 128 x 128 x 32 when both M and N are large (more reuse per load).
     Interpreted: the whole problem in as few programs and K steps as the sizes allow (up to
     128 x 128 x 64), since the interpreter pays ~1.4 ms per program and per step's ops but
     almost nothing per element. tl.dot needs every tile side >= 16."""
-    def fit(size: int, top: int) -> int:
-        return min(top, max(16, triton.next_power_of_2(size)))
     if interpreting():
-        return fit(M, 128), fit(N, 128), fit(K, 64)
+        return _fit(M, 128), _fit(N, 128), _fit(K, 64)
     if M <= 16:
         return 16, 64, 64
     if M < 128 or N < 128:
         return 64, 64, 32
     return 128, 128, 32
+
+
+def _fit(size: int, top: int) -> int:
+    return min(top, max(16, triton.next_power_of_2(size)))
+
+
+# the tilings autotune.py measures beside the fixed one, by the fixed one's class:
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
+TILINGS = {
+    "decode": [(16, 64, 64, 4, 3), (16, 128, 64, 4, 3), (16, 32, 128, 4, 3),
+               (16, 64, 128, 4, 4), (16, 128, 128, 8, 3)],
+    "small": [(64, 64, 32, 4, 3), (32, 64, 64, 4, 3), (64, 128, 32, 4, 3),
+              (64, 64, 64, 4, 4), (128, 64, 32, 4, 3)],
+    "large": [(128, 128, 32, 8, 3), (128, 128, 64, 8, 3), (128, 256, 32, 8, 3),
+              (64, 128, 32, 4, 4), (128, 64, 32, 4, 4), (256, 128, 32, 8, 3)],
+}
+
+
+def gemm_choices(M: int, N: int, K: int) -> list[dict[str, int]]:
+    """The tile constexprs worth measuring for an M x N x K product (autotune.py), the fixed
+    choice (gemm_tiles) first: compiled, TILINGS' class of it, less tiles much wider than the
+    product; interpreted, the fixed one alone."""
+    block = gemm_tiles(M, N, K)
+    if interpreting():
+        return [dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), block))]
+    kind = "decode" if M <= 16 else "large" if block[0] == 128 else "small"
+    fits = [t for t in TILINGS[kind][1:]
+            if t[0] <= _fit(M, 256) and t[1] <= _fit(N, 256) and t[2] <= _fit(K, 128)]
+    return [dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"), t))
+            for t in [TILINGS[kind][0], *fits]]
 
 
 @triton.jit
@@ -316,8 +344,10 @@ def _plan(name: str, lead: tuple[int, ...], n: int, k: int, x: _View, w: _View, 
     (sx_b, sx_m), (sw_b, _), (so_b, so_m) = strides["x"], strides["w"], strides["out"]
     sa_b, sa_m = strides.get("addend", ((0, 0), (0, 0)))
 
-    block_m, block_n, block_k = gemm_tiles(m, n, k)
-    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n), batches)
+    tilings = gemm_choices(m, n, k)
+
+    def grid(tiles: dict[str, int]) -> tuple[int, int]:
+        return triton.cdiv(m, tiles["BLOCK_M"]) * triton.cdiv(n, tiles["BLOCK_N"]), batches
     args = [x.operand, w.operand, scale[0] if scale else None, norm[0] if norm else None,
             addend.operand if addend else None, out.operand,
             m, n, k, m2, b2,
@@ -327,17 +357,15 @@ def _plan(name: str, lead: tuple[int, ...], n: int, k: int, x: _View, w: _View, 
             *sa_b, *sa_m, addend.inner[0] if addend else 0,
             *so_b, *so_m, *out.inner,
             float(alpha), float(beta), float(eps)]
-    constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k,
-                  "GROUP_M": GROUP_M, "RMS": norm is not None, "DYNAMIC": dynamic,
+    constexprs = {**tilings[0], "GROUP_M": GROUP_M, "RMS": norm is not None, "DYNAMIC": dynamic,
                   "WEIGHT": weight, "GROUP": group, "EPILOGUE": epilogue,
                   "SCALE": alpha != 1.0, "ACT": ACT_CODES[act],
                   "DOT": dot_kind(x.operand.dtype, w.operand.dtype, weight, dynamic),
                   # compiled: no fused multiply-adds where int8_dynamic rounds a product
                   # (_rint), so that its codes are torch's; the interpreter ignores it
                   "enable_fp_fusion": not dynamic}
-    if not interpreting() and block_m * block_n >= 128 * 128:
-        constexprs["num_warps"] = 8
-    return [Launch(name, gemm_kernel, grid, args, constexprs)]
+    return [Launch(name, gemm_kernel, grid(tilings[0]), args, constexprs,
+                   choices=[(grid(t), t) for t in tilings], writes=(5,))]  # args[5]: out
 
 
 def weight_format(fmt: str, w: Operand, scale: Operand, k: int, cols: int

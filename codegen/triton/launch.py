@@ -78,9 +78,17 @@ class Launch:
     constexprs: dict[str, Any] = field(default_factory=dict)
     # a flag the kernel sets when an index is out of range (gather.py); the runtime checks it
     index_error: torch.Tensor | None = None
+    # other tilings, (grid, constexprs), the one above first: measured on the first call
+    # (autotune.py), which keeps the fastest
+    choices: list[tuple[tuple[int, ...], dict[str, Any]]] = field(default_factory=list)
+    writes: tuple[int, ...] = ()  # the positions in args of what the kernel writes
 
     def __call__(self, values: list[Any]) -> None:
         args = [values[a.node] if isinstance(a, Operand) else a for a in self.args]
+        if self.choices:
+            from .autotune import settle
+
+            settle(self, args)
         self.kernel[self.grid](*args, **self.constexprs)
 
     def listing(self) -> str:
