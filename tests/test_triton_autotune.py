@@ -96,6 +96,9 @@ def test_a_wrong_or_failing_tiling_is_not_chosen(tuning: autotune._State) -> Non
     (launch,) = _gemm(ins, out, [((3, 1), wrong), ((3, 1), failing)])
     assert launch.constexprs["BLOCK_M"] == 64 and launch.constexprs["SCALE"]
     assert [t["BLOCK_M"] for t in seen] == [64, 32]  # neither the wrong nor the failing
+    assert [t for _, t, _ in tuning.dropped] == [wrong, failing]
+    assert tuning.dropped[0][2] == "its result differs from the fixed tiling's"
+    assert "Error" in tuning.dropped[1][2]  # the interpreter's or the compiler's
     torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
 
 
@@ -139,7 +142,8 @@ def test_a_corrupt_tuning_file_is_tuned_afresh(tuning: autotune._State) -> None:
     tuning.timer = _clock(32, seen)
     (launch,) = _gemm(_inputs(4), torch.empty(33, 48))
     assert len(seen) == 2 and launch.constexprs["BLOCK_M"] == 32
-    assert list(json.loads(path.read_text()).values())[0]["BLOCK_M"] == 32
+    (choice,) = json.loads(path.read_text()).values()
+    assert choice["BLOCK_M"] == 32
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (1, 48, 32), (100, 96, 64),

@@ -59,6 +59,8 @@ class _State:
         self.files: dict[str, dict[str, dict[str, Any]]] = {}
         self.spent_s = 0.0
         self.timer: Timer | None = None  # tests replace the clock
+        # the candidates left out, and why: (launch key, tiling, reason)
+        self.dropped: list[tuple[str, dict[str, Any], str]] = []
 
     def budget_left(self) -> float:
         return float(os.environ.get("EQSAT_TUNE_BUDGET", DEFAULT_BUDGET_S)) - self.spent_s
@@ -113,7 +115,7 @@ def settle(launch: Launch, args: list[Any]) -> None:
         if STATE.budget_left() <= 0:
             return
         start = time.perf_counter()
-        found = _measure(launch, args, choices)
+        found = _measure(launch, args, choices, key)
         STATE.spent_s += time.perf_counter() - start
         table[key] = found[1]
         write_atomic(_path(device), json.dumps(table, indent=1, sort_keys=True).encode())
@@ -121,7 +123,7 @@ def settle(launch: Launch, args: list[Any]) -> None:
     launch.constexprs = {**launch.constexprs, **found[1]}
 
 
-def _measure(launch: Launch, args: list[Any], choices: list[Choice]) -> Choice:
+def _measure(launch: Launch, args: list[Any], choices: list[Choice], key: str) -> Choice:
     """The fastest of `choices` on these arguments whose result is the first choice's."""
     scratch = list(args)
     for i in launch.writes:
@@ -139,9 +141,11 @@ def _measure(launch: Launch, args: list[Any], choices: list[Choice]) -> Choice:
     for choice in choices[1:]:
         try:
             run(choice)  # compiles it; the first run's result is the one compared
-        except Exception:  # noqa: BLE001 (out of shared memory, registers: not a choice)
+        except Exception as e:  # noqa: BLE001 (out of shared memory, registers: not a choice)
+            STATE.dropped.append((key, choice[1], f"{type(e).__name__}: {e}"))
             continue
         if not all(_same(scratch[i], want) for i, want in zip(launch.writes, reference)):
+            STATE.dropped.append((key, choice[1], "its result differs from the fixed tiling's"))
             continue
         seconds = timer(lambda c=choice: run(c), choice[1])
         if seconds < best_s:
