@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/llamacpp.py [--layers 22] [--prompt 128] [--new 64]
         [--pairs fp32,bf16,int8,int4] [--rounds 2] [--threads N] [--write]
+        [--isa avx2 --llama-lib DIR]
         (pairs: also int4_dynamic against Q4_0, and fp8_e4m3 against Q8_0: llama.cpp has no
         FP8 type, so that row puts eqsat-llm's fp8 beside its int8 in one run)
 
@@ -15,6 +16,18 @@ without AMX,
       -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON \
       -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" \
       pip install --no-binary llama-cpp-python llama-cpp-python==0.3.36
+
+`--isa avx2` runs both systems as an AVX2 machine would, on a wider one: eqsat-llm with
+EQSAT_ISA=avx2 (its C kernels compiled without AVX-512), llama.cpp from a build made without
+AVX-512 (`--llama-lib`: the folder of its libllama.so, read through LLAMA_CPP_LIB_PATH),
+
+    CMAKE_ARGS="<the flags above, with -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF \
+      -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF>" pip install --no-cache-dir \
+      --no-binary llama-cpp-python --no-deps --target DIR llama-cpp-python==0.3.36
+
+(DIR/llama_cpp/lib is the folder; --no-cache-dir, or pip reuses the AVX-512 wheel it built
+before). The run refuses a library whose system info names AVX512, and the table's section
+is its own ("... AVX2 builds"). Memory and cores are the wider machine's.
 
 (a native build with `-mno-amx-tile -mno-amx-int8 -mno-amx-bf16` decoded the same files no
 faster: Q4_0 62.5 against 53.3 ms a token, Q8_0 72.7 against 67.3, F16 96.4 against ~92;
@@ -169,6 +182,7 @@ path, prompt_file, new, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), in
 ids = torch.load(prompt_file)[0].tolist()
 llm = llama_cpp.Llama(model_path=path, n_ctx=len(ids) + new, n_threads=threads,
                       n_threads_batch=threads, verbose=False)
+isa = llama_cpp.llama_print_system_info().decode()
 out = []
 def argmax():  # the last token's logits (Llama.eval keeps none without logits_all)
     return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))))
@@ -181,7 +195,7 @@ for _ in range(new - 1):
     out.append(argmax())
 t2 = time.perf_counter()
 print(json.dumps({"prefill_ms": (t1 - t0) * 1e3, "decode_ms": (t2 - t1) * 1e3 / (new - 1),
-                  "tokens": out}))
+                  "tokens": out, "system_info": isa}))
 """
 
 EQSAT = r"""
@@ -237,7 +251,7 @@ def agreeing(a: list[int], b: list[int]) -> int:
 
 
 # --- what every generation peer's benchmark shares (also benchmarks/ort_genai.py) -------------
-def peer_arguments(description: str, pairs: str) -> argparse.Namespace:
+def peer_parser(description: str, pairs: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--layers", type=int, default=22)
     p.add_argument("--prompt", type=int, default=128)
@@ -247,7 +261,7 @@ def peer_arguments(description: str, pairs: str) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--work", type=Path, help="keep the files here (default: a temp dir)")
     p.add_argument("--write", action="store_true")
-    return p.parse_args()
+    return p
 
 
 def work_checkpoint(work: Path | None, prefix: str, layers: int) -> tuple[Path, Path]:
@@ -291,7 +305,11 @@ def alternated(pairs: list[str], runs: dict[str, Callable[[str], dict]], rounds:
 
 
 def main() -> None:
-    args = peer_arguments(__doc__.split("\n\n")[0], "fp32,bf16,int8,int4")
+    p = peer_parser(__doc__.split("\n\n")[0], "fp32,bf16,int8,int4")
+    p.add_argument("--isa", choices=("native", "avx2"), default="native",
+                   help="avx2: both systems built without AVX-512 (the docstring says how)")
+    p.add_argument("--llama-lib", type=Path, help="llama.cpp's library folder (--isa avx2)")
+    args = p.parse_args()
     import llama_cpp
     import torch
 
@@ -308,13 +326,23 @@ def main() -> None:
             quantize_gguf(f32, files[fmt], ftype)
         print(f"{kind}: {files[fmt].stat().st_size / 1e9:.2f} GB", flush=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", XDG_CACHE_HOME=str(work / "cache"))
+    eqsat_env, llama_env = isa_environments(args, env)
     common = (str(write_prompt(work, args.prompt)), str(args.new))
     eager = child(EAGER, str(ckpt), *common, env=env)["tokens"]
     t_start = time.time()
+    system_info: list[str] = []
+
+    def llama(fmt: str) -> dict:
+        got = child(LLAMA, str(files[fmt]), *common, str(args.threads), env=llama_env)
+        if args.isa == "avx2" and "AVX512 = 1" in got["system_info"]:
+            raise SystemExit(f"--isa avx2: the llama.cpp library uses AVX-512: "
+                             f"{got['system_info']}")
+        system_info[:] = [got["system_info"]]
+        return got
+
     best, tokens = alternated(pairs, {
-        "eqsat-llm": lambda f: child(EQSAT, str(ckpt), f, *common, env=env),
-        "llama.cpp": lambda f: child(LLAMA, str(files[f]), *common, str(args.threads),
-                                     env=env)}, args.rounds)
+        "eqsat-llm": lambda f: child(EQSAT, str(ckpt), f, *common, env=eqsat_env),
+        "llama.cpp": llama}, args.rounds)
     lines = [("| eqsat-llm / llama.cpp | file (llama.cpp) | prefill ms, eqsat / llama.cpp | "
               "ratio | decode ms/token, eqsat / llama.cpp | ratio | greedy tokens = "
               "transformers fp32 (eqsat / llama.cpp) |"), "|---|---|---|---|---|---|---|"]
@@ -331,10 +359,13 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.write:
+        built = ("both built without AVX-512 (EQSAT_ISA=avx2; llama.cpp's system info: "
+                 f"{system_info[0].strip()})" if args.isa == "avx2" else
+                 "llama.cpp built from source for this CPU")
         head = (f"Command: `.venv/bin/python benchmarks/llamacpp.py {' '.join(sys.argv[1:])}` "
                 f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))}, {cpu_name()}, "
                 f"{platform.machine()}, {os.cpu_count()} cores; llama-cpp-python "
-                f"{llama_cpp.__version__} built from source for this CPU, {args.threads} threads; "
+                f"{llama_cpp.__version__}, {built}, {args.threads} threads; "
                 f"torch {torch.__version__}). TinyLlama-1.1B shape, {args.layers} layers, random "
                 f"bf16 weights; prompt {args.prompt} tokens in one call, then {args.new} greedy "
                 f"tokens; each run a fresh process, the systems alternated, best of "
@@ -342,7 +373,20 @@ def main() -> None:
                 "eqsat-llm faster). Greedy tokens: how many agree with transformers' eager fp32 "
                 "from the start (random weights leave near-ties: a lower precision drifts "
                 "early).")
-        write_section(head + "\n\n" + table, "## llama.cpp side by side (benchmarks/llamacpp.py)")
+        title = "## llama.cpp side by side (benchmarks/llamacpp.py)" if args.isa == "native" \
+            else "## llama.cpp side by side, AVX2 builds (benchmarks/llamacpp.py --isa avx2)"
+        write_section(head + "\n\n" + table, title)
+
+
+def isa_environments(args: argparse.Namespace, env: dict[str, str]
+                     ) -> tuple[dict[str, str], dict[str, str]]:
+    """(eqsat-llm's environment, llama.cpp's) for --isa."""
+    if args.isa == "native":
+        return env, env
+    if args.llama_lib is None or not (args.llama_lib / "libllama.so").exists():
+        raise SystemExit("--isa avx2 needs --llama-lib: the folder of a llama.cpp built "
+                         "without AVX-512 (the docstring says how)")
+    return dict(env, EQSAT_ISA="avx2"), dict(env, LLAMA_CPP_LIB_PATH=str(args.llama_lib))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from llamacpp import (
     agreeing,
     alternated,
     child,
-    peer_arguments,
+    peer_parser,
     work_checkpoint,
     write_prompt,
 )
@@ -107,7 +107,7 @@ def threads(model: Path, n: int) -> None:
 
 
 def main() -> None:
-    args = peer_arguments(__doc__.split("\n\n")[0], ",".join(PAIRS))
+    args = peer_parser(__doc__.split("\n\n")[0], ",".join(PAIRS)).parse_args()
     import onnxruntime_genai as og
     import torch
 
