@@ -50,6 +50,7 @@ from eqsat_llm.codegen.c.packed_gemm import PACKED_GEMM_C
 from eqsat_llm.codegen.c.prelude import PRELUDE
 from eqsat_llm.codegen.c.quant_gemm import QUANT_GEMM_C, QuantPanels, format_code
 from eqsat_llm.codegen.c.tiles import PACKED_PANEL as NR
+from eqsat_llm.formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
 from eqsat_llm.formats.quant_formats import (
     DYNAMIC4,
     DYNAMIC_STORED,
@@ -158,6 +159,9 @@ def operands(fmt: str, k: int, n: int, gen: torch.Generator, layout: str):
     dequantized."""
     from eqsat_llm.formats.quant_formats import dequantize
 
+    if fmt in HALF_FORMATS:  # the values in panels, no scales (the kernel reads none)
+        q = torch.randn(k, n, generator=gen).to(getattr(torch, HALF_FORMATS[fmt]))
+        return QuantPanels("q", 0, k, n, n).prepare({"q": q}), torch.zeros(1), q.float()
     q, s = quantize(torch.randn(k, n, generator=gen), fmt)
     w = dequantize(q, s, fmt)
     if layout != "rows":
@@ -197,7 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--formats", nargs="*", default=["int8", "int4_g32"])
     p.add_argument("--baseline", help="a git revision whose eq_gemm_q runs alongside")
     p.add_argument("--warm", action="store_true", help="warm rounds too at M <= 8")
-    p.add_argument("--flags", nargs="*", default=[], help="extra compiler flags (this tree's)")
+    p.add_argument("--flags", nargs="*", default=[], action="extend",
+                   help="extra compiler flags (this tree's; --flags=-DA --flags=-DB)")
     p.add_argument("--variants", default="",
                    help="this tree's kernel again with each of these flags, comma-separated "
                         "(--variants=-DEQ_QGPF=0,-DEQ_QPFL=2)")
@@ -236,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
             nbytes, refs = {"fp32 packed": k * n * 4}, {"fp32 packed": (a, w)}
             for fmt in args.formats:
                 stored = DYNAMIC_STORED.get(fmt, fmt)  # int4_dynamic: int4_g32's operands
-                group = format_group(stored)
+                group = 0 if fmt in HALF_FORMATS else format_group(stored)
                 code = format_code(fmt)
                 for tag, (lib, layout) in libs.items():
                     if tag and fmt == DYNAMIC4 and layout != "panels16":
@@ -245,7 +250,8 @@ def main(argv: list[str] | None = None) -> None:
                                         layout)
                     name = f"{tag}{fmt}"
                     fns[name] = quant_call(lib, m, k, n, a, code, group, q, s, c)
-                    nbytes[name] = (k * n // (1 if group == 0 else 2) +
+                    nbytes[name] = (2 * k * n if fmt in HALF_FORMATS else
+                                    k * n // (1 if group == 0 else 2) +
                                     (n * 4 if group == 0 else k // group * n * s.element_size()))
                     refs[name] = (coded_blocks(a) if fmt == DYNAMIC4 else a, wd)
             for name, fn in fns.items():
@@ -291,7 +297,7 @@ def sequence(layers: int, formats: list[str], rounds: int, flags: list[str],
         c = torch.empty(1, 5632)
         for fmt in formats:
             stored = DYNAMIC_STORED.get(fmt, fmt)
-            group = format_group(stored)
+            group = 0 if fmt in HALF_FORMATS else format_group(stored)
             code = format_code(fmt)
             calls = []
             for layer in range(layers):
