@@ -330,19 +330,27 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
         }
     }
 }
+/* rows a block of eq_panel_swiglu and of the rope's heads: whole tiles (AVX2's two of 6 rows:
+   14 left a tile of 2, latency-bound, and the SwiGLU GEMM ran ~13% below the plain one's
+   rate) */
+#if EQ_MR == 6
+#define EQ_SW_ROWS 12
+#else
+#define EQ_SW_ROWS 14
+#endif
 /* C[0:M, n0:n0 + ncols] = silu(G) * U for one pair of K x 32 panels, gate bg and up bu, G and
-   U times alpha and the row scale: per block of 14 rows the two tiles land in local buffers
-   (L1) and are joined as they are stored; neither product is written out. */
+   U times alpha and the row scale: per block of EQ_SW_ROWS rows the two tiles land in local
+   buffers (L1) and are joined as they are stored; neither product is written out. */
 static void eq_panel_swiglu(int64_t M, int64_t K, const float* a, int64_t lda, const float* bg,
                             const float* bu, float* c, int64_t ldc, int64_t n0, int ncols,
                             float alpha, const float* rowscale, const float* ng,
                             const float* nu) {
-    float tg[14 * 32] __attribute__((aligned(64)));
-    float tu[14 * 32] __attribute__((aligned(64)));
+    float tg[EQ_SW_ROWS * 32] __attribute__((aligned(64)));
+    float tu[EQ_SW_ROWS * 32] __attribute__((aligned(64)));
     /* the next pair of panels ng, nu (unless NULL) prefetched a share per block of rows */
-    const int64_t blocks = (M + 13) / 14, share = 128 / blocks;
-    for (int64_t m = 0, i = 0; m < M; m += 14, i++) {
-        const int rows = M - m < 14 ? (int)(M - m) : 14;
+    const int64_t blocks = (M + EQ_SW_ROWS - 1) / EQ_SW_ROWS, share = 128 / blocks;
+    for (int64_t m = 0, i = 0; m < M; m += EQ_SW_ROWS, i++) {
+        const int rows = M - m < EQ_SW_ROWS ? (int)(M - m) : EQ_SW_ROWS;
         const float* rs = rowscale ? rowscale + m : 0;
         const int64_t at = i * K * share / 4;  /* (floats) */
         eq_panel(rows, K, a + m * lda, lda, bg, tg, 32, 0, 32, alpha, rs, 0, 0, 0,
@@ -445,7 +453,7 @@ static __attribute__((noinline)) void eq_gemm_packed_swiglu(
         for (int64_t p = p0; p < p1; p++) {
             const int64_t n0 = p * 32;
             const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
-            const int more = M > 14 && p + 1 < p1;  /* (more than one block of rows) */
+            const int more = M > EQ_SW_ROWS && p + 1 < p1;  /* (more than one block of rows) */
             eq_panel_swiglu(M, K, a, lda, bg + p * K * 32, bu + p * K * 32, c, ldc, n0, ncols,
                             1.0f, 0, more ? bg + (p + 1) * K * 32 : 0,
                             more ? bu + (p + 1) * K * 32 : 0);
@@ -483,8 +491,8 @@ static void eq_rope_rows(const eq_rope* r, const float* c, int64_t ldc, int64_t 
     }
 }
 /* eq_gemm_packed whose columns are processed a head (d = 32 * gp columns) at a time; for the
-   heads inside a rope's columns, per block of 14 rows: the head's tiles, then the rope on those
-   rows, written to the rope's output. C itself still receives the product (and the epilogue).
+   heads inside a rope's columns, per block of EQ_SW_ROWS rows: the head's tiles, then the rope
+   on those rows, written to the rope's output. C itself still receives the product (and the epilogue).
    m_base: the absolute row of a's first row (for the rope's position). */
 static __attribute__((noinline)) void eq_gemm_packed_rope(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
@@ -502,8 +510,8 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
             const eq_rope* r = 0;
             for (int i = 0; i < nrope; i++)
                 if (ropes[i].n0 <= n0 && n0 < ropes[i].n1) r = ropes + i;
-            for (int64_t m = 0; m < M; m += r ? 14 : M) {
-                const int rows = r && M - m > 14 ? 14 : (int)(M - m);
+            for (int64_t m = 0; m < M; m += r ? EQ_SW_ROWS : M) {
+                const int rows = r && M - m > EQ_SW_ROWS ? EQ_SW_ROWS : (int)(M - m);
                 for (int i = 0; i < ne; i++) { es[i] = e[i]; es[i].p += m * e[i].rs; }
                 if (M == 1)  /* (decode: the head's panels side by side) */
                     eq_row_range(N, K, a, bp, c, pa, pb, alpha, rowscale, es, ne, act);
