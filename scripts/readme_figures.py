@@ -183,7 +183,9 @@ def sparse(results: str) -> str:
 
 
 FIGURES: dict[str, Callable[[str], str]] = {
-    "cpu": cpu, "llamacpp": side_by_side("llama.cpp side by side", "llama.cpp"),
+    "cpu": cpu,
+    "llamacpp": side_by_side("llama.cpp side by side (benchmarks/llamacpp.py)", "llama.cpp"),
+    "llamacpp_avx2": side_by_side("llama.cpp side by side, AVX2 builds", "llama.cpp"),
     "ortgenai": side_by_side("ONNX Runtime GenAI side by side", "ORT GenAI"), "models": models,
     "quantized": quantized, "sparse": sparse}
 
