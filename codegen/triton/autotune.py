@@ -30,6 +30,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -75,7 +76,7 @@ def device_name() -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name) + f"-triton{triton.__version__}"
 
 
-def _path(device: str):
+def _path(device: str) -> Path:
     return cache_dir("triton-tuning") / f"{device}.json"
 
 
