@@ -8,7 +8,9 @@ model.safetensors.index.json).
 
 The shards are memory-mapped and read one tensor at a time (weights/lazy_weights.py makes each
 prepared weight from them and drops the source bytes), so the full-precision model is never
-held. Every problem is an EqsatError that names the file or the tensor.
+held. An FP8 checkpoint's block-scaled weights are dequantized as they are read, as
+transformers does on a CPU (fp8_checkpoint.py). Every problem is an EqsatError that names the
+file or the tensor.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch import nn
 
 from ..errors import EqsatError
 from ..weights.meta import suffixes
+from . import fp8_checkpoint
 from .converted_layout import Converted, converted_tensors
 
 INDEX = "model.safetensors.index.json"
@@ -99,17 +102,31 @@ class Checkpoint:
         would keep every page read through it resident."""
         if made := self._made(key):
             return made.make(self.tensor)
+        t = self._stored(key)
+        if scales := fp8_checkpoint.scale_key(key, self._where):
+            return fp8_checkpoint.dequantized(t, self._stored(scales), t.shape[0], name=key)
+        return self._unscaled(key, t)
+
+    def _stored(self, key: str, start: int | None = None, stop: int | None = None
+                ) -> torch.Tensor:
+        """The tensor `key` as its shard stores it (rows [start, stop) when given)."""
         try:
             with self._handle(key) as f:
-                t = f.get_tensor(key)
+                t = f.get_tensor(key) if start is None else f.get_slice(key)[start:stop]
         except EqsatError:
             raise
         except Exception as exc:  # safetensors raises its own types for bad bytes
-            raise EqsatError(f"{self._where[key].name}: cannot read tensor {key} ({exc})") \
-                from exc
+            what = f"tensor {key}" if start is None else f"rows {start}:{stop} of tensor {key}"
+            raise EqsatError(f"{self._where[key].name}: cannot read {what} ({exc})") from exc
         self.bytes_read += t.numel() * t.element_size()
         if self.on_read is not None:
             self.on_read(self.bytes_read)
+        return t
+
+    def _unscaled(self, key: str, t: torch.Tensor) -> torch.Tensor:
+        """t, refused when it is float8 without block scales (fp8_checkpoint.py)."""
+        if t.dtype in fp8_checkpoint.FLOAT8.values():
+            raise fp8_checkpoint.unscaled_float8(str(t.dtype), key, self._where[key].name)
         return t
 
     def _handle(self, key: str) -> Any:
@@ -131,6 +148,7 @@ class Checkpoint:
         source reads them there). `dtype` defaults to the checkpoint's."""
         from transformers import AutoModelForCausalLM
 
+        fp8_checkpoint.check_method(self.config, self.path)
         dtype = dtype or _dtype(self.config)
         try:
             with parameters_on_meta() if buffers else torch.device("meta"):
@@ -165,18 +183,11 @@ class Checkpoint:
         """Rows [start, stop) of the tensor `key` (dim 0), read alone from its shard."""
         if self._made(key):
             return self.tensor(key)[start:stop]
-        try:
-            with self._handle(key) as f:
-                t = f.get_slice(key)[start:stop]
-        except EqsatError:
-            raise
-        except Exception as exc:
-            raise EqsatError(f"{self._where[key].name}: cannot read rows {start}:{stop} of "
-                             f"tensor {key} ({exc})") from exc
-        self.bytes_read += t.numel() * t.element_size()
-        if self.on_read is not None:
-            self.on_read(self.bytes_read)
-        return t
+        t = self._stored(key, start, stop)
+        if scales := fp8_checkpoint.scale_key(key, self._where):
+            return fp8_checkpoint.dequantized(t, self._stored(scales), self.shape(key)[0],
+                                              start, name=key)
+        return self._unscaled(key, t)
 
 
 def tied_keys(checkpoint: Checkpoint, model: nn.Module) -> dict[str, str]:

@@ -1,0 +1,72 @@
+"""FP8 checkpoints read as transformers reads them on a CPU: block-dequantized.
+
+A checkpoint with `quantization_config.quant_method == "fp8"` (transformers' fine-grained FP8:
+DeepSeek-V3, Qwen3-FP8 and the like) stores a linear weight `W` as float8 values `X.weight`
+[rows, cols] and per-block scales `X.weight_scale_inv` [rows / bm, cols / bn] (blocks of 128 x
+128 as a rule; the block is the ratio of the two shapes). transformers without a GPU
+dequantizes them as it loads (`Fp8Dequantize`: the float8 values and the scales in float32,
+multiplied, then cast to the model's dtype) and so does this reader, a tensor or a slice of its
+rows at a time; the cast to the model's dtype is the weight source's, as for any weight.
+
+A float8 weight without its scale, or a checkpoint quantized by another method, is refused:
+read as values, it would give wrong answers without a word."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import EqsatError
+
+FLOAT8 = {"F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
+SCALE = "_scale_inv"  # X.weight -> X.weight_scale_inv
+
+
+def quant_method(config: Any) -> str | None:
+    """The checkpoint's quantization method (config.json's quantization_config), or None."""
+    q = getattr(config, "quantization_config", None)
+    if q is None:
+        return None
+    method = q.get("quant_method") if isinstance(q, dict) else getattr(q, "quant_method", None)
+    return str(getattr(method, "value", method)) if method is not None else "unknown"
+
+
+def check_method(config: Any, path: Any) -> None:
+    method = quant_method(config)
+    if method not in (None, "fp8"):
+        raise EqsatError(f"{path}: a checkpoint quantized with {method!r}, which this reader "
+                         "does not read (it reads float, half and fp8 block-scaled "
+                         "checkpoints); load the model with transformers and pass it to "
+                         "Generator(model, ...)")
+
+
+def scale_key(key: str, keys: Any) -> str | None:
+    """The block scales of the weight `key`, if the checkpoint has them."""
+    return key + SCALE if key + SCALE in keys else None
+
+
+def dequantized(q: torch.Tensor, scales: torch.Tensor, rows: int, start: int = 0,
+                name: str = "") -> torch.Tensor:
+    """Rows [start, start + len(q)) of a weight of `rows` rows, from its float8 values `q`
+    and its whole block-scale grid, in float32 (as transformers' Fp8Dequantize computes)."""
+    if q.dtype not in FLOAT8.values() or q.dim() != 2 or scales.dim() != 2:
+        raise EqsatError(f"tensor {name}: a {q.dtype} [{', '.join(map(str, q.shape))}] weight "
+                         f"with {list(scales.shape)} scales, not a 2-D float8 weight with its "
+                         "block scales")
+    cols = q.shape[1]
+    scale_rows, scale_cols = scales.shape
+    if rows % scale_rows or cols % scale_cols:
+        raise EqsatError(f"tensor {name}: [{rows}, {cols}] is not a whole number of blocks of "
+                         f"its [{scale_rows}, {scale_cols}] scale grid")
+    bm, bn = rows // scale_rows, cols // scale_cols
+    s = (scales.to(torch.float32) - 127.0).exp2() if scales.dtype == torch.uint8 \
+        else scales.to(torch.float32)  # (uint8: E8M0 exponents, as transformers reads them)
+    block_rows = torch.arange(start, start + q.shape[0]) // bm
+    return q.to(torch.float32) * s[block_rows].repeat_interleave(bn, dim=1)
+
+
+def unscaled_float8(dtype_name: str, key: str, file: str) -> EqsatError:
+    return EqsatError(f"{file}: tensor {key} is stored in float8 ({dtype_name}) with no "
+                      f"{key}{SCALE}: a quantization this reader does not know (read as "
+                      "values it would be wrong)")
