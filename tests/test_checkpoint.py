@@ -187,3 +187,22 @@ def test_a_large_weight_is_quantized_a_slice_of_its_rows_at_a_time(tmp_path, mon
     assert torch.equal(sliced.next_token_logits(PROMPT), whole.next_token_logits(PROMPT))
     assert torch.equal(sliced.generate(PROMPT, max_new_tokens=6),
                        whole.generate(PROMPT, max_new_tokens=6))
+
+
+def test_a_model_that_makes_tensors_as_it_runs_is_loaded_whole(tmp_path, monkeypatch):
+    """Falcon's attention makes index tensors in forward (lifted by export): a meta model has
+    no values for them and the checkpoint does not hold them, so from_pretrained says so and
+    plans the model transformers loads (it used to stop with 'no parameter or buffer')."""
+    from eqsat_llm.models.model_matrix import build
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    wrapped, (ids,) = build("falcon", seq=8)
+    model = wrapped.model
+    model.config.use_cache = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(tmp_path / "ckpt")
+        want = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    with pytest.warns(UserWarning, match="tensors as it runs that the checkpoint does not"):
+        gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32)
+    assert torch.equal(gen.generate(ids, max_new_tokens=6, eos_token_id=[]), want)

@@ -199,6 +199,11 @@ def tied_keys(checkpoint: Checkpoint, model: nn.Module) -> dict[str, str]:
     return key_of
 
 
+class MadeInForward(EqsatError):
+    """The programs read tensors the model makes as it runs, which a checkpoint does not hold
+    (from_pretrained then loads the model: Generator.from_pretrained)."""
+
+
 class CheckpointWeights:
     """A checkpoint as a weight source (lazy_weights.WeightSource): graph constant name ->
     tensor read from its shard, by the longest suffix of the name that is a parameter name in
@@ -225,6 +230,15 @@ class CheckpointWeights:
                 self.buffers_read[suffix] = self._buffers[suffix]
                 return self._buffers[suffix]
         raise EqsatError(f"weight {name}: no parameter or buffer of the checkpoint's model")
+
+    def missing(self, names: Any) -> list[str]:
+        """Those of `names` neither the checkpoint nor the model's buffers hold: tensors the
+        model makes as it runs (lifted by export: Falcon's index constants), whose values the
+        meta model the programs were planned on did not have."""
+        if not self._buffers:
+            self._buffers.update(self._make_buffers())
+        return sorted(n for n in names if self.key(n) is None
+                      and not any(s in self._buffers for s in suffixes(n)))
 
     def rows(self, name: str, start: int, stop: int) -> torch.Tensor | None:
         """Rows [start, stop) of the weight `name`; None for a buffer (computed whole)."""

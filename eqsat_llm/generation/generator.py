@@ -284,6 +284,15 @@ class Generator:
                 weights_from: str) -> None:
         """With both programs made: their weights (where planned on the meta device), the
         report and the run-time inputs."""
+        if weights is not None and hasattr(weights, "missing"):  # (a checkpoint's)
+            lost = weights.missing(source_names(self.decode_program.graph.constants)
+                                   | source_names(self.prefill_program.graph.constants))
+            if lost:
+                from .checkpoint import MadeInForward
+
+                raise MadeInForward(f"the model makes {len(lost)} tensors as it runs that "
+                                    f"the checkpoint does not hold ({', '.join(lost[:3])}"
+                                    f"{', ...' if len(lost) > 3 else ''})")
         self.load_seconds = 0.0  # (folded: the weights were made while optimizing)
         if weights is not None:  # planned on the meta device: each prepared weight is made now
             t1 = time.perf_counter()
@@ -348,7 +357,7 @@ class Generator:
         held (checkpoint.py, weights/lazy_weights.py). `dtype`: the model's, default the
         checkpoint's. Other options as Generator's and optimize's."""
         from . import warm_start
-        from .checkpoint import Checkpoint
+        from .checkpoint import Checkpoint, MadeInForward
         from .progress import ProgressLine, bytes_text
 
         ckpt = Checkpoint(path)
@@ -368,9 +377,16 @@ class Generator:
 
         ckpt.on_read = reading
         try:
-            gen = cls._from_record(record, ckpt, max_seq_len, options) if record else None
-            if gen is None:
-                gen = cls._cold_start(ckpt, max_seq_len, dtype, options, line, record_name)
+            try:
+                gen = cls._from_record(record, ckpt, max_seq_len, options) if record else None
+                if gen is None:
+                    gen = cls._cold_start(ckpt, max_seq_len, dtype, options, line,
+                                          record_name)
+            except MadeInForward as lost:  # planned on the loaded model instead (a fallback)
+                warnings.warn(f"{ckpt.path}: {lost}; the model is loaded whole by transformers "
+                              "and planned as loaded (more memory while it starts)",
+                              stacklevel=2)
+                gen = cls(_loaded(ckpt, dtype), max_seq_len, **options)
         finally:
             ckpt.on_read = None
             line.done()
@@ -598,6 +614,18 @@ class Generator:
         eos = ([] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int)
                else list(eos_token_id))
         return eos, pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
+
+
+def _loaded(ckpt: Any, dtype: torch.dtype | None) -> nn.Module:
+    """The checkpoint's model loaded whole by transformers (from_pretrained's fallback)."""
+    from transformers import AutoModelForCausalLM
+
+    from .checkpoint import _dtype
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_pretrained(
+            str(ckpt.path), dtype=dtype or _dtype(ckpt.config), local_files_only=True).eval()
 
 
 def _on_meta_twin(model: nn.Module, options: dict[str, Any]) -> bool:
