@@ -189,20 +189,47 @@ def test_a_large_weight_is_quantized_a_slice_of_its_rows_at_a_time(tmp_path, mon
                        whole.generate(PROMPT, max_new_tokens=6))
 
 
-def test_a_model_that_makes_tensors_as_it_runs_is_loaded_whole(tmp_path, monkeypatch):
-    """Falcon's attention makes index tensors in forward (lifted by export): a meta model has
-    no values for them and the checkpoint does not hold them, so from_pretrained says so and
-    plans the model transformers loads (it used to stop with 'no parameter or buffer')."""
+def _matrix_checkpoint(path, family):
+    """A model-matrix family's small random model saved as a checkpoint, its ids, and
+    transformers' greedy tokens from it."""
     from eqsat_llm.models.model_matrix import build
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    wrapped, (ids,) = build("falcon", seq=8)
+    wrapped, (ids,) = build(family, seq=8)
     model = wrapped.model
     model.config.use_cache = True
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model.save_pretrained(tmp_path / "ckpt")
-        want = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)
+        model.save_pretrained(path)
+        want = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0,
+                              eos_token_id=None)
+    return ids, want
+
+
+# (falcon: the next test; the default run keeps a dense and a mixture family)
+MATRIX_DEFAULT = {"gptj", "qwen2_moe"}
+MATRIX = ["llama", "qwen3", "granite", "olmo2", "stablelm", "starcoder2", "mixtral",
+          "qwen2_moe", "olmoe", "phimoe", "deepseek_v3", "gpt_oss", "gptj", "gpt2", "opt"]
+
+
+@pytest.mark.parametrize("family", [
+    pytest.param(f, marks=[] if f in MATRIX_DEFAULT else [pytest.mark.slow]) for f in MATRIX])
+def test_every_matrix_family_from_its_checkpoint_gives_transformers_tokens(
+        tmp_path, monkeypatch, family):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    ids, want = _matrix_checkpoint(tmp_path / "ckpt", family)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no fallback: planned from the checkpoint
+        warnings.filterwarnings("ignore", module="transformers")
+        gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32)
+    assert torch.equal(gen.generate(ids, max_new_tokens=6, eos_token_id=[]), want)
+
+
+def test_a_model_that_makes_tensors_as_it_runs_is_loaded_whole(tmp_path, monkeypatch):
+    """Falcon's attention makes index tensors in forward (lifted by export): a meta model has
+    no values for them and the checkpoint does not hold them, so from_pretrained says so and
+    plans the model transformers loads (it used to stop with 'no parameter or buffer')."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    ids, want = _matrix_checkpoint(tmp_path / "ckpt", "falcon")
     with pytest.warns(UserWarning, match="tensors as it runs that the checkpoint does not"):
         gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32)
     assert torch.equal(gen.generate(ids, max_new_tokens=6, eos_token_id=[]), want)
