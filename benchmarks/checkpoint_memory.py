@@ -106,12 +106,13 @@ bare, import_s = rss(), time.perf_counter() - t0
 path, fmt, loaded = sys.argv[1], sys.argv[2], sys.argv[3] == "loaded"
 quantize = None if fmt in ("bf16", "fp32") else fmt
 dtype = torch.float32 if fmt == "fp32" else torch.bfloat16  # fp32: the bf16 values widened
-model_bytes, model_s, own = 0, 0.0, set()
+model_bytes, model_s, own, load_rss = 0, 0.0, set(), 0
 if loaded:  # transformers loads the model (bf16); the Generator prepares from its tensors
     import transformers
     t = time.perf_counter()
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model_s = time.perf_counter() - t
+    load_rss = rss()  # what transformers' loading leaves, before the Generator starts
     own = {p.untyped_storage().data_ptr() for p in model.parameters()}
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 t = time.perf_counter()
@@ -132,6 +133,7 @@ if len(sys.argv) > 4:  # the next-token logits of the check's prompts, for --che
     prompts = torch.load(sys.argv[4])
     torch.save(torch.cat([gen.next_token_logits(p[None]) for p in prompts]), sys.argv[5])
 print(json.dumps({"format": fmt, "bare": bare, "model": model_bytes, "model_s": model_s,
+    "load_rss": load_rss,
     "weights_from": gen.report.weights_from, "peak": resource.getrusage(
     resource.RUSAGE_SELF).ru_maxrss * 1024, "prepared": sum(held.values()),
     "child_peak": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
@@ -309,18 +311,22 @@ def loaded_table(rows: list[dict]) -> list[str]:
     lines = [("The model loaded by transformers (bf16), then `Generator(model, max_seq_len=256, "
               "quantize=...)`: the prepared weights are those not the model's own tensors; the "
               "overhead is the peak less everything held (bare process, model, prepared, cache "
-              "and arenas)."),
+              "and arenas); of it, transformers' loading leaves the RSS after its load less the "
+              "bare process and the model, before the Generator starts."),
              "",
              ("| format | peak RSS GB | model GB | prepared GB | KV cache + arenas GB | bare GB "
-              "| overhead GB | weights from | transformers load s | Generator start s "
-              "(weights s) | warm start s | decode tok/s |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| overhead GB | RSS after transformers' load GB (left by it) | weights from "
+              "| transformers load s | Generator start s (weights s) | warm start s "
+              "| decode tok/s |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         held = r["bare"] + r["model"] + r["prepared"] + r["cache"] + r["arenas"]
         warm = f"{r['warm_start_s']:.1f}" if "warm_start_s" in r else "not run"
         lines.append(f"| {r['format']} | {r['peak'] / GB:.2f} | {r['model'] / GB:.2f} | "
                      f"{r['prepared'] / GB:.2f} | {(r['cache'] + r['arenas']) / GB:.2f} | "
                      f"{r['bare'] / GB:.2f} | {(r['peak'] - held) / GB:.2f} | "
+                     f"{r['load_rss'] / GB:.2f} "
+                     f"({(r['load_rss'] - r['bare'] - r['model']) / GB:.2f}) | "
                      f"{r['weights_from']} | {r['model_s']:.1f} | {r['start_s']:.1f} "
                      f"({_seconds(r['load_s'])}) | {warm} | {r['decode_tok_s'] or 0:.1f} |")
     return lines
