@@ -105,7 +105,7 @@ class Checkpoint:
         t = self._stored(key)
         if scales := fp8_checkpoint.scale_key(key, self._where):
             return fp8_checkpoint.dequantized(t, self._stored(scales), t.shape[0], name=key)
-        return self._unscaled(key, t)
+        return fp8_checkpoint.unscaled(t, key, self._where[key].name)
 
     def _stored(self, key: str, start: int | None = None, stop: int | None = None
                 ) -> torch.Tensor:
@@ -121,12 +121,6 @@ class Checkpoint:
         self.bytes_read += t.numel() * t.element_size()
         if self.on_read is not None:
             self.on_read(self.bytes_read)
-        return t
-
-    def _unscaled(self, key: str, t: torch.Tensor) -> torch.Tensor:
-        """t, refused when it is float8 without block scales (fp8_checkpoint.py)."""
-        if t.dtype in fp8_checkpoint.FLOAT8.values():
-            raise fp8_checkpoint.unscaled_float8(str(t.dtype), key, self._where[key].name)
         return t
 
     def _handle(self, key: str) -> Any:
@@ -187,7 +181,7 @@ class Checkpoint:
         if scales := fp8_checkpoint.scale_key(key, self._where):
             return fp8_checkpoint.dequantized(t, self._stored(scales), self.shape(key)[0],
                                               start, name=key)
-        return self._unscaled(key, t)
+        return fp8_checkpoint.unscaled(t, key, self._where[key].name)
 
 
 def tied_keys(checkpoint: Checkpoint, model: nn.Module) -> dict[str, str]:
@@ -222,23 +216,24 @@ class CheckpointWeights:
         key = self.key(name)
         if key is not None:
             return self.checkpoint.tensor(key)
-        tails = suffixes(name)
+        suffix = self._buffer(name)
+        if suffix is None:
+            raise EqsatError(f"weight {name}: no parameter or buffer of the checkpoint's "
+                             "model")
+        self.buffers_read[suffix] = self._buffers[suffix]
+        return self._buffers[suffix]
+
+    def _buffer(self, name: str) -> str | None:
+        """The name of the model's buffer that the weight `name` is, or None."""
         if not self._buffers:  # the buffers a meta model lacks, computed once
             self._buffers.update(self._make_buffers())
-        for suffix in tails:
-            if suffix in self._buffers:
-                self.buffers_read[suffix] = self._buffers[suffix]
-                return self._buffers[suffix]
-        raise EqsatError(f"weight {name}: no parameter or buffer of the checkpoint's model")
+        return next((s for s in suffixes(name) if s in self._buffers), None)
 
     def missing(self, names: Any) -> list[str]:
         """Those of `names` neither the checkpoint nor the model's buffers hold: tensors the
         model makes as it runs (lifted by export: Falcon's index constants), whose values the
         meta model the programs were planned on did not have."""
-        if not self._buffers:
-            self._buffers.update(self._make_buffers())
-        return sorted(n for n in names if self.key(n) is None
-                      and not any(s in self._buffers for s in suffixes(n)))
+        return sorted(n for n in names if self.key(n) is None and self._buffer(n) is None)
 
     def rows(self, name: str, start: int, stop: int) -> torch.Tensor | None:
         """Rows [start, stop) of the weight `name`; None for a buffer (computed whole)."""

@@ -18,8 +18,9 @@ from typing import Any
 import torch
 
 from ..errors import EqsatError
+from ..formats.quant_formats import FLOAT8
 
-FLOAT8 = {"F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
+FLOAT8_DTYPES = frozenset(dtype for dtype, _ in FLOAT8.values())
 SCALE = "_scale_inv"  # X.weight -> X.weight_scale_inv
 
 
@@ -50,7 +51,7 @@ def dequantized(q: torch.Tensor, scales: torch.Tensor, rows: int, start: int = 0
                 name: str = "") -> torch.Tensor:
     """Rows [start, start + len(q)) of a weight of `rows` rows, from its float8 values `q`
     and its whole block-scale grid, in float32 (as transformers' Fp8Dequantize computes)."""
-    if q.dtype not in FLOAT8.values() or q.dim() != 2 or scales.dim() != 2:
+    if q.dtype not in FLOAT8_DTYPES or q.dim() != 2 or scales.dim() != 2:
         raise EqsatError(f"tensor {name}: a {q.dtype} [{', '.join(map(str, q.shape))}] weight "
                          f"with {list(scales.shape)} scales, not a 2-D float8 weight with its "
                          "block scales")
@@ -66,7 +67,10 @@ def dequantized(q: torch.Tensor, scales: torch.Tensor, rows: int, start: int = 0
     return q.to(torch.float32) * s[block_rows].repeat_interleave(bn, dim=1)
 
 
-def unscaled_float8(dtype_name: str, key: str, file: str) -> EqsatError:
-    return EqsatError(f"{file}: tensor {key} is stored in float8 ({dtype_name}) with no "
-                      f"{key}{SCALE}: a quantization this reader does not know (read as "
-                      "values it would be wrong)")
+def unscaled(t: torch.Tensor, key: str, file: str) -> torch.Tensor:
+    """t, a tensor the checkpoint stores with no block scales; refused when it is float8."""
+    if t.dtype in FLOAT8_DTYPES:
+        raise EqsatError(f"{file}: tensor {key} is stored in float8 ({t.dtype}) with no "
+                         f"{key}{SCALE}: a quantization this reader does not know (read as "
+                         "values it would be wrong)")
+    return t

@@ -284,12 +284,13 @@ class Generator:
                 weights_from: str) -> None:
         """With both programs made: their weights (where planned on the meta device), the
         report and the run-time inputs."""
-        if weights is not None and hasattr(weights, "missing"):  # (a checkpoint's)
+        from .checkpoint import CheckpointWeights, MadeInForward
+
+        # (a loaded model's own source: its decode constants checked before the twin was kept)
+        if isinstance(weights, CheckpointWeights):
             lost = weights.missing(source_names(self.decode_program.graph.constants)
                                    | source_names(self.prefill_program.graph.constants))
             if lost:
-                from .checkpoint import MadeInForward
-
                 raise MadeInForward(f"the model makes {len(lost)} tensors as it runs that "
                                     f"the checkpoint does not hold ({', '.join(lost[:3])}"
                                     f"{', ...' if len(lost) > 3 else ''})")
