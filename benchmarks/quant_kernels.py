@@ -173,6 +173,11 @@ def operands(fmt: str, k: int, n: int, gen: torch.Generator, layout: str):
     return q, s, w
 
 
+def group_of(fmt: str) -> int:
+    """eq_gemm_q's group for a format: 0 for per-column scales and for the half formats."""
+    return 0 if fmt in HALF_FORMATS else format_group(DYNAMIC_STORED.get(fmt, fmt))
+
+
 def dense_call(dll, m: int, k: int, n: int, a, bp, c):
     return lambda: dll.dense(m, n, k, a.data_ptr(), bp.data_ptr(), c.data_ptr())
 
@@ -241,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
             nbytes, refs = {"fp32 packed": k * n * 4}, {"fp32 packed": (a, w)}
             for fmt in args.formats:
                 stored = DYNAMIC_STORED.get(fmt, fmt)  # int4_dynamic: int4_g32's operands
-                group = 0 if fmt in HALF_FORMATS else format_group(stored)
+                group = group_of(fmt)
                 code = format_code(fmt)
                 for tag, (lib, layout) in libs.items():
                     if tag and fmt == DYNAMIC4 and layout != "panels16":
@@ -297,7 +302,7 @@ def sequence(layers: int, formats: list[str], rounds: int, flags: list[str],
         c = torch.empty(1, 5632)
         for fmt in formats:
             stored = DYNAMIC_STORED.get(fmt, fmt)
-            group = 0 if fmt in HALF_FORMATS else format_group(stored)
+            group = group_of(fmt)
             code = format_code(fmt)
             calls = []
             for layer in range(layers):

@@ -333,10 +333,12 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
 /* rows a block of eq_panel_swiglu and of the rope's heads: whole tiles (AVX2's two of 6 rows:
    14 left a tile of 2, latency-bound, and the SwiGLU GEMM ran ~13% below the plain one's
    rate) */
+#ifndef EQ_SW_ROWS  /* (-DEQ_SW_ROWS=14: AVX2's former blocks, for benchmarks/cflags_ab.py) */
 #if EQ_MR == 6
 #define EQ_SW_ROWS 12
 #else
 #define EQ_SW_ROWS 14
+#endif
 #endif
 /* C[0:M, n0:n0 + ncols] = silu(G) * U for one pair of K x 32 panels, gate bg and up bu, G and
    U times alpha and the row scale: per block of EQ_SW_ROWS rows the two tiles land in local

@@ -38,7 +38,8 @@
    but for the byte formats on AVX2. Measured, `quant_kernels.py --sequence 6` (a token's
    GEMVs of 6 TinyLlama layers), two runs each, GB/s with 2 / 3: AVX-512 bf16 31.0 / 29.0,
    int8 29.4 / 28.0, fp8 29.6 / 27.7, int4 25.5 / 23.9; AVX2 bf16 25.5 / 18.5 (its 16-byte
-   loads and L1 prefetches contend), int8 26.5 / 27.7, fp8 22.3 / 23.5, int4 20.6 / 21.3 */
+   loads and L1 prefetches contend, a guess from the effect), int8 26.5 / 27.7, fp8 22.3 /
+   23.5, int4 20.6 / 21.3 */
 #ifndef EQ_QPFL
 #if defined(__AVX512F__)
 #define EQ_QPFL 2
