@@ -86,7 +86,7 @@ class Launch:
     def __call__(self, values: list[Any]) -> None:
         args = [values[a.node] if isinstance(a, Operand) else a for a in self.args]
         if self.choices:
-            from .autotune import settle
+            from .autotune import settle  # (here: autotune.py imports this module)
 
             settle(self, args)
         self.kernel[self.grid](*args, **self.constexprs)
