@@ -168,7 +168,7 @@ def operands(fmt: str, k: int, n: int, gen: torch.Generator, layout: str):
         group = format_group(fmt)
         q = QuantPanels("q", 0, q.shape[0], n, n).prepare({"q": q})
         rows = 1 if group == 0 else k // group
-        s = QuantPanels.of_scales("s", 0, rows, n, n, 1, group).prepare({"s": s}) \
+        s = QuantPanels.of_scales("s", 0, rows, n, n, 1, fmt).prepare({"s": s}) \
             if layout == "panels16" else QuantPanels("s", 0, rows, n, n).prepare({"s": s})
     return q, s, w
 

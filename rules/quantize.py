@@ -30,8 +30,8 @@ from .fusion import stored_experts_rule, stored_weight_rules
 # itself, fp8_e5m2: 2^-3; int4: max|w| / 14 per group), summed over K products; int8_dynamic
 # adds each activation's (half a step of its row's range / 127); int4_dynamic each
 # activation's half step of its block's max / 127, small beside int4's own.
-TOLERANCE = {"int8": 0.05, "fp8_e4m3": 0.1, "fp8_e5m2": 0.2, "int4_g32": 0.5, "int4_g64": 0.5,
-             "int4_g128": 0.5, DYNAMIC: 0.1, DYNAMIC4: 0.5}
+TOLERANCE = {"int8": 0.05, "fp8_e4m3": 0.1, "fp8_e5m2": 0.2, "fp8_e4m3_g128": 0.1,
+             "int4_g32": 0.5, "int4_g64": 0.5, "int4_g128": 0.5, DYNAMIC: 0.1, DYNAMIC4: 0.5}
 
 
 def _family(fmt: str):

@@ -117,15 +117,18 @@ def dequantized(fmt: str, w: torch.Tensor, w_scale: Any, k: int, n: int) -> torc
         return w.float()
     if fmt in ("int8", "int8_dynamic"):  # q [K, N] int8, one scale per output channel
         return w.float() * w_scale.float()[None, :]
-    if fmt in ("fp8_e4m3", "fp8_e5m2"):  # float8 bytes [K, N]: a sign, e exponent bits of
-        # bias b, m mantissa bits (e4m3: 4, 7, 3; e5m2: 5, 15, 2), one scale per channel
-        e, m = (4, 3) if fmt == "fp8_e4m3" else (5, 2)
+    if fmt in ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3_g128"):  # float8 bytes [K, N]: a sign, e
+        # exponent bits of bias b, m mantissa bits (e4m3: 4, 7, 3; e5m2: 5, 15, 2), one scale
+        # per channel (fp8_e4m3_g128: per group of 128 rows of a channel)
+        e, m = (5, 2) if fmt == "fp8_e5m2" else (4, 3)
         bias = 2 ** (e - 1) - 1
         sign = 1.0 - 2.0 * (w >> 7).float()
         exponent, mantissa = ((w >> m) & (2 ** e - 1)).float(), (w & (2 ** m - 1)).float()
         value = torch.where(exponent > 0, (1 + mantissa / 2 ** m) * 2 ** (exponent - bias),
                             mantissa / 2 ** m * 2.0 ** (1 - bias))
-        return sign * value * w_scale.float()[None, :]
+        rows_scale = w_scale.float()[torch.arange(k) // 128] if w_scale.dim() == 2 else \
+            w_scale.float()[None, :]
+        return sign * value * rows_scale
     if fmt.startswith("int4_g") or fmt == "int4_dynamic":  # nibbles: row 2i low, 2i + 1
         group = 32 if fmt == "int4_dynamic" else int(fmt[len("int4_g"):])  # high, q + 8
         out = torch.empty(k, n)

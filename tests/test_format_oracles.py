@@ -61,7 +61,7 @@ def _shape_weights(model: Mlp, fmt: str, gen: torch.Generator) -> None:
 
 
 OPTIONS = {"int8": {"quantize": "int8"}, "fp8_e4m3": {"quantize": "fp8"},
-           "fp8_e5m2": {"quantize": "fp8_e5m2"},
+           "fp8_e5m2": {"quantize": "fp8_e5m2"}, "fp8_e4m3_g128": {"quantize": "fp8_e4m3_g128"},
            "int4_g32": {"quantize": "int4"}, "int4_g64": {"quantize": "int4_g64"},
            "int4_g128": {"quantize": "int4_g128"},
            "int8_dynamic": {"quantize": "int8_dynamic"},
@@ -71,7 +71,8 @@ OPTIONS = {"int8": {"quantize": "int8"}, "fp8_e4m3": {"quantize": "fp8"},
 # prefill only, int4_dynamic at decode only, 2:4 is taken at decode only (the cost model
 # keeps the dense GEMM at prefill)
 CASES = [("int8", 1), ("int8", 33), ("fp8_e4m3", 1), ("fp8_e4m3", 33), ("fp8_e5m2", 1),
-         ("fp8_e5m2", 33), ("int4_g32", 1), ("int4_g64", 33),
+         ("fp8_e5m2", 33), ("fp8_e4m3_g128", 1), ("fp8_e4m3_g128", 33), ("int4_g32", 1),
+         ("int4_g64", 33),
          ("int4_g128", 1), ("int8_dynamic", 33), ("int4_dynamic", 1), ("bf16", 1), ("fp16", 33),
          ("sparse24", 1), ("bsr16", 33)] + \
     ([("int4_dynamic", 33)] if builds_with("__AVX512BW__") else [])  # (its byte GEMM's ISA)
@@ -123,18 +124,20 @@ def test_kernel_matches_torch_on_the_stored_weight(fmt, rows):
         if fmt in ("bf16", "fp16", "sparse24", "bsr16"):  # stored exactly
             assert torch.equal(deq, want)
         else:  # the scales from their definition, each weight within half a step
-            group = 0 if fmt in ("int8", "int8_dynamic") or fmt.startswith("fp8") else \
+            group = 0 if fmt in ("int8", "int8_dynamic", "fp8_e4m3", "fp8_e5m2") else \
                 32 if fmt == "int4_dynamic" else int(fmt.rsplit("g", 1)[1])
             top = want.abs().amax(0) if not group else \
                 want.reshape(k // group, group, n).abs().amax(1)
-            top_value, bits, least = {"fp8_e4m3": (448, 3, -6), "fp8_e5m2": (57344, 2, -14)}.get(
-                fmt, (127, 0, 0))
-            scale = top / top_value if not group else (top / 7).half().float()  # int4's: fp16
-            torch.testing.assert_close(s, scale, rtol=1e-6, atol=0)
+            top_value, bits, least = {"fp8_e4m3": (448, 3, -6), "fp8_e5m2": (57344, 2, -14),
+                                      "fp8_e4m3_g128": (448, 3, -6)}.get(fmt, (127, 0, 0))
+            scale = top / 7 if fmt.startswith("int4") else top / top_value
+            torch.testing.assert_close(s, scale.half().float() if fmt.startswith("int4") else
+                                       scale, rtol=1e-6, atol=0)  # (int4's: float16 values)
             if fmt.startswith("fp8"):  # a step of 2^-bits of the power of two below |w / s|
-                ulp = torch.exp2(torch.floor(torch.log2((want / s).abs().clamp(min=2.0 ** least)))
-                                 - bits)
-                assert ((deq - want).abs() <= ulp * s / 2 * (1 + 1e-5)).all()
+                s_rows = s.repeat_interleave(group, 0) if group else s
+                ulp = torch.exp2(torch.floor(torch.log2(
+                    (want / s_rows).abs().clamp(min=2.0 ** least))) - bits)
+                assert ((deq - want).abs() <= ulp * s_rows / 2 * (1 + 1e-5)).all()
                 continue
             step = s if not group else s.repeat_interleave(group, 0)
             assert ((deq - want).abs() <= step / 2 * (1 + 1e-5)).all()
@@ -159,8 +162,8 @@ def _mutants(fmt: str, w: torch.Tensor, s: torch.Tensor | None, k: int,
         out["a column's scale 1% off"] = (w, s1)
     if fmt.startswith("int4"):
         out["nibbles swapped"] = ((w >> 4) | (w << 4), s)
-        if s.shape[0] > 1:
-            out["scales one group late"] = (w, torch.roll(s, 1, 0))
+    if (fmt.startswith("int4") or fmt == "fp8_e4m3_g128") and s.shape[0] > 1:
+        out["scales one group late"] = (w, torch.roll(s, 1, 0))
     if fmt == "sparse24":  # each group's two positions exchanged
         out["2:4 positions swapped"] = (w, ((s & 3) << 2) | ((s >> 2) & 3))
     if fmt == "bsr16":  # each stored block one block row down
@@ -176,7 +179,7 @@ def _mutants(fmt: str, w: torch.Tensor, s: torch.Tensor | None, k: int,
 
 
 @pytest.mark.parametrize("fmt,rows", [("int8", 33), ("fp8_e4m3", 1), ("fp8_e5m2", 33),
-                                      ("int4_g32", 1), ("int4_g128", 1),
+                                      ("fp8_e4m3_g128", 33), ("int4_g32", 1), ("int4_g128", 1),
                                       ("sparse24", 1), ("bsr16", 33), ("bf16", 1)])
 def test_the_oracle_fails_on_a_wrong_dequantization(fmt, rows):
     _, x, compiled, gemms = compiled_case(fmt, rows)

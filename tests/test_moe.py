@@ -113,7 +113,8 @@ def test_expert_mm_reads_every_row_once_whatever_the_order(ids):
     run_and_compare(g, xs, tol=1e-4)
 
 
-STORED_EXPERTS = ["int8", "fp8_e4m3", "int4_g32", "int4_g128", "bf16", "fp16"]
+STORED_EXPERTS = ["int8", "fp8_e4m3", "fp8_e4m3_g128", "int4_g32", "int4_g128", "bf16",
+                  "fp16"]
 
 
 def stored_experts_graph(fmt: str, ids: list[int]) -> tuple[Graph, list[torch.Tensor]]:

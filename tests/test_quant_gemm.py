@@ -78,10 +78,10 @@ def _random_weight(k: int, n: int, fmt: str, gen: torch.Generator):
         return w.to(HALF[fmt][0]), None
     group = format_group(fmt)
     if fmt.startswith("fp8"):  # every finite float8 byte (e4m3: 0x7f is NaN; e5m2 from 0x7c)
-        wq = torch.randint(0, 127 if fmt == "fp8_e4m3" else 124, (k, n), generator=gen,
+        wq = torch.randint(0, 124 if fmt == "fp8_e5m2" else 127, (k, n), generator=gen,
                            dtype=torch.uint8)
         wq |= (torch.rand(k, n, generator=gen) < 0.5).to(torch.uint8) << 7
-        s = torch.rand(n, generator=gen) * 0.02 + 0.001
+        s = torch.rand(*((k // group,) if group else ()), n, generator=gen) * 0.02 + 0.001
     elif group == 0:
         wq = torch.randint(-128, 128, (k, n), generator=gen, dtype=torch.int8)
         s = torch.rand(n, generator=gen) * 0.02 + 0.001
@@ -109,9 +109,9 @@ def run_case(lib, fmt: str, m: int, n: int, k: int, *, alpha: float = 1.0,
     halves = 2 if swiglu else 1
     pq = QuantPanels("q", 0, wq.shape[0], n, ldw, halves).prepare({"q": wq})
     ps = None if s is None else QuantPanels.of_scales(
-        "s", 0, 1 if group == 0 else k // group, n, ldw, halves, group).prepare({"s": s})
-    code = HALF[fmt][1] if fmt in HALF else {"fp8_e4m3": 9, "fp8_e5m2": 10}.get(fmt) or \
-        (8 if group == 0 else 4)
+        "s", 0, 1 if group == 0 else k // group, n, ldw, halves, fmt).prepare({"s": s})
+    code = HALF[fmt][1] if fmt in HALF else \
+        {"fp8_e4m3": 9, "fp8_e5m2": 10, "fp8_e4m3_g128": 9}.get(fmt) or (8 if group == 0 else 4)
     lib.qgemm(m, n, k, ops.a_full.data_ptr(), ops.lda, code, group, pq.data_ptr(),
               None if ps is None else ps.data_ptr(), ops.c.data_ptr(), ops.ldc, alpha,
               ops.rowscale.data_ptr() if rowscale else None, ops.addends, ops.count, act,
@@ -205,7 +205,7 @@ def test_zero_column_and_group():
 
 
 def test_formats():
-    assert [format_group(f) for f in FORMATS] == [0, 0, 0, 32, 64, 128]
+    assert [format_group(f) for f in FORMATS] == [0, 0, 0, 128, 32, 64, 128]
     with pytest.raises(GraphError, match="unknown weight format"):
         format_group("int4_g48")
     with pytest.raises(GraphError, match="cannot quantize"):

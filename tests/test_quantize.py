@@ -35,8 +35,12 @@ def test_format_round_trip_is_within_half_a_step(fmt):
     assert torch.equal(back[:, 3], torch.zeros(256))
     if fmt.startswith("fp8"):  # e4m3 (e5m2): 3 (2) mantissa bits, within 2^-4 (2^-3) of each
         # weight, and of the least step (2^-10 s; 2^-17 s) near zero
-        rel, least = (2 ** -4, 2 ** -10) if fmt == "fp8_e4m3" else (2 ** -3, 2 ** -17)
-        assert ((back - w).abs() <= torch.maximum(w.abs() * rel, s * least) + 1e-6).all()
+        # (fp8_e4m3_g128: e4m3 with each group of 128 rows its own scale)
+        rel, least = (2 ** -3, 2 ** -17) if fmt == "fp8_e5m2" else (2 ** -4, 2 ** -10)
+        per_row = s.repeat_interleave(128, 0) if s.dim() == 2 else s
+        assert ((back - w).abs() <= torch.maximum(w.abs() * rel, per_row * least) + 1e-6).all()
+        if s.dim() == 2:  # each group's largest weight is 448 s: the group has its own scale
+            assert torch.allclose(w.abs().reshape(2, 128, 40).amax(1)[:, :3], s[:, :3] * 448)
     else:
         step = s if fmt == "int8" else s.repeat_interleave(int(fmt.rsplit("g", 1)[1]), 0)
         assert ((back - w).abs() <= step / 2 + 1e-6).all()
@@ -79,7 +83,7 @@ def _gemms(compiled, quantized: bool) -> int:
 @needs_cc
 @pytest.mark.parametrize("case", ["decode", "prefill"])
 @pytest.mark.parametrize("fmt,tol", [("int8", 0.02), ("fp8", 0.05), ("fp8_e5m2", 0.1),
-                                     ("int4", 0.15)])
+                                     ("fp8_e4m3_g128", 0.05), ("int4", 0.15)])
 def test_llama_block_runs_every_gemm_quantized_in_c(case, fmt, tol):
     model, inputs = llama_block_case(case)
     compiled = optimize(model, inputs, quantize=fmt, measure_eager=False)

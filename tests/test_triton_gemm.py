@@ -86,6 +86,8 @@ CASES = [
     ("none", "fp8_e4m3", "none", "relu", 33, 64, 17),
     ("rms_norm", "fp8_e4m3", "swiglu", "none", 5, 64, 48),
     ("rms_norm", "fp8_e5m2", "add", "silu", 5, 64, 17),
+    ("none", "fp8_e4m3_g128", "add", "none", 5, 256, 17),
+    ("rms_norm", "fp8_e4m3_g128", "swiglu", "silu", 1, 128, 48),
     ("none", "int4_g32", "add", "silu", 5, 96, 17),
     ("rms_norm", "int4_g32", "swiglu", "none", 33, 64, 48),
     ("rms_norm", "int4_g64", "none", "gelu_tanh", 5, 128, 17),

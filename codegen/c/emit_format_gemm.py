@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
-from ...formats.quant_formats import DYNAMIC_STORED, format_group
+from ...formats.quant_formats import DYNAMIC_STORED, format_group, is_nibbles
 from ...ops import ACTIVATIONS, GemmDescriptor, operands_of
 from .emit_norm import inv_rms
 from .gemm_geometry import GemmGeometry, gemm_geometry
@@ -127,7 +127,8 @@ def quantized_panels(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
     QUANT_PANEL columns; a SwiGLU weight's two halves apart)."""
     half = HALF_FORMATS.get(fmt)
     # (int4_dynamic: int4_g32's operands, the activations coded in the kernel)
-    group = 0 if half else format_group(DYNAMIC_STORED.get(fmt, fmt))
+    stored = DYNAMIC_STORED.get(fmt, fmt)
+    group = 0 if half else format_group(stored)
     if len(w.shape) != 2 or w.strides[1] != 1 or layout is None:
         return None
     halves = 2 if swiglu else 1
@@ -140,13 +141,14 @@ def quantized_panels(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
         return format_code(fmt), 0, wq, None
     if scales.dtype != "float32" or scales.strides[-1] != 1 or scales.shape[-1] != halves * n:
         return None
-    if group and (len(scales.shape) != 2 or w.shape[0] * 2 != scales.shape[0] * group):
+    rows_stored = 2 if is_nibbles(stored) else 1  # (rows of W a stored row holds)
+    if group and (len(scales.shape) != 2 or w.shape[0] * rows_stored != scales.shape[0] * group):
         return None
     sname = layout.constant_name(scales)
     if sname is None:
         return None
     srows, srs = (scales.shape[0], scales.strides[0]) if group else (1, 0)
-    ps = QuantPanels.of_scales(sname, scales.offset, srows, n, srs, halves, group)
+    ps = QuantPanels.of_scales(sname, scales.offset, srows, n, srs, halves, stored)
     wq = layout.prepared(pq, (pq.panels(), pq.rows, QUANT_PANEL), w.dtype)
     ws = layout.prepared(ps, (ps.panels(), ps.rows, QUANT_PANEL), ps.c_dtype)
     return format_code(fmt), group, wq, ws

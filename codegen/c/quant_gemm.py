@@ -122,7 +122,7 @@ from typing import Any
 import torch
 
 from ...errors import GraphError
-from ...formats.quant_formats import DYNAMIC4, format_group
+from ...formats.quant_formats import DYNAMIC4, float8_of, is_nibbles
 from .packed_gemm import PACKED_GEMM
 from .static_c import StaticLibrary, kernel_source
 from .tiles import QUANT_PANEL
@@ -132,8 +132,9 @@ FORMAT_CODES = {"int8": 8, "fp8_e4m3": 9, "fp8_e5m2": 10, DYNAMIC4: 5, "fp16": 1
 
 
 def format_code(fmt: str) -> int:
-    """The fmt argument eq_gemm_q takes for a weight format."""
-    return FORMAT_CODES.get(fmt) or (4 if format_group(fmt) else 8)
+    """The fmt argument eq_gemm_q takes for a weight format (a grouped float8 format: its
+    encoding's, with the group passed beside it)."""
+    return FORMAT_CODES.get(float8_of(fmt) or fmt) or (4 if is_nibbles(fmt) else 8)
 
 
 @dataclass(frozen=True)
@@ -194,9 +195,9 @@ class QuantPanels(WeightView):
 
     @classmethod
     def of_scales(cls, name: str, offset: int, rows: int, n: int, rs: int, halves: int,
-                  group: int) -> QuantPanels:
-        """The panels of a quantized weight's scales: int4's (group > 0) kept as float16."""
-        return cls(name, offset, rows, n, rs, halves, "float16" if group else None)
+                  fmt: str) -> QuantPanels:
+        """The panels of a quantized weight's scales: int4's kept as float16."""
+        return cls(name, offset, rows, n, rs, halves, "float16" if is_nibbles(fmt) else None)
 
     @property
     def c_dtype(self) -> str:

@@ -7,7 +7,8 @@ output's dtype:
 
     prologue  none | rms_norm (a first pass over the row's K for its sum of squares)
     weight    float (any float dtype) | fp16 | bf16 | int8 (q * scale[n]) | fp8_e4m3/e5m2
-              (float8(q) * scale[n], the byte widened through float16's bits) | int4_g32/g64/g128
+              (float8(q) * scale[n], the byte widened through float16's bits; fp8_e4m3_g128
+              float8(q) * scale[k // 128, n]) | int4_g32/g64/g128
               (nibble - 8 times scale[k // G, n]) | int8_dynamic (int8, and the activations
               coded per row as quant_formats.coded_activations: a pass for each row's range)
               -- the integer formats dequantized tile by tile in registers
@@ -34,7 +35,7 @@ import triton
 import triton.language as tl
 
 from ...formats.half_formats import WEIGHT_FORMATS as HALF_FORMATS
-from ...formats.quant_formats import DYNAMIC, FLOAT8, FORMATS, format_group
+from ...formats.quant_formats import DYNAMIC, FORMATS, float8_of, format_group
 from ...ir import Node
 from ...ops import MATMUL_OPS, GemmDescriptor, operands_of
 from .common import ACT_CODES, apply_act
@@ -382,14 +383,17 @@ def weight_format(fmt: str, w: Operand, scale: Operand, k: int, cols: int
                 and scale.dtype == "float32":
             return W_INT8, 1, (scale, 0, scale.strides[0])
         return None
-    if fmt in FLOAT8:
-        if w.dtype == "uint8" and w.shape == (k, cols) and scale.shape == (cols,) \
-                and scale.dtype == "float32":
-            return W_FLOAT8[fmt], 1, (scale, 0, scale.strides[0])
-        return None
     if fmt not in FORMATS:
         return None  # the sparse formats
     group = format_group(fmt)
+    if float8_of(fmt):  # a scale per column, or per group of rows of a column
+        if w.dtype != "uint8" or w.shape != (k, cols) or scale.dtype != "float32":
+            return None
+        if not group and scale.shape == (cols,):
+            return W_FLOAT8[float8_of(fmt)], 1, (scale, 0, scale.strides[0])
+        if group and k % group == 0 and scale.shape == (k // group, cols):
+            return W_FLOAT8[float8_of(fmt)], group, (scale, *scale.strides)
+        return None
     if w.dtype == "uint8" and k % group == 0 and w.shape == (k // 2, cols) \
             and scale.shape == (k // group, cols) and scale.dtype == "float32":
         return W_INT4, group, (scale, *scale.strides)

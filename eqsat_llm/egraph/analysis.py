@@ -32,7 +32,7 @@ from egglog import (
     var,
 )
 
-from ..formats.quant_formats import FORMATS, format_group, stored_dtype
+from ..formats.quant_formats import FORMATS, format_group, is_nibbles, stored_dtype
 from ..formats.sparse_formats import BLOCK
 from ..formats.sparse_formats import FORMATS as SPARSE_FORMATS
 from ..ops import REGISTRY, OpDef
@@ -256,7 +256,7 @@ def _shape_rules(opdef: OpDef) -> Iterator[RewriteOrRule]:
             if kind == "quant_scales":
                 out_shape = Vec[i64](n) if group == 0 else Vec[i64](k / group, n)
             else:
-                out_shape = s0 if group == 0 else Vec[i64](k / 2, n)
+                out_shape = Vec[i64](k / 2, n) if is_nibbles(fmt) else s0
             yield rule(eq(var("y", Tensor)).to(y), eq(s0).to(shape(p["x0"])),
                        eq(p["fmt"]).to(String(fmt))).then(set_(shape(y)).to(out_shape))
     elif kind in ("sparse_values", "sparse_index"):  # sparse_formats.packed_types, per format

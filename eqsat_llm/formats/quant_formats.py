@@ -12,6 +12,11 @@ A float weight W [K, N] (x @ W, N output channels) is stored as integers and sca
                their digits. ("fp8" is this format.)
     fp8_e5m2   the same with float8 e5m2 (5 exponent bits of bias 15, 2 mantissa bits, max
                57344: the top byte of a float16; torch.float8_e5m2): scale[n] = max / 57344
+    fp8_e4m3_g128  e4m3 with a float32 scale per group of 128 rows of a column: scale[g, n] =
+               max |W| over the group / 448, uint8 [K, N] and float32 [K / 128, N];
+               W ~ e4m3(q) * scale[k // 128, n]. It holds the 128 x 128 block scales of FP8
+               checkpoints (DeepSeek-V3's, transformers' "fp8" quant method) exactly: a
+               block's scale is each of its columns' group scale (checkpoint_fp8_pair below).
     int4_gG    group-wise along K (groups of G = 32, 64 or 128 rows): scale[g, n] = max |W| over
                the group / 7 rounded to the nearest float16 (the kernels store it so: a
                quarter of the bytes of the integers, not half), q = round(W / scale) in
@@ -40,8 +45,9 @@ from ..errors import GraphError
 from ..tensor_type import TensorType
 from .last_call import last_call
 
-FORMATS = ("int8", "fp8_e4m3", "fp8_e5m2", "int4_g32", "int4_g64", "int4_g128")
-# the float8 formats: their torch dtype and largest finite value
+FORMATS = ("int8", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3_g128", "int4_g32", "int4_g64",
+           "int4_g128")
+# the float8 encodings: their torch dtype and largest finite value (a format's: float8_of)
 FLOAT8 = {"fp8_e4m3": (torch.float8_e4m3fn, 448.0), "fp8_e5m2": (torch.float8_e5m2, 57344.0)}
 DYNAMIC = "int8_dynamic"  # int8 weights (stored as "int8"), activations coded per row
 ACTIVATION_CODES = 127  # codes 0..127: 7 bits (w8a8_gemm.py: why not 8)
@@ -53,7 +59,18 @@ DYNAMIC_STORED = {DYNAMIC: "int8", DYNAMIC4: "int4_g32"}  # what a dynamic forma
 def format_group(fmt: str) -> int:
     """The group size along K of a format (0: one scale per output channel)."""
     _check(fmt)
-    return 0 if fmt == "int8" or fmt in FLOAT8 else int(fmt.rsplit("_g", 1)[1])
+    return int(fmt.rsplit("_g", 1)[1]) if "_g" in fmt else 0
+
+
+def float8_of(fmt: str) -> str | None:
+    """The float8 encoding (a key of FLOAT8) of a float8 format, else None."""
+    base = fmt.rsplit("_g", 1)[0]
+    return base if base in FLOAT8 and fmt in FORMATS else None
+
+
+def is_nibbles(fmt: str) -> bool:
+    """Whether a format stores two values a byte (int4: [K / 2, N], float16-valued scales)."""
+    return fmt.startswith("int4_g")
 
 
 def stored_dtype(fmt: str) -> str:
@@ -83,8 +100,11 @@ def quantize(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
         raise GraphError(f"cannot quantize a weight of shape {tuple(w.shape)} to {fmt}")
     from ..codegen.c.quantizer import quantize_fp8_in_c, quantize_in_c
 
-    fast = quantize_fp8_in_c(w, fmt) if fmt in FLOAT8 else \
-        quantize_in_c(w, format_group(fmt))  # the same values, in one pass
+    fp8, group = float8_of(fmt), format_group(fmt)
+    if fp8 and group:  # each group of rows as per-column float8: the same definition
+        return _by_groups(w, group, lambda rows: quantize(rows, fp8))
+    fast = quantize_fp8_in_c(w, fmt) if fp8 else \
+        quantize_in_c(w, group)  # the same values, in one pass
     q, scale = fast if fast is not None else quantize_in_torch(w, fmt)
     _check_scales(scale, fmt)
     return q, scale
@@ -107,6 +127,8 @@ _CHUNK_ELEMENTS = 1 << 22  # elements of w quantized at a time (16 MB of float32
 def _quantize_columns(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
     group = format_group(fmt)
     w = w.to(torch.float32, copy=True)  # a private copy: rounded in place below
+    if float8_of(fmt) and group:
+        return _by_groups(w, group, lambda rows: _quantize_columns(rows, float8_of(fmt)))
     if fmt in FLOAT8:  # (torch's conversion rounds to nearest even; w / scale <= top)
         if not bool(torch.isfinite(w).all()):  # the kernels' widening reads no NaN byte
             raise GraphError(f"cannot quantize a weight holding NaN or inf to {fmt}")
@@ -124,6 +146,13 @@ def _quantize_columns(w: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Te
     return q[0::2] | (q[1::2] << 4), scale
 
 
+def _by_groups(w: torch.Tensor, group: int, per_column) -> tuple[torch.Tensor, torch.Tensor]:
+    """A grouped float8 format's (bytes [K, N], scales [K / group, N]): each group of rows
+    quantized per column by `per_column`."""
+    parts = [per_column(rows) for rows in w.split(group)]
+    return torch.cat([q for q, _ in parts]), torch.stack([s for _, s in parts])
+
+
 def _scale(scale: torch.Tensor) -> torch.Tensor:
     """The scales as stored: 1 where zero or NaN (a group of zeros, or one holding a NaN)."""
     return torch.where(scale > 0, scale, torch.ones_like(scale)).contiguous()
@@ -131,7 +160,7 @@ def _scale(scale: torch.Tensor) -> torch.Tensor:
 
 def _check_scales(scale: torch.Tensor, fmt: str) -> None:
     """Refuse int4 scales that overflowed float16: their weights would dequantize to 0."""
-    if format_group(fmt) and bool(torch.isinf(scale).any()):
+    if is_nibbles(fmt) and bool(torch.isinf(scale).any()):
         raise GraphError(f"cannot quantize a weight to {fmt}: a group's max |w| exceeds "
                          f"7 x 65504, beyond its float16 scale; use int8 or keep it float")
 
@@ -139,8 +168,9 @@ def _check_scales(scale: torch.Tensor, fmt: str) -> None:
 def dequantize(q: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:
     """The float32 weight [K, N] that (q, scale) of format `fmt` stand for."""
     group = format_group(fmt)
-    if fmt in FLOAT8:
-        return q.view(FLOAT8[fmt][0]).to(torch.float32) * scale
+    if float8_of(fmt):
+        values = q.view(FLOAT8[float8_of(fmt)][0]).to(torch.float32)
+        return values * (scale.repeat_interleave(group, 0) if group else scale)
     if group == 0:
         return q.to(torch.float32) * scale
     low, high = (q & 15).to(torch.float32) - 8, (q >> 4).to(torch.float32) - 8
@@ -155,9 +185,8 @@ def quantized_types(w: TensorType, fmt: str) -> tuple[TensorType, TensorType]:
     if len(w.shape) != 2 or not quantizable(w.shape[0], fmt):
         raise GraphError(f"cannot quantize a weight {w} to {fmt}")
     k, n = w.shape
-    if group == 0:
-        return TensorType((k, n), stored_dtype(fmt)), TensorType((n,), "float32")
-    return TensorType((k // 2, n), "uint8"), TensorType((k // group, n), "float32")
+    values = TensorType((k // 2, n) if is_nibbles(fmt) else (k, n), stored_dtype(fmt))
+    return values, TensorType((k // group, n) if group else (n,), "float32")
 
 
 def code_rows(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

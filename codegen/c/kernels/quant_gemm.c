@@ -321,20 +321,24 @@ static __attribute__((noinline)) void eq_qgemv(
        next ones prefetched as each starts (a pass prefetching ahead would leave the memory
        idle while the others run: measured, 4 rows 1.5x slower) */
     const int onepass = M == 1 && EQ_QNV1 * EQ_QV == 64;
-    const int64_t kc = fmt == 4 ? group : onepass ? EQ_QKB : EQ_QKBM, nch = (K + kc - 1) / kc;
+    /* chunks of a group where there are groups (a grouped float8's more rows: EQ_QKBM, a
+       divisor of the group, each chunk scaled by its group's row) */
+    const int64_t kc = fmt == 4 || (group && onepass) ? group : onepass ? EQ_QKB : EQ_QKBM,
+                  nch = (K + kc - 1) / kc;
     /* bytes per weight row of a panel; scale rows per panel */
     const int64_t rb = EQ_QBYTES(fmt) ? 64 : fmt == 4 ? 32 : 128;
-    const int64_t ng = EQ_QBYTES(fmt) ? 1 : fmt == 4 ? K / group : 0;
+    const int64_t ng = group ? K / group : EQ_QBYTES(fmt) ? 1 : 0;
     const int64_t pf = onepass ? EQ_QGPF : 0;
     for (int64_t m = 0; m < M; m++) memset(t + m * ldt, 0, (size_t)(p1 - p0) * 64 * sizeof(float));
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t* wp = wq + p * K * rb;
-        const float* sp = EQ_QBYTES(fmt) ? (const float*)s + p * 64 : 0;
+        const float* sp0 = EQ_QBYTES(fmt) ? (const float*)s + p * ng * 64 : 0;
         const uint16_t* sh = fmt == 4 ? (const uint16_t*)s + p * ng * 64 : 0;
         float* tp = t + (p - p0) * 64;
         for (int64_t j = 0; j < nch; j++) {
             const int64_t k0 = j * kc, kn = K - k0 < kc ? K - k0 : kc;
             const uint8_t* w = wp + k0 * rb;
+            const float* sp = group && sp0 ? sp0 + k0 / group * 64 : sp0;
             /* (past the panel: the next one's start, contiguous) */
             if (!onepass && EQ_QGPF)
                 for (int64_t b = 0; b < kn * rb; b += 64)
@@ -673,16 +677,20 @@ static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, co
     }
     if (fmt == 9 || fmt == 10) {
         const uint8_t* w = wq + p * K * 64;
-        eq_qf sv[64 / EQ_QV];  /* the columns' scales (e4m3's times 2^8) */
-        for (int j = 0; j < 64; j += EQ_QV) {
-            memcpy(&sv[j / EQ_QV], (const float*)s + p * 64 + j, sizeof sv[0]);
-            if (fmt == 9) sv[j / EQ_QV] *= 256.0f;
-        }
-        for (int64_t k = 0; k < K; k++)
+        const int64_t gk = group ? group : K;  /* rows per scale row */
+        const float* sp = (const float*)s + p * (K / gk) * 64;
+        eq_qf sv[64 / EQ_QV];  /* the columns' scales (e4m3's times 2^8), per group */
+        for (int64_t k = 0; k < K; k++) {
+            if (k % gk == 0)
+                for (int j = 0; j < 64; j += EQ_QV) {
+                    memcpy(&sv[j / EQ_QV], sp + k / gk * 64 + j, sizeof sv[0]);
+                    if (fmt == 9) sv[j / EQ_QV] *= 256.0f;
+                }
             for (int j = 0; j < 64; j += EQ_QV) {
                 const eq_qf f = eq_qwiden8f(w + k * 64 + j, fmt) * sv[j / EQ_QV];
                 memcpy((j < 32 ? b0 + k * 32 + j : b1 + k * 32 + j - 32), &f, sizeof f);
             }
+        }
         return;
     }
     if (fmt == 8) {
@@ -743,7 +751,8 @@ static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t 
    W as QuantPanels (codegen/c/quant_gemm.py) prepares it: P = ceil(N / 64) panels of 64
    columns (with swiglu 2 P: the gate's, then the up half's), the last of each half zero-padded.
    fmt 8: wq int8 [P][K][64], s float [P][64] (per column); fmt 9, 10: wq float8 e4m3 / e5m2
-   bytes, else as 8.
+   bytes, else as 8; with group > 0 (fp8_e4m3_g128), s float [P][K / group][64], a scale per
+   group of rows of a column.
    fmt 4: wq uint8 [P][K / 2][64] (two rows per byte), s float16 bits [P][K / group][64].
    fmt 5 (int4_dynamic): as 4 with group 32, and A coded per block of 32 first (eq_qcode4):
    the GEMV multiplies bytes (eq_qgemv4i); more rows too with AVX-512 (eq_q4panel: each panel
