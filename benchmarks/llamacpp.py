@@ -84,7 +84,8 @@ PAIRS = {"fp32": ("F32", "LLAMA_FTYPE_ALL_F32"), "bf16": ("F16", "LLAMA_FTYPE_MO
          "int4": ("Q4_0", "LLAMA_FTYPE_MOSTLY_Q4_0"),
          "int4_dynamic": ("Q4_0", "LLAMA_FTYPE_MOSTLY_Q4_0"),
          # llama.cpp has no FP8 file type: fp8 runs against its 8-bit one, beside int8's row
-         "fp8_e4m3": ("Q8_0", "LLAMA_FTYPE_MOSTLY_Q8_0")}
+         "fp8_e4m3": ("Q8_0", "LLAMA_FTYPE_MOSTLY_Q8_0"),
+         "fp8_e4m3_g128": ("Q8_0", "LLAMA_FTYPE_MOSTLY_Q8_0")}
 
 
 # --- the GGUF files ---------------------------------------------------------------------------
@@ -206,7 +207,7 @@ from eqsat_llm.generation.generator import Generator
 path, fmt, prompt_file, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 ids = torch.load(prompt_file)
 dtype = torch.float32 if fmt == "fp32" else None
-quantize = fmt if fmt in ("int8", "int4", "int4_dynamic", "fp8_e4m3") else None
+quantize = None if fmt in ("fp32", "bf16") else fmt
 gen = Generator.from_pretrained(path, max_seq_len=ids.shape[1] + new, quantize=quantize,
                                 dtype=dtype)
 for program in (gen.prefill_program, gen.decode_program):  # weights on 2 MiB pages: the
@@ -309,6 +310,8 @@ def main() -> None:
     p.add_argument("--isa", choices=("native", "avx2"), default="native",
                    help="avx2: both systems built without AVX-512 (the docstring says how)")
     p.add_argument("--llama-lib", type=Path, help="llama.cpp's library folder (--isa avx2)")
+    p.add_argument("--section", help="the RESULTS section --write replaces (default: the "
+                   "side-by-side section of --isa; a subset of the pairs gets its own)")
     args = p.parse_args()
     import llama_cpp
     import torch
@@ -373,8 +376,10 @@ def main() -> None:
                 "eqsat-llm faster). Greedy tokens: how many agree with transformers' eager fp32 "
                 "from the start (random weights leave near-ties: a lower precision drifts "
                 "early).")
-        title = "## llama.cpp side by side (benchmarks/llamacpp.py)" if args.isa == "native" \
-            else "## llama.cpp side by side, AVX2 builds (benchmarks/llamacpp.py --isa avx2)"
+        title = args.section or ("## llama.cpp side by side (benchmarks/llamacpp.py)"
+                                 if args.isa == "native" else
+                                 "## llama.cpp side by side, AVX2 builds (benchmarks/llamacpp.py "
+                                 "--isa avx2)")
         write_section(head + "\n\n" + table, title)
 
 

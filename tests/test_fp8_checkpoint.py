@@ -6,6 +6,7 @@ product, cast to the model's dtype); before this reader, the float8 values were 
 their scales and the tokens were wrong without a word."""
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -90,3 +91,56 @@ def test_another_quantization_method_is_refused_by_name(tmp_path):
     _write_fp8(tmp_path, method="gptq")
     with pytest.raises(EqsatError, match="quantized with 'gptq'"):
         Generator.from_pretrained(tmp_path, max_seq_len=32)
+
+
+def test_fp8_e4m3_g128_keeps_the_checkpoints_bytes_and_scales(tmp_path, monkeypatch):
+    # the format's scale per group of 128 rows of a column holds a 128 x 128 block scale: the
+    # weight as stored, exactly; quantizing the dequantized weight again would round it anew
+    from eqsat_llm.formats.quant_formats import dequantize, quantize
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    fmt = "fp8_e4m3_g128"
+    model = _write_fp8(tmp_path / "ckpt")
+    ckpt = Checkpoint(tmp_path / "ckpt")
+    key = "model.layers.0.mlp.down_proj.weight"  # [256, 384]: x @ W reads W = its transpose
+    q, s = ckpt.as_format(key, fmt)
+    whole = ckpt.tensor(key)
+    assert q.shape == (384, 256) and s.shape == (3, 256)
+    assert torch.equal(dequantize(q, s, fmt), whole.t())
+    assert not torch.equal(dequantize(*quantize(whole.t(), fmt), fmt), whole.t())
+    assert ckpt.as_format("model.norm.weight", fmt) is None  # (not float8)
+    assert ckpt.as_format(key, "fp8_e4m3") is None  # (per column: not the checkpoint's form)
+
+    # the model in float32 with the checkpoint's weights, its projections dequantized (a
+    # fresh one: `model`'s rotary table went through bf16); the LM head, stored bf16, is kept
+    # float on both sides
+    reference = type(model)(model.config).float().eval()
+    with torch.no_grad():
+        for name, p in reference.named_parameters():
+            p.copy_(ckpt.tensor(name))
+    want = Generator(reference, max_seq_len=32).next_token_logits(PROMPT)
+
+    def logits_error() -> float:
+        gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32, quantize=fmt,
+                                        dtype=torch.float32, keep_float=["model.lm_head"])
+        got = gen.next_token_logits(PROMPT)
+        return float((got - want).abs().max() / want.abs().max())
+
+    assert logits_error() <= 1e-5
+    # the same load rounding each weight again (the bytes not taken as stored) is 100x off
+    monkeypatch.setattr(Checkpoint, "as_format", lambda self, key, fmt: None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache2"))
+    assert logits_error() > 1e-3
+
+
+def test_quantizing_an_fp8_checkpoint_to_another_format_says_what_keeps_its_bytes(tmp_path):
+    from eqsat_llm.generation.fp8_checkpoint import check_quantize
+
+    _write_fp8(tmp_path)
+    config = Checkpoint(tmp_path).config
+    with pytest.warns(UserWarning, match="rounded again; quantize='fp8_e4m3_g128' keeps"):
+        check_quantize(config, "fp8", tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_quantize(config, "fp8_e4m3_g128", tmp_path)
+        check_quantize(config, None, tmp_path)

@@ -107,6 +107,14 @@ class Checkpoint:
             return fp8_checkpoint.dequantized(t, self._stored(scales), t.shape[0], name=key)
         return fp8_checkpoint.unscaled(t, key, self._where[key].name)
 
+    def as_format(self, key: str, fmt: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The float8 weight `key` with its block scales in the grouped float8 format `fmt`,
+        its bytes and scales as stored (fp8_checkpoint.as_format); None for any other."""
+        scales = fp8_checkpoint.scale_key(key, self._where)
+        if scales is None or self._made(key):
+            return None
+        return fp8_checkpoint.as_format(self._stored(key), self._stored(scales), fmt, key)
+
     def _stored(self, key: str, start: int | None = None, stop: int | None = None
                 ) -> torch.Tensor:
         """The tensor `key` as its shard stores it (rows [start, stop) when given)."""
@@ -239,6 +247,12 @@ class CheckpointWeights:
         """Rows [start, stop) of the weight `name`; None for a buffer (computed whole)."""
         key = self.key(name)
         return None if key is None else self.checkpoint.rows(key, start, stop)
+
+    def as_format(self, name: str, fmt: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The transposed weight `name` as the checkpoint's own float8 bytes and scales in
+        the format `fmt` (Checkpoint.as_format), or None."""
+        key = self.key(name)
+        return None if key is None else self.checkpoint.as_format(key, fmt)
 
     def key(self, name: str) -> str | None:
         """The checkpoint tensor the weight `name` reads; None for a buffer."""

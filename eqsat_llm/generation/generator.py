@@ -357,11 +357,12 @@ class Generator:
         widened from half...), and its source bytes dropped: the full-precision model is never
         held (checkpoint.py, weights/lazy_weights.py). `dtype`: the model's, default the
         checkpoint's. Other options as Generator's and optimize's."""
-        from . import warm_start
+        from . import fp8_checkpoint, warm_start
         from .checkpoint import Checkpoint, MadeInForward
         from .progress import ProgressLine, bytes_text
 
         ckpt = Checkpoint(path)
+        fp8_checkpoint.check_quantize(ckpt.config, quantize, path)
         if quantize is not None:
             options["quantize"] = quantize
         record_name = warm_start.key(ckpt, {"max_seq_len": max_seq_len, "dtype": dtype,

@@ -327,10 +327,16 @@ class LazyConstants(Mapping[str, torch.Tensor]):
     def _quantized_part(self, part: Any, fmt: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """quantize's pairs for `part`'s columns: one, or for a large transposed weight of a
         source that reads rows apart (a checkpoint), one per slice of its rows, so that its
-        float bytes are never in memory whole (a 7B model's LM head: 0.26 GB of bf16)."""
+        float bytes are never in memory whole (a 7B model's LM head: 0.26 GB of bf16). A
+        transposed weight the source holds in the format already (an FP8 checkpoint's, for
+        fp8_e4m3_g128: `as_format`) is taken as stored, not rounded again."""
         from ..formats.quant_formats import quantize
 
         ref = _transposed_weight(part)
+        stored_as = getattr(self._source, "as_format", None)  # a checkpoint's float8 bytes
+        if ref is not None and stored_as is not None and \
+                (pair := stored_as(ref.name, fmt)) is not None:
+            return [pair]
         rows_of = getattr(self._source, "rows", None)
         if ref is None or rows_of is None or ref.meta.numel() <= SLICE_ELEMENTS:
             return [quantize(self._made(part), fmt)]
