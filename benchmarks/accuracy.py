@@ -20,7 +20,8 @@ Systems, each compiled once with `eqsat_llm.optimize(model, (input_ids,), quanti
 measure_eager=False)` on the first held-out batch (4 x 128 bytes) and run on every held-out
 batch (8 of them: 4096 positions); `model` is the torch.export capture that optimize makes
 itself (eqsat_llm.capture.export.export, once per weights: it is most of a compile's time here):
-eager fp32, eqsat fp32, int8, fp8_e4m3, fp8_e5m2, int4 (= int4_g32), int4_g64, int4_g128, int8 with
+eager fp32, eqsat fp32, int8, fp8_e4m3, fp8_e5m2, fp8_e4m3_g128, int4 (= int4_g32), int4_g64,
+int4_g128, int8 with
 keep_float=["lm_head"], int8_dynamic (activations coded per row in 7 bits too: the 4 x 128
 batch is prefill-sized, so its GEMMs multiply integers) and int4_dynamic (int4_g32 weights,
 activations coded per block of 32 in 8 bits: with AVX-512 its prefill GEMMs multiply bytes,
@@ -75,6 +76,7 @@ CACHED_NOTE = " (when it was trained; loaded from the cache here)"
 # (label, quantize, keep_float)
 SYSTEMS = [("eager fp32", None, ()), ("eqsat fp32", None, ()), ("eqsat int8", "int8", ()),
            ("eqsat fp8_e4m3", "fp8_e4m3", ()), ("eqsat fp8_e5m2", "fp8_e5m2", ()),
+           ("eqsat fp8_e4m3_g128", "fp8_e4m3_g128", ()),
            ("eqsat int4 (g32)", "int4", ()),
            ("eqsat int4_g64", "int4_g64", ()),
            ("eqsat int4_g128", "int4_g128", ()),

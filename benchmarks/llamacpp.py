@@ -64,6 +64,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -365,7 +366,7 @@ def main() -> None:
         built = ("both built without AVX-512 (EQSAT_ISA=avx2; llama.cpp's system info: "
                  f"{system_info[0].strip()})" if args.isa == "avx2" else
                  "llama.cpp built from source for this CPU")
-        head = (f"Command: `.venv/bin/python benchmarks/llamacpp.py {' '.join(sys.argv[1:])}` "
+        head = (f"Command: `.venv/bin/python benchmarks/llamacpp.py {shlex.join(sys.argv[1:])}` "
                 f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))}, {cpu_name()}, "
                 f"{platform.machine()}, {os.cpu_count()} cores; llama-cpp-python "
                 f"{llama_cpp.__version__}, {built}, {args.threads} threads; "

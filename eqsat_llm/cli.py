@@ -94,7 +94,8 @@ def _add_program_options(p: argparse.ArgumentParser) -> None:
                    help="what runs the program (auto: Triton for CUDA inputs, else C; triton "
                    "without a GPU runs in Triton's interpreter: slow, docs/triton-backend.md)")
     p.add_argument("--quantize", metavar="FORMAT",
-                   help="weights as int8, fp8 (= fp8_e4m3), fp8_e5m2, int4 (= int4_g32), "
+                   help="weights as int8, fp8 (= fp8_e4m3), fp8_e5m2, fp8_e4m3_g128 (a "
+                   "scale per 128 rows: an FP8 checkpoint's bytes kept), int4 (= int4_g32), "
                    "int4_g64 or int4_g128; "
                    "int8_dynamic: int8 weights and activations coded per row where an "
                    "integer product pays (prefill); int4_dynamic: int4_g32 weights and "
