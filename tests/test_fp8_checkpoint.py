@@ -137,10 +137,12 @@ def test_quantizing_an_fp8_checkpoint_to_another_format_says_what_keeps_its_byte
     from eqsat_llm.generation.fp8_checkpoint import check_quantize
 
     _write_fp8(tmp_path)
-    config = Checkpoint(tmp_path).config
+    method = Checkpoint(tmp_path).quant_method  # (from config.json, without transformers)
+    assert method == "fp8"
     with pytest.warns(UserWarning, match="rounded again; quantize='fp8_e4m3_g128' keeps"):
-        check_quantize(config, "fp8", tmp_path)
+        check_quantize(method, "fp8", tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        check_quantize(config, "fp8_e4m3_g128", tmp_path)
-        check_quantize(config, None, tmp_path)
+        check_quantize(method, "fp8_e4m3_g128", tmp_path)
+        check_quantize(method, None, tmp_path)
+        check_quantize(None, "int8", tmp_path)

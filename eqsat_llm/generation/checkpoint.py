@@ -55,6 +55,13 @@ class Checkpoint:
             self._config = _config(self.path)
         return self._config
 
+    @property
+    def quant_method(self) -> str | None:
+        """config.json's quantization method (fp8_checkpoint.method_of), read from the JSON
+        itself: a warm start never imports transformers."""
+        raw = json.loads((self.path / "config.json").read_text())
+        return fp8_checkpoint.method_of(raw.get("quantization_config"))
+
     def headers(self) -> list[tuple[str, bytes]]:
         """Each shard's name and safetensors header (every tensor's name, dtype, shape and
         offsets: what the checkpoint is, without its values), in name order."""

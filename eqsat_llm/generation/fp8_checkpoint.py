@@ -30,7 +30,12 @@ SCALE = "_scale_inv"  # X.weight -> X.weight_scale_inv
 
 def quant_method(config: Any) -> str | None:
     """The checkpoint's quantization method (config.json's quantization_config), or None."""
-    q = getattr(config, "quantization_config", None)
+    return method_of(getattr(config, "quantization_config", None))
+
+
+def method_of(q: Any) -> str | None:
+    """The quant_method of a quantization_config (a dict as config.json holds it, or
+    transformers' object), or None."""
     if q is None:
         return None
     method = q.get("quant_method") if isinstance(q, dict) else getattr(q, "quant_method", None)
@@ -49,14 +54,15 @@ def check_method(config: Any, path: Any) -> None:
 KEEPS_BYTES = "fp8_e4m3_g128"  # the format that holds the checkpoint's weights as stored
 
 
-def check_quantize(config: Any, quantize: str | None, path: Any) -> None:
-    """Warn where an FP8 checkpoint is quantized to a format that rounds its weights again
-    (int8, per-column fp8, ...): KEEPS_BYTES would keep its float8 bytes and block scales."""
+def check_quantize(method: str | None, quantize: str | None, path: Any) -> None:
+    """Warn where an FP8 checkpoint (quant_method `method`) is quantized to a format that
+    rounds its weights again (int8, per-column fp8, ...): KEEPS_BYTES would keep its float8
+    bytes and block scales."""
     import warnings
 
     from ..formats.quantization import resolve_format
 
-    if quantize is not None and quant_method(config) == "fp8" and \
+    if quantize is not None and method == "fp8" and \
             resolve_format(quantize) != KEEPS_BYTES:
         warnings.warn(f"{path}: an FP8 checkpoint quantized to {resolve_format(quantize)}: its "
                       "weights are dequantized and rounded again; quantize="

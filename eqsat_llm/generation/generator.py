@@ -362,7 +362,7 @@ class Generator:
         from .progress import ProgressLine, bytes_text
 
         ckpt = Checkpoint(path)
-        fp8_checkpoint.check_quantize(ckpt.config, quantize, path)
+        fp8_checkpoint.check_quantize(ckpt.quant_method, quantize, path)
         if quantize is not None:
             options["quantize"] = quantize
         record_name = warm_start.key(ckpt, {"max_seq_len": max_seq_len, "dtype": dtype,
