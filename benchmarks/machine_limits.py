@@ -178,11 +178,8 @@ def _best_and_median(fn, rounds: int) -> tuple[float, float]:
     return min(times), statistics.median(times)
 
 
-def measure(gib: float, rounds: int) -> list[dict]:
-    """This process's measurements (its OpenMP placement fixed by its environment)."""
+def _library():
     import ctypes
-
-    import numpy as np
 
     from eqsat_llm.codegen.c.build import helper_library
 
@@ -194,9 +191,37 @@ def measure(gib: float, rounds: int) -> list[dict]:
     lib.eq_read.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
     for name in ("eq_fma", "eq_dpbusd", "eq_dpbf16"):
         getattr(lib, name).argtypes = [ctypes.c_int64]
+    return lib
+
+
+def _buffer(lib, gib: float):
+    import numpy as np
+
     width = lib.eq_vector_floats()
     n = int(gib * 2**30) // 4 // (64 * width) * (64 * width)
-    buf = np.full(n, 1.0, dtype=np.float32)  # touched: every page is in memory
+    return np.full(n, 1.0, dtype=np.float32)  # touched: every page is in memory
+
+
+STREAMS = 4  # eq_read's mode: 4 streams a thread, the best read on the machines here
+
+
+def read_bandwidth(gib: float, rounds: int, threads: int) -> float:
+    """The best read rate (GB/s) of 4 streams a thread on `threads` threads: the bound a
+    benchmark's streaming kernel is held against in the same run."""
+    lib = _library()
+    buf = _buffer(lib, gib)
+    lib.eq_threads(threads)
+    lib.eq_read(buf.ctypes.data, buf.size, STREAMS)
+    best, _ = _best_and_median(lambda: lib.eq_read(buf.ctypes.data, buf.size, STREAMS), rounds)
+    return buf.size * 4 / best / 1e9
+
+
+def measure(gib: float, rounds: int) -> list[dict]:
+    """This process's measurements (its OpenMP placement fixed by its environment)."""
+    lib = _library()
+    width = lib.eq_vector_floats()
+    buf = _buffer(lib, gib)
+    n = buf.size
     rows = []
     for threads in (1, 2):
         lib.eq_threads(threads)

@@ -157,6 +157,38 @@ def test_attention(sq, sk, d, monkeypatch):
         assert ("EQ_SGEMM(101, 111, 112, rows" in rt.source) == (sq >= 8)
 
 
+@pytest.mark.parametrize("heads,kv,sq,sk", [
+    (8, 2, 1, 200),   # GQA decode: a KV head's 4 query heads one key-major tile
+    (8, 2, 1, 1),     # one key
+    (6, 2, 2, 65),    # 3 heads x 2 rows: a tile of 6, a block of 64 keys and one more
+    (24, 2, 1, 64),   # 12 rows a KV head: a full tile and one of 4
+    (4, 4, 3, 70),    # 3 rows a tile (MHA): the transposed blocks, for comparison
+])
+@pytest.mark.parametrize("terms", ["mask", "softcap+sinks"])
+def test_attention_tiles_key_major_and_transposed(heads, kv, sq, sk, terms):
+    """The flash kernel's two block loops (emit_attention: key-major scores for tiles of
+    KEY_MAJOR_ROWS rows or more, else the transposed key block) against eager: a run-time
+    mask hiding a block of keys, a whole row (a zero row, as sdpa) and, past 64 keys, whole
+    blocks; softcap and a sink per row."""
+    g = Graph()
+    q = inp(g, (2, heads, sq, 64))
+    k, v = inp(g, (2, kv, sk, 64)), inp(g, (2, kv, sk, 64))
+    if terms == "mask":
+        bias, sinks, softcap = inp(g, (2, 1, sq, sk)), scalar(g, NO_SINK), 0.0
+    else:
+        bias, sinks, softcap = scalar(g, 0.0), inp(g, (2, heads, sq, 1)), 5.0
+    g.outputs = [g.add("attention", (q, k, v, bias, sinks), scale=0.125, softcap=softcap)]
+    xs = rand_inputs(g)
+    if terms == "mask":
+        mask = torch.zeros(2, 1, sq, sk)
+        mask[0, :, :, sk // 3:] = float("-inf")  # batch 0: the keys past a third hidden
+        mask[1, :, 0, :] = float("-inf")  # batch 1: its first row sees nothing
+        mask[1, :, 1:, :max(1, sk - 64)] = float("-inf")  # its other rows: the last 64 keys
+        xs[3] = mask
+    rt = check(g, xs, tol=1e-5)
+    assert ("eq_rows" in rt.source) == (heads // kv * sq >= emit_attention.KEY_MAJOR_ROWS)
+
+
 def test_key_extents_of_masks():
     causal = torch.full((6, 6), float("-inf")).triu(1)
     assert emit_attention.key_extents(causal, (2, 6, 6), 2) == [2, 4, 6]

@@ -213,6 +213,7 @@ def _flash_attention(shape: FlashShape, strides: list[tuple[int, ...]], bias_ptr
                   f"m[r] = {sink_lit}; l[r] = m[r] == -INFINITY ? 0.0f : 1.0f;" if sink_lit
                   else "m[r] = -INFINITY; l[r] = 0.0f;")
     sinks = f"\n    const float* srow[{QT}];" if sink_lit is None else ""
+    key_loop = _key_major_blocks if rows >= KEY_MAJOR_ROWS else _transposed_blocks
     return f"""const float* qp0 = {q.ptr()};
 const float* kp0 = {k.ptr()};
 const float* vp0 = {v.ptr()};
@@ -230,8 +231,6 @@ for (int64_t task = 0; task < {nkv * tiles}; task++) {{
     float m[{QT}], l[{QT}];
     float acc[{QT}][{dv}] __attribute__((aligned(64)));
     float qr[{QT}][{d}] __attribute__((aligned(64)));
-    float kt[{d}][{BK}] __attribute__((aligned(64)));
-    float s[{BK}] __attribute__((aligned(64)));
     for (int r = 0; r < nr; r++) {{
         const int64_t g = (r0 + r) / {sq}, i = (r0 + r) % {sq};
         (void)g; (void)i;
@@ -240,23 +239,57 @@ for (int64_t task = 0; task < {nkv * tiles}; task++) {{
         for (int c = 0; c < {dv}; c++) acc[r][c] = 0.0f;
         for (int c = 0; c < {d}; c++) qr[r][c] = qrow[r][c * {q_cs}];
     }}
-    for (int64_t j0 = 0; j0 < {sk}; j0 += {BK}) {{
-        const int nk = {sk} - j0 < {BK} ? (int)({sk} - j0) : {BK};{skip}
+{key_loop(KeyBlocks(sk, d, dv, k_rs, k_cs, v_rs, v_cs, skip, bval, terms, scale))}
+    for (int r = 0; r < nr; r++) {{
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  /* no key visible: 0, as sdpa */
+        for (int c = 0; c < {dv}; c++) orow[r][c * {o_cs}] = acc[r][c] * inv;
+    }}
+}}"""
+
+
+KEY_MAJOR_ROWS = 4  # rows of a tile from which its scores are computed key-major
+
+
+@dataclass(frozen=True)
+class KeyBlocks:
+    """What the loop over a task's key blocks reads: the key count and head dims, K's and V's
+    row and column strides, the masked-block skip (C statements), the bias at (r, j0 + j)
+    (a C expression), the row terms (softcap) and the scale."""
+    sk: int
+    d: int
+    dv: int
+    k_rs: int
+    k_cs: int
+    v_rs: int
+    v_cs: int
+    skip: str
+    bias: str
+    terms: RowTerms
+    scale: float
+
+
+def _transposed_blocks(b: KeyBlocks) -> str:
+    """Per block of BK keys: the block transposed once for the tile, then each row's scores
+    along the keys, its online softmax and its share of V (a tile of few rows: MHA decode)."""
+    return f"""    float kt[{b.d}][{BK}] __attribute__((aligned(64)));
+    float s[{BK}] __attribute__((aligned(64)));
+    for (int64_t j0 = 0; j0 < {b.sk}; j0 += {BK}) {{
+        const int nk = {b.sk} - j0 < {BK} ? (int)({b.sk} - j0) : {BK};{b.skip}
         for (int j = 0; j < nk; j++)
-            for (int c = 0; c < {d}; c++) kt[c][j] = kp[(j0 + j) * {k_rs} + c * {k_cs}];
+            for (int c = 0; c < {b.d}; c++) kt[c][j] = kp[(j0 + j) * {b.k_rs} + c * {b.k_cs}];
         for (int j = nk; j < {BK}; j++)
-            for (int c = 0; c < {d}; c++) kt[c][j] = 0.0f;
+            for (int c = 0; c < {b.d}; c++) kt[c][j] = 0.0f;
         for (int r = 0; r < nr; r++) {{
 #pragma omp simd
             for (int j = 0; j < {BK}; j++) s[j] = 0.0f;
-            for (int c = 0; c < {d}; c++) {{
+            for (int c = 0; c < {b.d}; c++) {{
                 const float qv = qr[r][c];
 #pragma omp simd
                 for (int j = 0; j < {BK}; j++) s[j] += qv * kt[c][j];
             }}
             float bm = -INFINITY;
             for (int j = 0; j < nk; j++) {{
-                s[j] = {terms.capped(f"s[j] * {scale.hex()}f")} + {bval};
+                s[j] = {b.terms.capped(f"s[j] * {b.scale.hex()}f")} + {b.bias};
                 bm = s[j] > bm ? s[j] : bm;
             }}
             if (bm == -INFINITY) continue;
@@ -268,20 +301,150 @@ for (int64_t task = 0; task < {nkv * tiles}; task++) {{
             for (int j = 0; j < nk; j++) {{ s[j] = eq_expf(s[j] - mn); ls += s[j]; }}
             l[r] = l[r] * corr + ls;
 #pragma omp simd
-            for (int c = 0; c < {dv}; c++) acc[r][c] *= corr;
+            for (int c = 0; c < {b.dv}; c++) acc[r][c] *= corr;
             for (int j = 0; j < nk; j++) {{
                 const float p = s[j];
-                const float* vr = vp + (j0 + j) * {v_rs};
+                const float* vr = vp + (j0 + j) * {b.v_rs};
 #pragma omp simd
-                for (int c = 0; c < {dv}; c++) acc[r][c] += p * vr[c * {v_cs}];
+                for (int c = 0; c < {b.dv}; c++) acc[r][c] += p * vr[c * {b.v_cs}];
             }}
         }}
+    }}"""
+
+
+def _key_major_blocks(b: KeyBlocks) -> str:
+    """Per block of BK keys, scores key-major: S[j][r] for the tile's QT rows at once, each
+    key's row of K read in place (8 keys at a time, each a register chain of QT-lane FMAs
+    over the head dim), so no key block is transposed; the online softmax runs across the
+    rows' lanes. Padded rows (r >= nr) have zero queries and row 0's bias; nothing of theirs
+    is stored. (The tile's rows share each K and V row: GQA decode, a group's heads.)"""
+    keys = range(8)
+    k_rows = "\n".join(f"            const float* k{u} = kp + (j0 + (j + {u} < nk ? j + {u} : "
+                        f"nk - 1)) * {b.k_rs};" for u in keys)
+    fmas = " ".join(f"a{u} += k{u}[c * {b.k_cs}] * qc;" for u in keys)
+    stores = " ".join(f"memcpy(s[j + {u}], &a{u}, sizeof a{u});" for u in keys)
+    return f"""    typedef float eq_rows __attribute__((vector_size({4 * QT})));
+    float qt[{b.d}][{QT}] __attribute__((aligned(64)));
+    for (int c = 0; c < {b.d}; c++)
+        for (int r = 0; r < {QT}; r++) qt[c][r] = r < nr ? qr[r][c] : 0.0f;
+    for (int r = nr; r < {QT}; r++) {{
+        brow[r] = brow[0]; m[r] = -INFINITY; l[r] = 0.0f;
     }}
-    for (int r = 0; r < nr; r++) {{
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  /* no key visible: 0, as sdpa */
-        for (int c = 0; c < {dv}; c++) orow[r][c * {o_cs}] = acc[r][c] * inv;
-    }}
-}}"""
+    float s[{BK}][{QT}] __attribute__((aligned(64)));  /* (rows past nk: unread) */
+    for (int64_t j0 = 0; j0 < {b.sk}; j0 += {BK}) {{
+        const int nk = {b.sk} - j0 < {BK} ? (int)({b.sk} - j0) : {BK};{b.skip}
+        for (int j = 0; j < nk; j += 8) {{
+{k_rows}
+{_prefetch_rows(b)}
+            eq_rows {", ".join(f"a{u} = {{0}}" for u in keys)};
+            for (int c = 0; c < {b.d}; c++) {{
+                eq_rows qc;
+                memcpy(&qc, qt[c], sizeof qc);
+                {fmas}
+            }}
+            {stores}
+        }}
+        float bm[{QT}], base[{QT}], corr[{QT}], ls[{QT}];
+        for (int r = 0; r < {QT}; r++) {{ bm[r] = -INFINITY; ls[r] = 0.0f; }}
+        for (int j = 0; j < nk; j++)
+            for (int r = 0; r < {QT}; r++) {{
+                s[j][r] = {b.terms.capped(f"s[j][r] * {b.scale.hex()}f")} + {b.bias};
+                bm[r] = s[j][r] > bm[r] ? s[j][r] : bm[r];
+            }}
+        /* base: the new running max, 0 while a row has seen no key (its scores -inf: each
+           p 0 and corr 0, no inf - inf) */
+#pragma omp simd
+        for (int r = 0; r < {QT}; r++) {{
+            const float mn = m[r] > bm[r] ? m[r] : bm[r];
+            base[r] = mn == -INFINITY ? 0.0f : mn;
+            corr[r] = eq_expf(m[r] - base[r]);
+            m[r] = mn;
+        }}
+        for (int j = 0; j < nk; j++)
+#pragma omp simd
+            for (int r = 0; r < {QT}; r++) {{
+                s[j][r] = eq_expf(s[j][r] - base[r]);
+                ls[r] += s[j][r];
+            }}
+        for (int r = 0; r < {QT}; r++) l[r] = l[r] * corr[r] + ls[r];
+{_weighted_values(b)}
+    }}"""
+
+
+PREFETCH_KEYS = 32  # the K rows this many keys ahead are prefetched as 8 keys' scores start
+
+
+def _prefetch_rows(b: KeyBlocks) -> str:
+    """Prefetches of the K rows PREFETCH_KEYS keys ahead and of the V rows of the 8 keys
+    whose scores are computed next (read when the block's values are summed): the 8 rows
+    read at once are 8 streams, which the hardware prefetchers followed poorly (the scores
+    waited on the cache's latency: 8 GB/s a core). Addresses past the cache are harmless to
+    a prefetch."""
+    k_bytes, v_bytes = 4 * b.d * b.k_cs, 4 * b.dv * b.v_cs
+    return f"""            for (int u = 0; u < 8; u++) {{
+                const char* kn = (const char*)(kp + (j0 + j + {PREFETCH_KEYS} + u) * {b.k_rs});
+                const char* vn = (const char*)(vp + (j0 + j + u) * {b.v_rs});
+                for (int o = 0; o < {k_bytes}; o += 64) __builtin_prefetch(kn + o, 0, 1);
+                for (int o = 0; o < {v_bytes}; o += 64) __builtin_prefetch(vn + o, 0, 1);
+            }}"""
+
+
+def _weighted_values(b: KeyBlocks) -> str:
+    """acc[r] = acc[r] * corr[r] + sum_j s[j][r] V[j] for the tile's rows: the accumulators
+    held in registers across the block's keys, in the ISA's own vector width (a wider GNU
+    vector is lowered through the stack on AVX2: measured 1.2x slower than the transposed
+    blocks there), where V's rows are contiguous and dv a multiple of 16 (up to 256); else
+    through memory."""
+    if b.v_cs != 1 or b.dv % 16 or b.dv > 256:
+        return f"""        for (int r = 0; r < nr; r++) {{
+#pragma omp simd
+            for (int c = 0; c < {b.dv}; c++) acc[r][c] *= corr[r];
+            for (int j = 0; j < nk; j++) {{
+                const float p = s[j][r];
+                const float* vr = vp + (j0 + j) * {b.v_rs};
+#pragma omp simd
+                for (int c = 0; c < {b.dv}; c++) acc[r][c] += p * vr[c * {b.v_cs}];
+            }}
+        }}"""
+    return f"""#if defined(__AVX512F__)  /* rows by {WV_ROWS}: each V row loaded once for them */
+{_rows_times_v(b, WV_ROWS, 16)}
+#elif defined(__AVX__)  /* a row at a time (16 registers: its accumulators and V's vectors) */
+{_rows_times_v(b, 1, 8)}
+#else
+{_rows_times_v(b, 1, 4)}
+#endif"""
+
+
+WV_ROWS = 4  # rows whose accumulators share each V row's loads (AVX-512)
+
+
+def _rows_times_v(b: KeyBlocks, rows: int, width: int) -> str:
+    """The tile's rows `rows` at a time (the last pass fewer, each row's terms behind an
+    `if`), their accumulators vectors of `width` floats in registers across the block's
+    keys."""
+    parts, each, size = range(b.dv // width), range(rows), 4 * width
+    names = ", ".join(f"t{r}_{t}" for r in each for t in parts)
+    load = "\n".join(f"            if ({r} < n) {{ " + " ".join(
+        f"memcpy(&t{r}_{t}, acc[r + {r}] + {width * t}, {size}); t{r}_{t} *= corr[r + {r}];"
+        for t in parts) + " } else { " + " ".join(f"t{r}_{t} = (eq_vw){{0}};" for t in parts)
+        + " }" for r in each)
+    fma = "\n".join(f"                memcpy(&v, vr + {width * t}, {size}); " + " ".join(
+        f"t{r}_{t} += s[j][r + {r}] * v;" for r in each) for t in parts)
+    store = "\n".join(f"            if ({r} < n) {{ " + " ".join(
+        f"memcpy(acc[r + {r}] + {width * t}, &t{r}_{t}, {size});" for t in parts) + " }"
+        for r in each)
+    return f"""        typedef float eq_vw __attribute__((vector_size({size})));
+        for (int r = 0; r < nr; r += {rows}) {{
+            const int n = nr - r;
+            (void)n;
+            eq_vw v, {names};
+{load}
+            for (int j = 0; j < nk; j++) {{
+                const float* vr = vp + (j0 + j) * {b.v_rs};
+{fma}
+            }}
+{store}
+        }}"""
 
 
 def _blas_attention(nb: int, sq: int, sk: int, d: int, dv: int, offs: list[str],
