@@ -20,12 +20,14 @@ build's: `EQSAT_ISA=avx2` for the AVX2 kernels (their own RESULTS section).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -40,19 +42,27 @@ from eqsat_llm.models.model_matrix import TINYLLAMA, tinyllama
 from eqsat_llm.profile import profile_program
 
 KERNELS = {"transposed key blocks (before)": 10**9, "key-major (now)":
-           emit_attention.KEY_MAJOR_ROWS}  # -> KEY_MAJOR_ROWS while building
+           emit_attention.KEY_MAJOR_ROWS}  # -> KEY_MAJOR_ROWS (`kernel`)
 
 
-def decode_program(cache: int, key_major_rows: int):
-    model = tinyllama(2)
-    model.config.max_position_embeddings = cache
+@contextlib.contextmanager
+def kernel(key_major_rows: int) -> Iterator[None]:
+    """emit_attention.KEY_MAJOR_ROWS while a program is built and while it is profiled
+    (profile_program emits and builds a timed copy of its kernels)."""
     saved, emit_attention.KEY_MAJOR_ROWS = emit_attention.KEY_MAJOR_ROWS, key_major_rows
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return Generator(model, cache, quantize="int4").decode_program
+        yield
     finally:
         emit_attention.KEY_MAJOR_ROWS = saved
+
+
+def decode_program(cache: int):
+    model = tinyllama(2)
+    model.config.max_position_embeddings = cache
+    os.environ["EQSAT_PROGRAM_CACHE"] = "0"  # (a cached program would be the other kernel)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Generator(model, cache, quantize="int4").decode_program
 
 
 def attention_us(program, cache: int, pos: int, calls: int) -> float:
@@ -84,13 +94,17 @@ def main() -> None:
     if max(args.positions) >= args.cache:
         raise SystemExit("--positions must be below --cache")
     t0 = time.time()
-    programs = {name: decode_program(args.cache, rows) for name, rows in KERNELS.items()}
+    programs = {}
+    for name, rows in KERNELS.items():
+        with kernel(rows):
+            programs[name] = decode_program(args.cache)
     samples: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.rounds):
         for name, program in programs.items():
             for pos in args.positions:
-                samples.setdefault((name, pos), []).append(
-                    attention_us(program, args.cache, pos, args.calls))
+                with kernel(KERNELS[name]):
+                    samples.setdefault((name, pos), []).append(
+                        attention_us(program, args.cache, pos, args.calls))
     bound = read_bandwidth(1.0, 3, 2)
     lines = ["| keys visible | KV MB a layer | " + " | ".join(
         f"{name}: us, GB/s" for name in programs) + " | speed-up | now / read bound |",
