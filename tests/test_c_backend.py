@@ -162,13 +162,13 @@ def test_attention(sq, sk, d, monkeypatch):
     (8, 2, 1, 1),     # one key
     (6, 2, 2, 65),    # 3 heads x 2 rows: a tile of 6, a block of 64 keys and one more
     (24, 2, 1, 64),   # 12 rows a KV head: a full tile and one of 4
-    (4, 4, 3, 70),    # 3 rows a tile (MHA): the transposed blocks, for comparison
+    (4, 4, 3, 70),    # 3 rows a tile (MHA)
+    (2, 2, 1, 130),   # a row a tile (MHA decode)
 ])
 @pytest.mark.parametrize("terms", ["mask", "softcap+sinks"])
-def test_attention_tiles_key_major_and_transposed(heads, kv, sq, sk, terms):
-    """The flash kernel's two block loops (emit_attention: key-major scores for tiles of
-    KEY_MAJOR_ROWS rows or more, else the transposed key block) against eager: a run-time
-    mask hiding a block of keys, a whole row (a zero row, as sdpa) and, past 64 keys, whole
+def test_attention_tiles_key_major(heads, kv, sq, sk, terms):
+    """The flash kernel's key-major tiles (emit_attention) against eager: a run-time mask
+    hiding a block of keys, a whole row (a zero row, as sdpa) and, past 64 keys, whole
     blocks; softcap and a sink per row."""
     g = Graph()
     q = inp(g, (2, heads, sq, 64))
@@ -186,7 +186,7 @@ def test_attention_tiles_key_major_and_transposed(heads, kv, sq, sk, terms):
         mask[1, :, 1:, :max(1, sk - 64)] = float("-inf")  # its other rows: the last 64 keys
         xs[3] = mask
     rt = check(g, xs, tol=1e-5)
-    assert ("eq_rows" in rt.source) == (heads // kv * sq >= emit_attention.KEY_MAJOR_ROWS)
+    assert "eq_rows" in rt.source
 
 
 def test_key_extents_of_masks():
