@@ -180,9 +180,9 @@ def _flash_attention(shape: FlashShape, strides: list[tuple[int, ...]], bias_ptr
     """One pass over blocks of keys with an online softmax. A task is one KV head and a tile
     of up to QT query rows drawn from all the query heads of its group (at decode the
     group's heads are the rows), so that each key and value row is read once for the group,
-    not once per query head (_key_major_blocks). strides: over the batch of out, q, k, v, bias (and sinks), the
-    group's dim last when group > 1 (k's and v's stride 0 there); sink_lit: the sink as a
-    literal ("" for none), None when the sinks are a tensor."""
+    not once per query head (_key_major_blocks). strides: over the batch of out, q, k, v,
+    bias (and sinks), the group's dim last when group > 1 (k's and v's stride 0 there);
+    sink_lit: the sink as a literal ("" for none), None when the sinks are a tensor."""
     kv_batch, group, sq, sk, d, dv = (shape.kv_batch, shape.group, shape.sq, shape.sk,
                                       shape.d, shape.dv)
     q_rs, k_rs, v_rs, o_rs, b_rs, b_cs, s_rs = row_strides
