@@ -138,3 +138,22 @@ def test_rows_4k_apart_are_copied_apart_and_stay_right(m):
             assert torch.equal(a, b)
         torch.testing.assert_close(copied.run(xs)[0], xs[0][:, :1024] @ g.constants["c0"],
                                    atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("m", [1, 7, 30])
+def test_k_in_blocks_adds_each_block_to_the_sums(m):
+    """eq_panel with K in blocks (AVX2 builds use blocks of EQ_KC = 2048 rows; here 64, on
+    any vector ISA, so that K = 200 takes 4 blocks of 50): each block after the first adds to
+    the sums, and the epilogue (alpha, a residual, bias and activation, SwiGLU) runs once,
+    after the last."""
+    g = Graph()
+    x = inp(g, (m, 200))
+    residual = inp(g, (m, 48))
+    plain = add_gemm(g, x, const(g, torch.randn(200, 48)), alpha=0.5, addend=residual,
+                     epilogue="add")
+    biased = add_gemm(g, x, const(g, torch.randn(200, 40)), addend=const(g, torch.randn(40)),
+                      epilogue="bias", act="silu")
+    swiglu = add_gemm(g, x, const(g, torch.randn(200, 66)), epilogue="swiglu")
+    g.outputs = [plain, biased, swiglu]
+    rt = check(g, rand_inputs(g), tol=1e-4, flags=[*CFLAGS, "-DEQ_KC=64"])
+    assert _packed_calls(rt) > 0
