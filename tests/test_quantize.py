@@ -102,6 +102,10 @@ def test_llama_block_runs_every_gemm_quantized_in_c(case, fmt, tol):
         want = run_eager(compiled.graph, list(inputs))[0]
         assert max_error(want, compiled(*inputs)) <= 1e-4
         assert "max abs" in report.summary() and report.to_dict()["quantization"]["format"]
+    for line in report.summary().splitlines():  # the rules' columns apart, however long a
+        if line.startswith("  quantize-"):      # format's rule names are
+            name, family = line.split()[:2]
+            assert family.startswith("quantize-"), line
 
 
 @needs_cc

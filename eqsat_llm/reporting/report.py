@@ -163,11 +163,13 @@ class Report:
         lines.append("")
         lines.append(f"rules fired ({len(fired)} of {len(self.rules)}; "
                      f"{sum(r.used for r in fired)} used by the extracted program):")
+        name_w = max([24, *(len(r.name) + 2 for r in fired)])  # (long format names)
+        family_w = max([10, *(len(r.family) + 2 for r in fired)])
         for r in sorted(fired, key=lambda r: (not r.used, not r.in_classes, -r.matches)):
             used = "used" if r.used else "in the program's classes" if r.in_classes \
                 else "not used"
-            lines.append(f"  {r.name:<24}{r.family:<10}{r.soundness:<14}{r.matches:>6} matches"
-                         f"  {used}")
+            lines.append(f"  {r.name:<{name_w}}{r.family:<{family_w}}{r.soundness:<14}"
+                         f"{r.matches:>6} matches  {used}")
         lines.append("")
         lines.append("time per phase: " + ", ".join(f"{k} {fmt_seconds(v)}"
                                                    for k, v in self.timings.items()))

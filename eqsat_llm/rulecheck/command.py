@@ -16,14 +16,17 @@ def main_check(specs: list[str], *, instances: int = 20, seed: int = 0,
     rules: list[Rule] = []
     for spec in specs or ["all"]:
         rules.extend(load_rules_from(spec))
-    print(f"{'rule':<28}{'family':<12}{'soundness':<14}{'status':<15}{'inst':>5}{'sec':>7}  "
-          "max error / message")
+    # columns as wide as the longest name (rows print as each rule is checked)
+    name_w = max([28, *(len(r.name) + 2 for r in rules)])
+    family_w = max([12, *(len(r.family) + 2 for r in rules)])
+    print(f"{'rule':<{name_w}}{'family':<{family_w}}{'soundness':<14}{'status':<15}{'inst':>5}"
+          f"{'sec':>7}  max error / message")
     bad = 0
     for rule in rules:
         res = check_rule(rule, instances=instances, seed=seed, max_attempts=max_attempts)
         err = f"{res.max_error:.2g}" if res.status in ("pass", "fail") else "-"
         detail = err + (f"  {res.message}" if res.message else "")
-        print(f"{res.rule:<28}{res.family:<12}{res.soundness:<14}{res.status:<15}"
+        print(f"{res.rule:<{name_w}}{res.family:<{family_w}}{res.soundness:<14}{res.status:<15}"
               f"{res.instances_checked:>5}{res.seconds:>7.2f}  {detail}", flush=True)
         if not res.ok:
             bad += 1
