@@ -237,14 +237,14 @@ for (int64_t task = 0; task < {nkv * tiles}; task++) {{
     const float* brow[{QT}];{sinks}
     float m[{QT}], l[{QT}];
     float acc[{QT}][{dv}] __attribute__((aligned(64)));
-    float qr[{QT}][{d}] __attribute__((aligned(64)));
+    float qt[{d}][{QT}] __attribute__((aligned(64)));  /* q, a lane per row (key-major) */
     for (int r = 0; r < nr; r++) {{
         const int64_t g = (r0 + r) / {sq}, i = (r0 + r) % {sq};
         (void)g; (void)i;
 {row_ptrs}
         {sink_start}
         for (int c = 0; c < {dv}; c++) acc[r][c] = 0.0f;
-        for (int c = 0; c < {d}; c++) qr[r][c] = qrow[r][c * {q_cs}];
+        for (int c = 0; c < {d}; c++) qt[c][r] = qrow[r][c * {q_cs}];
     }}
 {_key_major_blocks(KeyBlocks(sk, d, dv, k_rs, k_cs, v_rs, v_cs, skip, bval, terms, scale))}
     for (int r = 0; r < nr; r++) {{
@@ -285,11 +285,9 @@ def _key_major_blocks(b: KeyBlocks) -> str:
     fmas = " ".join(f"a{u} += k{u}[c * {b.k_cs}] * qc;" for u in keys)
     stores = " ".join(f"memcpy(s[j + {u}], &a{u}, sizeof a{u});" for u in keys)
     return f"""    typedef float eq_rows __attribute__((vector_size({4 * QT})));
-    float qt[{b.d}][{QT}] __attribute__((aligned(64)));
-    for (int c = 0; c < {b.d}; c++)
-        for (int r = 0; r < {QT}; r++) qt[c][r] = r < nr ? qr[r][c] : 0.0f;
     for (int r = nr; r < {QT}; r++) {{
         brow[r] = brow[0]; m[r] = -INFINITY; l[r] = 0.0f;
+        for (int c = 0; c < {b.d}; c++) qt[c][r] = 0.0f;
     }}
     float s[{BK}][{QT}] __attribute__((aligned(64)));  /* (rows past nk: unread) */
     for (int64_t j0 = 0; j0 < {b.sk}; j0 += {BK}) {{
