@@ -548,18 +548,26 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
             const eq_rope* r = 0;
             for (int i = 0; i < nrope; i++)
                 if (ropes[i].n0 <= n0 && n0 < ropes[i].n1) r = ropes + i;
-            for (int64_t m = 0; m < M; m += r ? EQ_SW_ROWS : M) {
-                const int rows = r && M - m > EQ_SW_ROWS ? EQ_SW_ROWS : (int)(M - m);
-                for (int i = 0; i < ne; i++) { es[i] = e[i]; es[i].p += m * e[i].rs; }
+            /* a rope's head runs in blocks of rows, its panels kept in L2 from one block to
+               the next; each block prefetches its share of the next head's panels (as
+               eq_panel_swiglu does), all rows at once the next panel (as eq_gemm_packed).
+               (Without it, each head's first block waited on memory for its panels: TinyLlama's
+               q/k/v GEMM with its ropes, 64 rows, took 5.1 against 4.2 ms with AVX2, 3.6
+               against 2.95 with AVX-512.) */
+            const int64_t step = r ? EQ_SW_ROWS : M, blocks = (M + step - 1) / step;
+            const int64_t ahead = r ? gp : 1, share = 128 / blocks;
+            const int64_t pend = g1 * gp < np ? g1 * gp : np;
+            for (int64_t m = 0, i = 0; m < M; m += step, i++) {
+                const int rows = M - m > step ? (int)step : (int)(M - m);
+                for (int j = 0; j < ne; j++) { es[j] = e[j]; es[j].p += m * e[j].rs; }
                 if (M == 1)  /* (decode: the head's panels side by side) */
                     eq_row_range(N, K, a, bp, c, pa, pb, alpha, rowscale, es, ne, act);
                 else for (int64_t p = pa; p < pb; p++) {
                     const int ncols = (int)(N - p * 32 < 32 ? N - p * 32 : 32);
-                    /* (all rows at once: the next panel prefetched as in eq_gemm_packed) */
-                    const int next = !r && M > EQ_MR && p + 1 < (g1 * gp < np ? g1 * gp : np);
+                    const int next = M > EQ_MR && share && p + ahead < pend;
                     eq_panel(rows, K, a + m * lda, lda, bp + p * K * 32, c + m * ldc, ldc, p * 32,
                              ncols, alpha, rowscale ? rowscale + m : 0, es, ne, act,
-                             next ? bp + (p + 1) * K * 32 : 0, 128);
+                             next ? bp + (p + ahead) * K * 32 + i * K * share / 4 : 0, share);
                 }
                 if (r) eq_rope_rows(r, c, ldc, m, m_base + m, rows, n0);
             }
