@@ -13,8 +13,8 @@ reads it; q the stored integers):
   W = q[k, n] * scale[k / group, n].
 - "fp8_e4m3", "fp8_e5m2": per output column, scale[n] = max_k |W[k, n]| / 448 (57344), q = W /
   scale as float8 e4m3 (e5m2), its bits stored uint8 [K, N]: the int8 path and layout, each
-  byte widened through float16 (eq_qwiden8f: F16C's conversion; e5m2 is a float16's top byte,
-  e4m3 leaves a 2^8 that goes with the scale).
+  byte widened through float16 (eq_qwiden8f, eq_qwiden8eo: F16C's conversion; e5m2 is a
+  float16's top byte, e4m3 leaves a 2^8 that goes with the scale).
 An all-zero column (group) gets scale 1, so that it dequantizes to exactly 0.
 - "fp16", "bf16" (half_formats.WEIGHT_FORMATS): W's values held as float16 / bfloat16 [K, N], no
   scales (what a half-precision model's weights are). They take the int8 path below with two
