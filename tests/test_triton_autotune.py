@@ -2,7 +2,8 @@
 also in Triton's interpreter), two tilings of the test's and a clock the test sets: the
 fastest tiling whose result is right is kept and cached per device, a wrong or failing one is
 dropped, outputs that share an input's memory are computed once, and the budget and the
-switch are obeyed; and the compiled GEMM's candidate tilings."""
+switch are obeyed; the same for the flash-attention and row kernels; and the compiled
+kernels' candidate tilings."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from typing import Any
 import pytest
 import torch
 
-from eqsat_llm.codegen.triton import autotune, gemm
+from eqsat_llm.codegen.triton import attention, autotune, gemm, rows
 from eqsat_llm.codegen.triton.gemm import plan_gemm
+from eqsat_llm.codegen.triton.rows import plan_rows
 from eqsat_llm.ops import GEMM_DEFAULTS
 
 from .eager_oracle import OPS as EAGER
+from .test_triton_attention import causal_mask, qkv
+from .test_triton_attention import plan as plan_attention
 from .test_triton_gemm import _plan
 from .triton_device import run_launches
 
@@ -37,12 +41,12 @@ def tuning(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> autotune._State:
     return state
 
 
-def _clock(fast_block_m: int, seen: list[dict[str, Any]]) -> autotune.Timer:
-    """A clock on which tilings with BLOCK_M == fast_block_m take half the time."""
+def _clock(fast: int, seen: list[dict[str, Any]], key: str = "BLOCK_M") -> autotune.Timer:
+    """A clock on which tilings with tiling[key] == fast take half the time."""
     def timer(run: Any, tiling: dict[str, Any]) -> float:
         run()
         seen.append(tiling)
-        return 0.5 if tiling["BLOCK_M"] == fast_block_m else 1.0
+        return 0.5 if tiling[key] == fast else 1.0
     return timer
 
 
@@ -160,3 +164,70 @@ def test_the_compiled_gemm_candidates(monkeypatch: pytest.MonkeyPatch, m: int, n
         assert all(s >= 16 and s & (s - 1) == 0 for s in sides)  # what tl.dot takes
         assert t["BLOCK_N"] <= max(64, 2 * n) and t["BLOCK_K"] <= max(64, 2 * k)
     assert len(tilings) > 1 or (n <= 64 and k <= 64)
+
+
+def test_flash_attention_takes_its_fastest_tiling(tuning: autotune._State,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attention, "attention_choices", lambda r, t, d: [
+        {"BLOCK_M": 32, "BLOCK_N": 32}, {"BLOCK_M": 16, "BLOCK_N": 16}])
+    seen: list[dict[str, Any]] = []
+    tuning.timer = _clock(16, seen)
+    q, k, v = qkv(b=1, h=4, hkv=2, s=20, t=20, d=16)
+    bias = causal_mask(20, 20)
+    out = torch.full((1, 4, 20, 16), float("nan"))
+    (launch,) = plan_attention(q, k, v, bias, out, 0.25)
+    run_launches([launch], [q, k, v, bias, float("-inf"), out])
+    assert [t["BLOCK_M"] for t in seen] == [32, 16]
+    # 20 queries x 2 heads of a kv head: 40 rows, three blocks of 16 for each of 2 kv heads
+    assert launch.constexprs["BLOCK_N"] == 16 and launch.grid == (3, 2, 1)
+    want = EAGER["attention"]([q, k, v, bias, float("-inf")], {"scale": 0.25})
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "softmax"])
+def test_a_row_kernel_takes_its_fastest_blocking(tuning: autotune._State,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 op: str) -> None:
+    monkeypatch.setattr(rows, "row_choices", lambda n, d: [{"ROWS": 8}, {"ROWS": 2}])
+    seen: list[dict[str, Any]] = []
+    tuning.timer = _clock(2, seen, "ROWS")
+    torch.manual_seed(5)
+    x = torch.randn(6, 40)
+    ins, attrs = ([x, torch.randn(40)], {"eps": 1e-6}) if op == "rms_norm" else \
+        ([x], {"dim": -1, "half_to_float": False})
+    out = torch.full_like(x, float("nan"))
+    (launch,) = _plan(plan_rows, op, attrs, ins, out)
+    run_launches([launch], [*ins, out])
+    assert [t["ROWS"] for t in seen] == [8, 2]
+    assert launch.constexprs["ROWS"] == 2 and launch.grid == (3,)
+    torch.testing.assert_close(out, EAGER[op](ins, attrs), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("r,t,d", [(1, 4096, 128), (4, 4096, 64), (128, 128, 64),
+                                   (2048, 2048, 128), (512, 512, 256), (16, 16, 32)])
+def test_the_compiled_attention_candidates(monkeypatch: pytest.MonkeyPatch, r: int, t: int,
+                                           d: int) -> None:
+    monkeypatch.setattr(attention, "interpreting", lambda: False)
+    tilings = attention.attention_choices(r, t, d)
+    fixed = attention.blocking(r, t, d, 1)[:2]
+    assert (tilings[0]["BLOCK_M"], tilings[0]["BLOCK_N"]) == fixed and len(tilings[0]) == 2
+    assert len({tuple(x.values()) for x in tilings}) == len(tilings)
+    for x in tilings:
+        assert all(s >= 16 and s & (s - 1) == 0 for s in (x["BLOCK_M"], x["BLOCK_N"]))
+    for x in tilings[1:]:  # (the fixed one takes 64 keys however few there are)
+        assert x["BLOCK_M"] <= max(16, 2 * r) and x["BLOCK_N"] <= max(16, 2 * t)
+    assert len(tilings) > 1 or r <= 16 and t <= 16
+
+
+@pytest.mark.parametrize("n,d", [(1, 2048), (64, 2048), (4096, 4096), (7, 100), (512, 32000)])
+def test_the_compiled_row_candidates(monkeypatch: pytest.MonkeyPatch, n: int, d: int) -> None:
+    monkeypatch.setattr(rows, "interpreting", lambda: False)
+    tilings = rows.row_choices(n, d)
+    fixed, block, _ = rows._blocking(n, d)
+    assert tilings[0] == {"ROWS": fixed}
+    assert len({tuple(x.items()) for x in tilings}) == len(tilings)
+    for x in tilings:
+        assert 1 <= x["ROWS"] <= max(1, 2 * n)
+        assert x["ROWS"] == fixed or x["ROWS"] * block <= 1 << 14
+        assert x.get("num_warps", 4) * 32 <= max(128, x["ROWS"] * block)
+    assert len(tilings) > 1

@@ -62,6 +62,33 @@ def blocking(rows: int, keys: int, d: int, combine_rows: int) -> tuple[int, int,
     return _pow2(rows, 16, 64), 64, 4
 
 
+# the tilings autotune.py measures beside the fixed one, by head size (registers):
+# (BLOCK_M, BLOCK_N, num_warps, num_stages)
+TILINGS = {
+    "head <= 128": [(64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 8, 2), (64, 32, 4, 3),
+                    (32, 64, 4, 2), (16, 64, 4, 3), (16, 128, 4, 2), (16, 32, 4, 2)],
+    "head > 128": [(32, 32, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (16, 32, 4, 2),
+                   (16, 64, 4, 2), (64, 64, 8, 1)],
+}
+
+
+def attention_choices(rows: int, keys: int, d: int) -> list[dict[str, int]]:
+    """The (BLOCK_M, BLOCK_N) tilings worth measuring for a flash-attention launch of `rows`
+    query rows per (batch, kv head) over `keys` keys (autotune.py), the fixed choice
+    (blocking) first: compiled, TILINGS' class of the head size, less blocks much larger
+    than the rows or keys (up to 128 rows, 256 keys); interpreted, the fixed one alone.
+    (Triton's defaults, 4 warps and 3 stages, go with the fixed one.)"""
+    block_m, block_n, _ = blocking(rows, keys, d, 1)
+    fixed = {"BLOCK_M": block_m, "BLOCK_N": block_n}
+    if interpreting():
+        return [fixed]
+    table = TILINGS["head > 128" if d > 128 else "head <= 128"]
+    fits = [t for t in table if t[:4] != (block_m, block_n, 4, 3)
+            and t[0] <= _pow2(rows, 16, 128) and t[1] <= _pow2(keys, 16, 256)]
+    return [fixed, *(dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), t))
+                     for t in fits)]
+
+
 def num_splits(t: int) -> int:
     """Key splits of a decode step: about 256 keys or more each, so that a split's fixed cost
     (its q tile, its partial write and share of the combine) is spread over several key
@@ -286,10 +313,16 @@ def plan_attention(node: Node, out: Operand, ins: list[Operand]) -> list[Launch]
     sinks = q if sinks.is_scalar else sinks  # q: a pointer the kernel never reads
     splits = num_splits(T) if S <= 4 and T >= 256 else 1
     BLOCK_M, BLOCK_N, BLOCK_R = blocking(S * (H // HKV), triton.cdiv(T, splits), D, B * H * S)
-    if splits == 1:
+    if splits == 1:  # one launch writing out (args[5]): its tiling measured (autotune.py)
         strides["out"] = (0, *out.strides)
-        return [_attention_launch(q, k, v, reads, sinks, out, strides, scale, softcap, mode, T,
-                                  None, BLOCK_M, BLOCK_N)]
+        launch = _attention_launch(q, k, v, reads, sinks, out, strides, scale, softcap, mode,
+                                   T, None, BLOCK_M, BLOCK_N)
+        tilings = attention_choices(S * (H // HKV), T, D)
+        launch.choices = [((triton.cdiv(S * (H // HKV), t["BLOCK_M"]), B * HKV, 1), t)
+                          for t in tilings]
+        launch.writes = (5,)
+        return [launch]
+    # split-K decode: the key blocks set the splits and their scratch, so its tiling is fixed
     # whole key blocks per split; rounding up may leave fewer splits than asked for
     keys_per_split = triton.cdiv(triton.cdiv(T, splits), BLOCK_N) * BLOCK_N
     splits = triton.cdiv(T, keys_per_split)

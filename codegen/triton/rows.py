@@ -140,6 +140,28 @@ def _blocking(n_rows: int, d: int) -> tuple[int, int, int]:
     return rows, block, max(1, -(-n_rows // rows))
 
 
+def row_choices(n_rows: int, d: int) -> list[dict[str, int]]:
+    """The blockings worth measuring for a row kernel (autotune.py), the fixed one (_blocking)
+    first: compiled, its rows, half and twice them (up to 16K elements a program), with 2, 4
+    or 8 warps (Triton's default, 4, goes with the fixed one); interpreted, the fixed one
+    alone."""
+    r, block, _ = _blocking(n_rows, d)
+    if interpreting():
+        return [{"ROWS": r}]
+    most = 1 << max(n_rows - 1, 0).bit_length()
+    rows = sorted({r} | {x for x in (r // 2, 2 * r) if 1 <= x <= most and x * block <= 1 << 14})
+    return [{"ROWS": r}, *({"ROWS": x, "num_warps": w} for x in rows for w in (2, 4, 8)
+                           if (x, w) != (r, 4) and w * 32 <= x * block)]
+
+
+def _tuned(launch: Launch, n_rows: int, d: int, writes: int) -> list[Launch]:
+    """launch (its ROWS the fixed choice), its blockings to measure (row_choices) given: the
+    kernel writes args[writes]."""
+    launch.choices = [((max(1, -(-n_rows // t["ROWS"])),), t) for t in row_choices(n_rows, d)]
+    launch.writes = (writes,)
+    return [launch]
+
+
 def _row_args(out: Operand, ins: list[Operand]
               ) -> tuple[int, tuple[int, int], list[list[int]]] | None:
     """(rows, (n1, n2), per operand [s0, s1, s2, last stride]), operands broadcast to out."""
@@ -179,18 +201,18 @@ def plan_rows(node: Node, out: Operand, ins: list[Operand]) -> list[Launch] | No
     if op == "rms_norm":
         args = [ins[0], ins[1], out, n_rows, d, node.attrs["eps"], *n12, *x_st,
                 ins[1].strides[0], *o_st]
-        return [Launch(op, rms_norm_kernel, (programs,), args, meta)]
+        return _tuned(Launch(op, rms_norm_kernel, (programs,), args, meta), n_rows, d, 2)
     if op == "layer_norm":
         args = [ins[0], ins[1], ins[2], out, n_rows, d, node.attrs["eps"], *n12, *x_st,
                 ins[1].strides[0], ins[2].strides[0], *o_st]
-        return [Launch(op, layer_norm_kernel, (programs,), args, meta)]
+        return _tuned(Launch(op, layer_norm_kernel, (programs,), args, meta), n_rows, d, 3)
     if op in ("softmax", "log_softmax"):
         args = [ins[0], out, n_rows, d, *n12, *x_st, *o_st]
-        return [Launch(op, softmax_kernel, (programs,), args,
-                       {"LOG": op == "log_softmax", **meta})]
+        return _tuned(Launch(op, softmax_kernel, (programs,), args,
+                             {"LOG": op == "log_softmax", **meta}), n_rows, d, 1)
     if op == "rope":
         args = [*ins, out, n_rows, d, *n12, *st[1], *st[2], *st[3], *o_st]
-        return [Launch(op, rope_kernel, (programs,), args, meta)]
+        return _tuned(Launch(op, rope_kernel, (programs,), args, meta), n_rows, d, 3)
     return None
 
 
