@@ -145,11 +145,12 @@ def test_k_in_blocks_adds_each_block_to_the_sums(m):
     """eq_panel with K in blocks (AVX2 builds use blocks of EQ_KC = 2048 rows; here 64, on
     any vector ISA, so that K = 200 takes 4 blocks of 50): each block after the first adds to
     the sums, and the epilogue (alpha, a residual, bias and activation, SwiGLU) runs once,
-    after the last."""
+    after the last. (N 200: each thread takes several panels, block by block: a block's
+    panels, then the next block's.)"""
     g = Graph()
     x = inp(g, (m, 200))
-    residual = inp(g, (m, 48))
-    plain = add_gemm(g, x, const(g, torch.randn(200, 48)), alpha=0.5, addend=residual,
+    residual = inp(g, (m, 200))
+    plain = add_gemm(g, x, const(g, torch.randn(200, 200)), alpha=0.5, addend=residual,
                      epilogue="add")
     biased = add_gemm(g, x, const(g, torch.randn(200, 40)), addend=const(g, torch.randn(40)),
                       epilogue="bias", act="silu")

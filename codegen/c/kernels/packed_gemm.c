@@ -189,16 +189,6 @@ static inline __attribute__((always_inline)) void eq_tile(
     if (ncols > 16)
         eq_tile_half(rows, K, a, lda, bp + 16, c + 16, ldc, ncols - 16, alpha, 0, 0, acc);
 }
-/* AVX2: K in blocks of at most EQ_KC rows (all tiles of a block, then the next, each adding
-   to the sums before it): the 6-row tiles' A rows and the panel's block stay in L2 together.
-   TinyLlama's down projection (K 5632: A 1.4 MB and a 0.7 MB panel, past a core's 2 MB L2)
-   ran at 150 GFLOP/s where the K-2048 GEMMs beside it ran at 180-190; blocked, a 6-layer
-   64-token prefill took 3.3% less (benchmarks/cflags_ab.py --add=-DEQ_KC=1000000, RESULTS
-   "The AVX2 packed GEMM with K in blocks"). (AVX-512's 14-row tiles were not measured so:
-   one block there.) */
-#ifndef EQ_KC
-#define EQ_KC 2048
-#endif
 #define EQ_MR 6  /* the tallest tile (12 ymm accumulators) */
 #else
 #define EQ_MR 1  /* (portable: one row at a time) */
@@ -210,6 +200,58 @@ static inline int eq_tile_rows(int64_t left) {
     return left >= EQ_MR ? EQ_MR : (EQ_MR > 8 && left >= 8) ? 8 : left >= 4 ? 4
            : left >= 2 ? 2 : 1;
 }
+/* K in blocks of at most EQ_KC rows, each block's tiles adding to the sums of the block
+   before. TinyLlama's down projection (K 5632: A 1.4 MB and a 0.7 MB panel, past a core's 2
+   MB L2) ran at 150 GFLOP/s with AVX2 where the K-2048 GEMMs beside it ran at 180-190, and
+   at 211 against ~270 with AVX-512. A panel's blocks one after the other (AVX2, first) took a
+   6-layer 64-token prefill 3.3% lower; the blocks outermost in eq_gemm_packed, a block of A
+   kept in L2 across the thread's panels, took the down and o projections of a 4-layer chunk
+   49-51 -> 43-44 ms with AVX2 and 38.6 -> 29.9 ms with AVX-512 (profile_program, ad hoc;
+   RESULTS "The packed GEMM with K in blocks", with AVX-512 and with AVX2). Blocks of 1024
+   or 512 measured the same. */
+#ifndef EQ_KC
+#define EQ_KC 2048
+#endif
+/* the rows of K taken at once: blocks of at most EQ_KC, as even as they go */
+static inline int64_t eq_kblock(int64_t K) {
+    const int64_t blocks = (K + EQ_KC - 1) / EQ_KC;
+    return (K + blocks - 1) / blocks;
+}
+/* eq_panel's rows [k0, k0 + kn) of K: the tiles add them to C's sums when k0 > 0, the
+   epilogue follows the last block; pf (unless NULL): kn * pfk bytes to prefetch, a share of
+   them by each tile */
+static __attribute__((noinline)) void eq_panel_rows(
+        int64_t M, int64_t K, int64_t k0, int64_t kn, const float* a, int64_t lda,
+        const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
+        const float* rowscale, const eq_addend* e, int ne, int act, const char* pf,
+        int64_t pfk) {
+    const int epi = rowscale || ne || act, acc = k0 > 0;
+    int64_t tiles = 0;  /* (counted only when there is something to prefetch) */
+    if (pf)
+        for (int64_t m = 0; m < M; m += eq_tile_rows(M - m)) tiles++;
+    const int64_t share = pf ? pfk / tiles : 0;  /* bytes a k that each tile prefetches */
+    const float* bk = bpan + k0 * 32;
+    const char* tpf = share ? pf : 0;  /* (tile t: kn * share bytes from t kn share on) */
+    for (int64_t m = 0; m < M;) {
+        const int rows = eq_tile_rows(M - m);
+        const float* ar = a + m * lda + k0;
+        float* cr = c + m * ldc + n0;
+        switch (rows) {
+        case EQ_MR:
+            eq_tile(EQ_MR, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
+#if EQ_MR > 8
+        case 8: eq_tile(8, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
+#endif
+        case 4: eq_tile(4, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
+        case 2: eq_tile(2, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
+        default: eq_tile(1, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
+        }
+        if (epi && k0 + kn == K)
+            eq_tile_epilogue(rows, cr, ldc, m, n0, ncols, rowscale, e, ne, act);
+        if (tpf) tpf += kn * share;
+        m += rows;
+    }
+}
 /* C[0:M, n0:n0 + ncols] = A @ the panel, with the epilogue, in tiles of eq_tile_rows rows.
    pf (unless NULL): K * pfk bytes the caller reads next (the next panel), prefetched while
    this one runs, a share of them by each tile, evenly down K: the first tile would otherwise
@@ -217,46 +259,14 @@ static inline int eq_tile_rows(int64_t left) {
    find it in L2 (measured, TinyLlama's 64 x 2048 x 5632: 225 -> 301 GFLOP/s on two cores).
    Callers pass it only when a panel takes more than one tile: a single tile (decode) streams
    its panel at the memory's rate anyway, and the hardware prefetcher keeps up. */
-static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda,
-                     const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
+static void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda, const float* bpan,
+                     float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
                      const float* rowscale, const eq_addend* e, int ne, int act,
                      const void* pf, int64_t pfk) {
-    const int epi = rowscale || ne || act;
-    int64_t tiles = 0;  /* (counted only when there is something to prefetch) */
-    if (pf)
-        for (int64_t m = 0; m < M; m += eq_tile_rows(M - m)) tiles++;
-    const int64_t share = pf ? pfk / tiles : 0;  /* bytes a k that each tile prefetches */
-#ifdef EQ_KC
-    const int64_t blocks = (K + EQ_KC - 1) / EQ_KC, kc = (K + blocks - 1) / blocks;
-#else
-    const int64_t kc = K;
-#endif
-    for (int64_t k0 = 0; k0 < K; k0 += kc) {
-        const int64_t kn = K - k0 < kc ? K - k0 : kc;
-        const int acc = k0 > 0;
-        const float* bk = bpan + k0 * 32;
-        /* (tile t prefetches its share of rows [k0, k0 + kn) of its K * share bytes) */
-        const char* tpf = share ? (const char*)pf + k0 * share : 0;
-        for (int64_t m = 0; m < M;) {
-            const int rows = eq_tile_rows(M - m);
-            const float* ar = a + m * lda + k0;
-            float* cr = c + m * ldc + n0;
-            switch (rows) {
-            case EQ_MR:
-                eq_tile(EQ_MR, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
-#if EQ_MR > 8
-            case 8: eq_tile(8, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
-#endif
-            case 4: eq_tile(4, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
-            case 2: eq_tile(2, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
-            default: eq_tile(1, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
-            }
-            if (epi && k0 + kn == K)
-                eq_tile_epilogue(rows, cr, ldc, m, n0, ncols, rowscale, e, ne, act);
-            if (tpf) tpf += K * share;
-            m += rows;
-        }
-    }
+    const int64_t kc = eq_kblock(K);
+    for (int64_t k0 = 0; k0 < K; k0 += kc)
+        eq_panel_rows(M, K, k0, K - k0 < kc ? K - k0 : kc, a, lda, bpan, c, ldc, n0, ncols,
+                      alpha, rowscale, e, ne, act, pf ? (const char*)pf + k0 * pfk : 0, pfk);
 }
 #else
 /* portable: the same panels and epilogue, one row of 32 accumulators at a time (no prefetch) */
@@ -276,6 +286,14 @@ static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float
         for (int j = 0; j < ncols; j++) cr[j] = acc[j] * alpha;
         if (rowscale || ne || act) eq_tile_epilogue(1, cr, ldc, m, n0, ncols, rowscale, e, ne, act);
     }
+}
+static inline int64_t eq_kblock(int64_t K) { return K; }
+static void eq_panel_rows(int64_t M, int64_t K, int64_t k0, int64_t kn, const float* a,
+                          int64_t lda, const float* bpan, float* c, int64_t ldc, int64_t n0,
+                          int ncols, float alpha, const float* rowscale, const eq_addend* e,
+                          int ne, int act, const char* pf, int64_t pfk) {
+    (void)k0, (void)kn;  /* (one block: eq_kblock) */
+    eq_panel(M, K, a, lda, bpan, c, ldc, n0, ncols, alpha, rowscale, e, ne, act, pf, pfk);
 }
 #endif
 /* Rows of A that lie a multiple of 4 KiB apart (hidden size 2048, 4096...) all map to one L1
@@ -357,12 +375,21 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
     {
         EQ_THREAD_IDS;
         const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
+        const int64_t kc = eq_kblock(K);
+        /* K blocks outermost: a block of A's rows stays in L2 from one panel to the next
+           (each panel's block prefetching the next one's, the last panel the first's next
+           block) */
         if (M == 1) eq_row_range(N, K, a, bp, c, p0, p1, alpha, rowscale, e, ne, act);
-        else for (int64_t p = p0; p < p1; p++) {
-            const int64_t n0 = p * 32;
-            const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
-            eq_panel(M, K, a, lda, bp + p * K * 32, c, ldc, n0, ncols, alpha, rowscale, e, ne,
-                     act, M > EQ_MR && p + 1 < p1 ? bp + (p + 1) * K * 32 : 0, 128);
+        else for (int64_t k0 = 0; k0 < K; k0 += kc) {
+            const int64_t kn = K - k0 < kc ? K - k0 : kc;
+            for (int64_t p = p0; p < p1; p++) {
+                const int64_t n0 = p * 32;
+                const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
+                const float* next = p + 1 < p1 ? bp + (p + 1) * K * 32 + k0 * 32
+                    : k0 + kn < K ? bp + p0 * K * 32 + (k0 + kn) * 32 : 0;
+                eq_panel_rows(M, K, k0, kn, a, lda, bp + p * K * 32, c, ldc, n0, ncols, alpha,
+                              rowscale, e, ne, act, M > EQ_MR ? (const char*)next : 0, 128);
+            }
         }
     }
 }
