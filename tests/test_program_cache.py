@@ -48,6 +48,20 @@ def test_a_second_start_takes_the_program_from_disk(tmp_path, cache_home):
     assert longer.decode_program.report.program_cache == "miss"
 
 
+def test_another_instruction_set_misses(tmp_path, cache_home, monkeypatch):
+    # the optimized program depends on the ISA the C is built for (the cost model prices the
+    # kernels' fast paths): a cache read under another EQSAT_ISA, or carried to another CPU,
+    # is not reused (the start record neither)
+    _save(tmp_path / "ck")
+    _, tokens = _start(tmp_path / "ck", quantize="int8")
+    monkeypatch.setenv("EQSAT_ISA", "portable")
+    other, again = _start(tmp_path / "ck", quantize="int8")
+    assert other.decode_program.report.program_cache == "miss"
+    assert other.prefill_program.report.program_cache == "miss"
+    assert len(list(cache_home.glob("*.pkl"))) == 4
+    assert torch.equal(again, tokens)
+
+
 def test_a_changed_config_misses(tmp_path, cache_home):
     _save(tmp_path / "a")
     _start(tmp_path / "a")

@@ -64,6 +64,15 @@ def compiler_defines(flags: tuple[str, ...]) -> frozenset[str]:
     return frozenset() if cc is None else _defines(cc, flags)
 
 
+def isa_fingerprint() -> str:
+    """The vector extensions the backend's C is built with (its ISA macros, $EQSAT_ISA
+    applied): the optimized program depends on them (the cost model prices kernels by their
+    fast paths, builds_with), so the program cache and the start records key on them; a
+    cache carried to another CPU, or read under another EQSAT_ISA, is not reused."""
+    return " ".join(sorted(m for m in compiler_defines(("-march=native", *isa_flags()))
+                           if m.startswith(("__AVX", "__FMA", "__F16C", "__SSE", "__AMX"))))
+
+
 @cache
 def _defines(cc: str, flags: tuple[str, ...]) -> frozenset[str]:
     out = subprocess.run([cc, *flags, "-dM", "-E", "-x", "c", os.devnull], check=False,

@@ -11,10 +11,12 @@ first start.
 The key is a SHA-256 of everything the program is made from: the model's module tree and
 config, the names, shapes and dtypes of its parameters and buffers, the source files of its
 module classes, the example inputs' shapes and dtypes, the options (each rule by name and
-text), the cost model's machine, the versions of Python, torch and transformers, and the
-source of eqsat_llm itself. Entries live in $XDG_CACHE_HOME/eqsat-llm/programs/ (cache.py:
-private, written atomically, loaded only when their bytes match their digest); one that
-cannot be read back is rebuilt with a warning. `EQSAT_PROGRAM_CACHE=0` turns it off."""
+text), the cost model's machine, the instruction set the C is built for (isa_fingerprint:
+the cost model prices kernels by their fast paths), the versions of Python, torch and
+transformers, and the source of eqsat_llm itself. Entries live in
+$XDG_CACHE_HOME/eqsat-llm/programs/ (cache.py: private, written atomically, loaded only when
+their bytes match their digest); one that cannot be read back is rebuilt with a warning.
+`EQSAT_PROGRAM_CACHE=0` turns it off."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from typing import Any
 import torch
 
 from ..cache import cache_dir, load_pickled, store_verified
+from ..codegen.c.build import isa_fingerprint
 from ..weights.meta import exact_half_weights
 
 _FORMAT = 2  # bumped when what an entry holds changes (2: the memory plan too)
@@ -58,7 +61,7 @@ def key(model: torch.nn.Module, inputs: tuple, kwargs: dict | None, options: dic
             h.update(b"\0")
 
     add(_FORMAT, platform.python_version(), torch.__version__, _transformers_version(),
-        _library_digest(), repr(machine))
+        _library_digest(), repr(machine), isa_fingerprint())
     add(type(model).__module__, type(model).__qualname__, repr(model))
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         add(name, tuple(t.shape), t.dtype, tuple(t.stride()))

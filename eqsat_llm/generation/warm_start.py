@@ -8,7 +8,8 @@ TinyLlama shape that was 1.6 s of a warm start and 0.2 GB of its peak memory: do
 
 The key digests config.json and generation_config.json (their bytes), each shard's
 safetensors header (every tensor's name, dtype and shape, not its values), from_pretrained's
-arguments and options, the machine, the versions of Python, torch and transformers (the
+arguments and options, the machine and the instruction set the C is built for (an AVX2
+build's choices are not an AVX-512 one's), the versions of Python, torch and transformers (the
 installed one, read without importing it) and eqsat_llm's own source. A model whose code is
 edited in place, with no new transformers version, is not seen: `EQSAT_PROGRAM_CACHE=0` turns
 this off with the program cache."""
@@ -50,6 +51,7 @@ def key(ckpt: Checkpoint, arguments: dict[str, Any]) -> str | None:
     where the program cache is off)."""
     if os.environ.get("EQSAT_PROGRAM_CACHE", "1") == "0":
         return None
+    from ..codegen.c.build import isa_fingerprint
     from ..extraction.costmodel import CostModel
     from .program_cache import _describe, _library_digest
 
@@ -61,7 +63,7 @@ def key(ckpt: Checkpoint, arguments: dict[str, Any]) -> str | None:
             h.update(b"\0")
 
     add(_FORMAT, platform.python_version(), torch.__version__, _installed("transformers"),
-        _library_digest(), repr(CostModel().machine))
+        _library_digest(), repr(CostModel().machine), isa_fingerprint())
     for name in ("config.json", "generation_config.json"):
         path = ckpt.path / name
         add(name, path.read_bytes() if path.is_file() else b"-")
