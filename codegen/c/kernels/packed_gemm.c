@@ -578,9 +578,9 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
             /* a rope's head runs in blocks of rows, its panels kept in L2 from one block to
                the next; each block prefetches its share of the next head's panels (as
                eq_panel_swiglu does), all rows at once the next panel (as eq_gemm_packed).
-               (Without it, each head's first block waited on memory for its panels: TinyLlama's
-               q/k/v GEMM with its ropes, 64 rows, took 5.1 against 4.2 ms with AVX2, 3.6
-               against 2.95 with AVX-512.) */
+               (Without it, each head's first block waited on memory for its panels: a 6-layer
+               TinyLlama 64-token chunk 2.6-2.8% slower, RESULTS "The rope GEMM prefetching
+               its next head", -DEQ_NO_ROPE_PREFETCH.) */
             const int64_t step = r ? EQ_SW_ROWS : M, blocks = (M + step - 1) / step;
             const int64_t ahead = r ? gp : 1, share = 128 / blocks;
             const int64_t pend = g1 * gp < np ? g1 * gp : np;
@@ -591,7 +591,11 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
                     eq_row_range(N, K, a, bp, c, pa, pb, alpha, rowscale, es, ne, act);
                 else for (int64_t p = pa; p < pb; p++) {
                     const int ncols = (int)(N - p * 32 < 32 ? N - p * 32 : 32);
+#ifdef EQ_NO_ROPE_PREFETCH  /* (benchmarks: a rope head's blocks prefetching nothing) */
+                    const int next = !r && M > EQ_MR && share && p + ahead < pend;
+#else
                     const int next = M > EQ_MR && share && p + ahead < pend;
+#endif
                     eq_panel(rows, K, a + m * lda, lda, bp + p * K * 32, c + m * ldc, ldc, p * 32,
                              ncols, alpha, rowscale ? rowscale + m : 0, es, ne, act,
                              next ? bp + (p + ahead) * K * 32 + i * K * share / 4 : 0, share);

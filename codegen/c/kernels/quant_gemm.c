@@ -144,9 +144,9 @@ static inline __attribute__((always_inline)) eq_qf eq_qwiden8f(const uint8_t* p,
    the mask of eq_qwiden8f; e5m2: the mask), its low byte once shifted up by 8. No sign
    extension to 16 bits: f[0] holds columns 0, 2, .. 2 EQ_QV - 2 of the bytes, f[1] columns
    2 EQ_QV, .. 4 EQ_QV - 2, f[2] and f[3] the odd ones (eq_qunpair restores the order of the
-   sums). Measured in L1, one core, GB/s of weights against eq_qwiden8f's sign extension per
-   vector: AVX2 17.8-18.6 against 13.6-14.5, AVX-512 21.6-22.5 against 19.3-20.0 (the sign
-   extension of 32 bytes at once); int8 27.5 / 32. */
+   sums). Measured against the sign-extending form (benchmarks/quant_kernels.py, -DEQ_NO_Q8EO;
+   docs/quantization.md): a token's GEMVs of 6 TinyLlama layers 7-10% faster with AVX2 and
+   with AVX-512. */
 typedef uint16_t eq_qw __attribute__((vector_size(EQ_QV * 4)));  /* 2 EQ_QV 16-bit lanes */
 typedef int16_t eq_qws __attribute__((vector_size(EQ_QV * 4)));
 /* f[0], f[1]: the float16 lanes of h, first half then second */
