@@ -44,7 +44,9 @@ BUILDS = {
     # AVX-512's tiling and GEMV threshold, through generic vectors where the CPU lacks it
     "vec16": ["-DEQ_QV=16", "-DEQ_QGEMV_M=8", "-Wno-psabi"],
     "sse": ["-mno-avx"],
-    "panels": ["-DEQ_QGEMV_M=0"],  # every row count through the dequantized panels
+    # every row count through the dequantized panels, K in blocks of 64 (128 with
+    # fp8_e4m3_g128's groups): K 128 and 256 take 2-4 blocks, int4_g32's K 64 one
+    "panels": ["-DEQ_QGEMV_M=0", "-DEQ_KC=64"],
 }
 
 

@@ -32,7 +32,7 @@ weight in one of these formats: see the comment above it) has three paths.
 - sparse24, more rows (prefill): per EQ_SSP (2) panels of 32 columns the weight is expanded
   to dense K x 32 panels in a thread-local buffer (PackedWeight's layout; each of a group's 4
   rows selected lane by lane, which vectorises where a scatter does not) and `eq_panel`
-  (packed_gemm.py) runs its tiles and the epilogue, as eq_qpanels does for quantized weights:
+  (packed_gemm.py) runs its tiles and the epilogue, as eq_qpanel_rows does for quantized weights:
   the dense FLOPs plus the expansion, so about dense's time (the cost model keeps dense there).
   Threshold: with AVX2 32 rows (measured, K = 2048, N = 5632: the GEMV took 0.2x the panels'
   time at 8 rows, 0.9x at 32, 1.4x at 64, 1.25x at 128); with AVX-512 16 (not measured: its

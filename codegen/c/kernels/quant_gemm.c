@@ -698,15 +698,16 @@ static __thread float* eq_qa = 0;
 static __thread int64_t eq_qa_n = 0;
 static __thread float* eq_qpan = 0;
 static __thread int64_t eq_qpan_n = 0;
-/* bp[2][K][32]: quantized panel p (64 columns, QuantPanels' layout) dequantized into two
-   float panels as PackedWeight lays them out, read as one sequential stream */
-static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, const void* s,
-                        int64_t p, float* bp) {
+/* bp[2][K][32]: rows [k0, k0 + kn) of quantized panel p (64 columns, QuantPanels' layout)
+   dequantized into two float panels as PackedWeight lays them out, read as one sequential
+   stream (k0 and kn whole groups of scales; int4: even) */
+static void eq_qdequant(int64_t K, int64_t k0, int64_t kn, int fmt, int64_t group,
+                        const uint8_t* wq, const void* s, int64_t p, float* bp) {
     float* b0 = bp;
     float* b1 = bp + K * 32;
     if (fmt >= 16) {
         const uint16_t* w = (const uint16_t*)wq + p * K * 64;
-        for (int64_t k = 0; k < K; k++)
+        for (int64_t k = k0; k < k0 + kn; k++)
             for (int j = 0; j < 32; j += EQ_QV) {
                 const eq_qf f0 = eq_qwidenh(w + k * 64 + j, fmt);
                 const eq_qf f1 = eq_qwidenh(w + k * 64 + 32 + j, fmt);
@@ -720,8 +721,8 @@ static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, co
         const int64_t gk = group ? group : K;  /* rows per scale row */
         const float* sp = (const float*)s + p * (K / gk) * 64;
         eq_qf sv[64 / EQ_QV];  /* the columns' scales (e4m3's times 2^8), per group */
-        for (int64_t k = 0; k < K; k++) {
-            if (k % gk == 0)
+        for (int64_t k = k0; k < k0 + kn; k++) {
+            if (k == k0 || k % gk == 0)
                 for (int j = 0; j < 64; j += EQ_QV) {
                     memcpy(&sv[j / EQ_QV], sp + k / gk * 64 + j, sizeof sv[0]);
                     if (fmt == 9) sv[j / EQ_QV] *= 256.0f;
@@ -736,7 +737,7 @@ static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, co
     if (fmt == 8) {
         const uint8_t* w = wq + p * K * 64;
         const float* sp = (const float*)s + p * 64;
-        for (int64_t k = 0; k < K; k++) {
+        for (int64_t k = k0; k < k0 + kn; k++) {
             const uint8_t* wk = w + k * 64;
 #pragma omp simd
             for (int j = 0; j < 32; j++) {
@@ -749,9 +750,9 @@ static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, co
     const uint8_t* w = wq + p * (K / 2) * 64;
     const uint16_t* sp = (const uint16_t*)s + p * (K / group) * 64;
     float sk[64];  /* the group's scales, widened as each group starts */
-    for (int64_t k = 0; k < K; k += 2) {
+    for (int64_t k = k0; k < k0 + kn; k += 2) {
         const uint8_t* wk = w + k / 2 * 64;
-        if (k % group == 0)
+        if (k == k0 || k % group == 0)
             for (int j = 0; j < 64; j += EQ_QV) {
                 const eq_qf f = eq_qwidenh(sp + k / group * 64 + j, 16);
                 memcpy(sk + j, &f, sizeof f);
@@ -767,21 +768,44 @@ static void eq_qdequant(int64_t K, int fmt, int64_t group, const uint8_t* wq, co
         }
     }
 }
-/* the columns [64 p, 64 p + 64) (those below N) of C through dequantized panels
-   (eq_expanded_panels); swiglu: the up half's panel pu dequantized too */
-static void eq_qpanels(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
-                       int64_t group, const uint8_t* wq, const void* s, int64_t p, int64_t pu,
-                       float* c, int64_t ldc, float alpha, const float* rowscale,
-                       const eq_addend* e, int ne, int act, int swiglu) {
+/* the rows of K a dequantized panel takes at once: eq_kblock's, in whole groups of scales
+   (int4: of row pairs) */
+static inline int64_t eq_qkblock(int64_t K, int fmt, int64_t group) {
+    const int64_t g = group ? group : fmt == 4 ? 2 : 1, kc = eq_kblock(K);
+    return (kc + g - 1) / g * g;
+}
+/* rows [k0, k0 + kn) of K for the columns [64 p, 64 p + 64) (those below N) of C through a
+   dequantized panel (eq_panel_rows: added to the sums of the blocks before, the epilogue
+   after the last) */
+static void eq_qpanel_rows(int64_t M, int64_t N, int64_t K, int64_t k0, int64_t kn,
+                           const float* a, int64_t lda, int fmt, int64_t group,
+                           const uint8_t* wq, const void* s, int64_t p, float* c, int64_t ldc,
+                           float alpha, const float* rowscale, const eq_addend* e, int ne,
+                           int act) {
     const int64_t n0 = 64 * p;
     const int ncols = (int)(N - n0 < 64 ? N - n0 : 64);
-    float* bp = eq_grow(&eq_qpan, &eq_qpan_n, (swiglu ? 2 : 1) * 2 * K * 32);
+    float* bp = eq_grow(&eq_qpan, &eq_qpan_n, 2 * K * 32);
+    if (!bp) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
+    eq_qdequant(K, k0, kn, fmt, group, wq, s, p, bp);
+    for (int q = 0; 32 * q < ncols; q++)
+        eq_panel_rows(M, K, k0, kn, a, lda, bp + q * K * 32, c, ldc, n0 + 32 * q,
+                      ncols - 32 * q < 32 ? ncols - 32 * q : 32, alpha, rowscale, e, ne, act,
+                      0, 0);
+}
+/* swiglu's columns [64 p, 64 p + 64) of C (those below N) through dequantized panels, the
+   gate's p and the up half's pu (eq_expanded_panels) */
+static void eq_qpanels_swiglu(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+                              int fmt, int64_t group, const uint8_t* wq, const void* s,
+                              int64_t p, int64_t pu, float* c, int64_t ldc, float alpha,
+                              const float* rowscale) {
+    const int64_t n0 = 64 * p;
+    const int ncols = (int)(N - n0 < 64 ? N - n0 : 64);
+    float* bp = eq_grow(&eq_qpan, &eq_qpan_n, 2 * 2 * K * 32);
     if (!bp) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
     float* bu = bp + 2 * K * 32;
-    eq_qdequant(K, fmt, group, wq, s, p, bp);
-    if (swiglu) eq_qdequant(K, fmt, group, wq, s, pu, bu);
-    eq_expanded_panels(M, K, a, lda, bp, bu, n0, ncols, c, ldc, alpha, rowscale, e, ne, act,
-                       swiglu);
+    eq_qdequant(K, 0, K, fmt, group, wq, s, p, bp);
+    eq_qdequant(K, 0, K, fmt, group, wq, s, pu, bu);
+    eq_expanded_panels(M, K, a, lda, bp, bu, n0, ncols, c, ldc, alpha, rowscale, 0, 0, 0, 1);
 }
 /* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ W) + sum_i e_i.scale * e_i), or
    when swiglu: C[M, N] = silu(G) * U with G = alpha*rowscale*(A @ W[:, 0:N]),
@@ -880,9 +904,19 @@ static __attribute__((noinline)) void eq_gemm_q(
             }
         } else
 #endif
-        if (!gemv)
+        if (!gemv && swiglu)
             for (int64_t p = p0; p < p1; p++)
-                eq_qpanels(M, N, K, a, lda, fmt, group, w, s, p, np + p, c, ldc, alpha,
-                           rowscale, e, ne, act, swiglu);
+                eq_qpanels_swiglu(M, N, K, a, lda, fmt, group, w, s, p, np + p, c, ldc, alpha,
+                                  rowscale);
+        else if (!gemv) {
+            /* K blocks outermost, as eq_gemm_packed: a block of A stays in L2 while the
+               thread's panels are dequantized and multiplied block by block (TinyLlama's
+               down projection: A 1.4 MB, a whole dequantized panel 1.4 MB) */
+            const int64_t kc = eq_qkblock(K, fmt, group);
+            for (int64_t k0 = 0; k0 < K; k0 += kc)
+                for (int64_t p = p0; p < p1; p++)
+                    eq_qpanel_rows(M, N, K, k0, K - k0 < kc ? K - k0 : kc, a, lda, fmt, group,
+                                   w, s, p, c, ldc, alpha, rowscale, e, ne, act);
+        }
     }
 }
