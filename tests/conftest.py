@@ -26,6 +26,18 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 WORKLOAD_NAMES = list(WORKLOADS)
 
 
+def private_cache_home(monkeypatch, path: Path) -> None:
+    """XDG_CACHE_HOME set to `path` for this test: its own program cache, start records and
+    tuning files, so what it finds there is what it made. The compile cache of C objects (keyed
+    by their sources and flags) stays the run's: a fresh one made every such test compile its
+    programs again, 2-5 s each."""
+    from eqsat_llm.cache import cache_dir
+    shared = cache_dir("c").resolve()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(path))
+    (path / "eqsat-llm").mkdir(mode=0o700, parents=True, exist_ok=True)
+    (path / "eqsat-llm" / "c").symlink_to(shared, target_is_directory=True)
+
+
 @pytest.fixture(scope="session")
 def workload_cache():
     return {}

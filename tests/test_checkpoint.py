@@ -12,6 +12,8 @@ import torch
 from eqsat_llm.errors import EqsatError
 from eqsat_llm.generation.generator import Generator
 
+from .conftest import private_cache_home
+
 transformers = pytest.importorskip("transformers")
 PROMPT = torch.tensor([[5, 17, 42, 8, 99, 310, 64, 7, 250, 12, 3, 77]])
 
@@ -32,7 +34,7 @@ def _save(path, dtype=torch.float32, tied=True, shard="200KB"):
 @pytest.mark.parametrize("dtype,tied", [(torch.float32, True), (torch.bfloat16, False)])
 def test_generates_transformers_tokens_from_a_sharded_checkpoint(tmp_path, dtype, tied,
                                                                 monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a first start: the model
+    private_cache_home(monkeypatch, tmp_path / "cache")  # a first start: the model
     model = _save(tmp_path, dtype, tied)  # built (a later one starts from the start record)
     assert len(list(tmp_path.glob("*.safetensors"))) > 1  # shards and their index
     want = model.generate(PROMPT, max_new_tokens=8, do_sample=False)
@@ -45,7 +47,7 @@ def test_a_half_checkpoint_runs_as_a_float32_model(tmp_path, monkeypatch):
     """dtype=float32 from bf16 shards: each GEMM weight's panels packed straight from its
     stored bf16 bytes (the merged q, k, v part by part), tokens as transformers' widened
     model gives them."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    private_cache_home(monkeypatch, tmp_path / "cache")
     model = _save(tmp_path, torch.bfloat16, tied=False).float()
     gen = Generator.from_pretrained(tmp_path, max_seq_len=32, dtype=torch.float32)
     assert torch.equal(gen.generate(PROMPT, max_new_tokens=8),
@@ -127,7 +129,7 @@ def test_each_weight_is_read_and_quantized_once_and_held_only_prepared(tmp_path,
     panels its kernel reads."""
     from eqsat_llm.generation.checkpoint import Checkpoint
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a first start
+    private_cache_home(monkeypatch, tmp_path / "cache")  # a first start
     saved = _save(tmp_path, torch.bfloat16, tied=False)
     reads: dict[str, int] = {}
     read = Checkpoint.tensor
@@ -215,7 +217,7 @@ MATRIX = ["llama", "qwen3", "granite", "olmo2", "stablelm", "starcoder2", "mixtr
     pytest.param(f, marks=[] if f in MATRIX_DEFAULT else [pytest.mark.slow]) for f in MATRIX])
 def test_every_matrix_family_from_its_checkpoint_gives_transformers_tokens(
         tmp_path, monkeypatch, family):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    private_cache_home(monkeypatch, tmp_path / "cache")
     ids, want = _matrix_checkpoint(tmp_path / "ckpt", family)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no fallback: planned from the checkpoint
@@ -228,7 +230,7 @@ def test_a_model_that_makes_tensors_as_it_runs_is_loaded_whole(tmp_path, monkeyp
     """Falcon's attention makes index tensors in forward (lifted by export): a meta model has
     no values for them and the checkpoint does not hold them, so from_pretrained says so and
     plans the model transformers loads (it used to stop with 'no parameter or buffer')."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    private_cache_home(monkeypatch, tmp_path / "cache")
     ids, want = _matrix_checkpoint(tmp_path / "ckpt", "falcon")
     with pytest.warns(UserWarning, match="tensors as it runs that the checkpoint does not"):
         gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32)

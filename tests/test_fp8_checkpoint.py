@@ -16,6 +16,8 @@ from eqsat_llm.errors import EqsatError
 from eqsat_llm.generation.checkpoint import Checkpoint
 from eqsat_llm.generation.generator import Generator
 
+from .conftest import private_cache_home
+
 transformers = pytest.importorskip("transformers")
 BLOCK = 128
 PROMPT = torch.tensor([[5, 17, 42, 8, 99, 310, 64, 7, 250, 12, 3, 77]])
@@ -59,7 +61,7 @@ def test_an_fp8_checkpoint_generates_the_dequantized_models_tokens(tmp_path, mon
     # the same tokens as the dequantized model given to Generator (the same float32 compute;
     # transformers computes a bf16 model in bf16, which drifts from it at near-ties), and the
     # first one transformers' own
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    private_cache_home(monkeypatch, tmp_path / "cache")
     model = _write_fp8(tmp_path / "ckpt")
     want = Generator(model, max_seq_len=32).generate(PROMPT, max_new_tokens=8)
     gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32)
@@ -98,7 +100,7 @@ def test_fp8_e4m3_g128_keeps_the_checkpoints_bytes_and_scales(tmp_path, monkeypa
     # weight as stored, exactly; quantizing the dequantized weight again would round it anew
     from eqsat_llm.formats.quant_formats import dequantize, quantize
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    private_cache_home(monkeypatch, tmp_path / "cache")
     fmt = "fp8_e4m3_g128"
     model = _write_fp8(tmp_path / "ckpt")
     ckpt = Checkpoint(tmp_path / "ckpt")
@@ -129,7 +131,7 @@ def test_fp8_e4m3_g128_keeps_the_checkpoints_bytes_and_scales(tmp_path, monkeypa
     assert logits_error() <= 1e-5
     # the same load rounding each weight again (the bytes not taken as stored) is 100x off
     monkeypatch.setattr(Checkpoint, "as_format", lambda self, key, fmt: None)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache2"))
+    private_cache_home(monkeypatch, tmp_path / "cache2")
     assert logits_error() > 1e-3
 
 

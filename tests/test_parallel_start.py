@@ -10,6 +10,8 @@ import torch
 from eqsat_llm.generation import parallel_start
 from eqsat_llm.generation.generator import Generator
 
+from .conftest import private_cache_home
+
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.skipif(parallel_start._cores() < 2, reason="one core")
 PROMPT = torch.tensor([[5, 17, 42, 8, 99, 310, 64, 7, 250, 12]])
@@ -45,7 +47,7 @@ def test_both_programs_come_from_parallel_processes(tmp_path, monkeypatch):
         "by an earlier start"
     assert warm.prefill_program.report.program_cache == "hit"
     monkeypatch.setenv("EQSAT_PARALLEL_START", "0")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-alone"))
+    private_cache_home(monkeypatch, tmp_path / "cache-alone")
     alone = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32, quantize="int8")
     assert alone.report.decode_optimized == alone.report.prefill_optimized == "here"
     # int8 (its options derived again in the child): the program equals the one optimized
@@ -58,7 +60,7 @@ def test_both_programs_come_from_parallel_processes(tmp_path, monkeypatch):
 def test_a_child_that_fails_costs_only_time(tmp_path, monkeypatch):
     model = _save(tmp_path / "ckpt")
     want = model.generate(PROMPT, max_new_tokens=6, do_sample=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    private_cache_home(monkeypatch, tmp_path / "cache")
     monkeypatch.setattr(parallel_start.sys, "executable", "/bin/false")  # exits 1 at once
     gen = Generator.from_pretrained(tmp_path / "ckpt", max_seq_len=32)
     for where in (gen.report.decode_optimized, gen.report.prefill_optimized):

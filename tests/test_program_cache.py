@@ -11,12 +11,13 @@ from eqsat_llm.cache import CacheWarning
 from eqsat_llm.generation.generator import Generator
 
 transformers = pytest.importorskip("transformers")
+from tests.conftest import private_cache_home
 from tests.test_checkpoint import PROMPT, _save
 
 
 @pytest.fixture
 def cache_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    private_cache_home(monkeypatch, tmp_path / "xdg")
     monkeypatch.delenv("EQSAT_PROGRAM_CACHE", raising=False)
     return tmp_path / "xdg" / "eqsat-llm" / "programs"
 
