@@ -157,6 +157,19 @@ def test_large_and_serial(lib, fmt):
     run_case(lib, fmt, 30, 300, 256, parallel=0, swiglu=True)
 
 
+def test_a_format_the_build_left_out_flags_an_error(tmp_path):
+    """A program defines EQ_QFMT_<code> for its weights' formats and compiles only their GEMV
+    tiles (quant_gemm.py: format_library): a call with another format flags an error (the
+    runtime raises on it) rather than leaving C unwritten; its own format computes as in the
+    full build."""
+    lib = build(["-DEQ_QFMT_8"], tmp_path)
+    flag = ctypes.c_int.in_dll(lib, "eq_index_error")
+    run_case(lib, "int8", 1, 100, 128)  # (checks the flag is clear)
+    with pytest.raises(AssertionError):
+        run_case(lib, "fp8_e4m3", 1, 100, 128)
+    assert flag.value == 1
+
+
 @pytest.mark.parametrize("group", [32, 64, 128])
 def test_int4_round_trip(group):
     w = torch.randn(256, 48) * torch.logspace(-3, 2, 48)  # columns of very different sizes

@@ -12,6 +12,7 @@ import torch
 
 from eqsat_llm import optimize
 from eqsat_llm.codegen.c.build import builds_with, compiler
+from eqsat_llm.codegen.c.quant_gemm import format_code
 from eqsat_llm.errors import EqsatError, GraphError
 from eqsat_llm.formats.quant_formats import FORMATS, dequantize, quantize
 from eqsat_llm.models.model_matrix import FAMILIES, build
@@ -94,6 +95,9 @@ def test_llama_block_runs_every_gemm_quantized_in_c(case, fmt, tol):
     assert "eq_gemm_q(" in compiled._runtime.source
     q = report.quantization
     assert q.format == {"int4": "int4_g32", "fp8": "fp8_e4m3"}.get(fmt, fmt)
+    # the program compiles its own format's GEMV tiles only (quant_gemm.py: format_library)
+    assert re.findall(r"#define EQ_QFMT_(\d+) 1", compiled._runtime.source) == \
+        [str(format_code(q.format))]
     assert q.quantized_weights == 4
     (err,) = q.outputs
     assert 0 < err.max_rel <= tol, err

@@ -61,7 +61,7 @@ from .fuse_rope import RopeEpilogue, rope_epilogues
 from .half_table import HalfTable, holds_bfloat16
 from .packed_gemm import PACKED_GEMM
 from .prelude import PRELUDE
-from .quant_gemm import QUANT_GEMM
+from .quant_gemm import FORMAT_LIBRARIES, QUANT_GEMM
 from .shared_kernels import function, parameterized, places_table
 from .sparse_gemm import SPARSE_GEMM
 from .static_c import included
@@ -102,8 +102,8 @@ def _full(s: Site) -> str | None:
 
 # The C kernel of each op it generates, by op: one line each.
 # the static C libraries, in the order a program includes them (each after those it builds on)
-STATIC_LIBRARIES = (PACKED_GEMM, QUANT_GEMM, SPARSE_GEMM, W8A8_GEMM, EXPERTS, QUANT_EXPERTS,
-                    TOPK)
+STATIC_LIBRARIES = (PACKED_GEMM, *FORMAT_LIBRARIES, QUANT_GEMM, SPARSE_GEMM, W8A8_GEMM, EXPERTS,
+                    QUANT_EXPERTS, TOPK)
 
 EMITTERS: dict[str, Emitter] = {
     **dict.fromkeys(ELEMENTWISE_OPS, lambda s: emit_elementwise(s.node, s.out, s.ins,

@@ -22,7 +22,7 @@ from ...ops import ACTIVATIONS, GemmDescriptor, operands_of
 from .emit_norm import inv_rms
 from .gemm_geometry import GemmGeometry, gemm_geometry
 from .loops import PARALLEL_MIN
-from .quant_gemm import QUANT_GEMM, QuantPanels, format_code
+from .quant_gemm import QuantPanels, format_code, format_library
 from .sparse_gemm import SPARSE_GEMM
 from .static_c import StaticLibrary, calling
 from .tiles import FORMAT_MAX_K, FORMAT_ROW_BLOCK, QUANT_PANEL
@@ -111,13 +111,14 @@ for (int64_t m0 = 0; m0 < {m}; m0 += {blk}) {{
 
 def quantized_operands(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,
                        layout: Layout | None) -> tuple[StaticLibrary, str] | None:
-    """QUANT_GEMM (eq_gemm_q) and its weight arguments: format code, group, the integers
+    """QUANT_GEMM as format_library gives it for this format (eq_gemm_q) and its weight
+    arguments: format code, group, the integers
     (half formats: the values) and the scales (half formats: NULL), as quantized_panels."""
     panels = quantized_panels(fmt, w, scales, n, swiglu, layout)
     if panels is None:
         return None
     code, group, wq, ws = panels
-    return QUANT_GEMM, f"{code}, {group}, {wq.ptr()}, {ws.ptr() if ws else 'NULL'}"
+    return format_library(code), f"{code}, {group}, {wq.ptr()}, {ws.ptr() if ws else 'NULL'}"
 
 
 def quantized_panels(fmt: str, w: Ref, scales: Ref, n: int, swiglu: bool,

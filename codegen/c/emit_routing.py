@@ -17,7 +17,7 @@ from .emit_format_gemm import quantized_panels
 from .loops import PARALLEL_MIN, loop_nest
 from .packed_gemm import PACKED_GEMM, PackedWeight
 from .packer import pack_in_c
-from .quant_gemm import QUANT_GEMM
+from .quant_gemm import QUANT_GEMM, format_library
 from .static_c import StaticLibrary, calling, kernel_source
 from .tiles import PACKED_PANEL, QUANT_PANEL
 from .values import Layout, Ref
@@ -172,4 +172,5 @@ def _stored_experts(fmt: str, out: Ref, x: Ref, w: Ref, w_scale: Ref, ids: Ref,
     return calling(f"""eq_expert_mm_q({S}, {K}, {N}, {experts}, {x.ptr()}, {x.strides[0]},
                {code}, {group}, (const char*){wq.ptr()}, {per_expert(wq)},
                (const char*){ws.ptr() if ws else 'NULL'}, {per_expert(ws)}, {ids.ptr()},
-               {out.ptr(const=False)}, {out.strides[0]}, {par});""", QUANT_EXPERTS)
+               {out.ptr(const=False)}, {out.strides[0]}, {par});""", QUANT_EXPERTS,
+                   format_library(code))
