@@ -91,7 +91,7 @@ def test_a_bf16_models_twin_keeps_its_weights_bf16():
                 if n.op in ("gemm", "expert_mm")} == {"bf16"}
 
 
-@pytest.mark.parametrize("family", ["llama", "mixtral"])
+@pytest.mark.parametrize("family", ["llama", pytest.param("mixtral", marks=pytest.mark.slow)])
 def test_a_half_checkpoint_loaded_as_float32_is_planned_on_the_twin_and_kept_half(
         monkeypatch, family):
     """float32 weights that fit bfloat16 exactly (a bf16 checkpoint loaded as float32: only

@@ -249,7 +249,8 @@ def test_generation_with_the_eager_experts_loop():
     assert torch.equal(gen.generate(ids, 6), reference(model, ids, 6))
 
 
-@pytest.mark.parametrize("family", ["mixtral", "phimoe", "deepseek_v3"])
+@pytest.mark.parametrize("family", [pytest.param("mixtral", marks=pytest.mark.slow), "phimoe",
+                                    "deepseek_v3"])  # (mixtral: 18-26 s, in the slow set)
 def test_a_checkpoint_with_one_tensor_per_expert_loads(tmp_path, family):
     """transformers writes the experts one tensor per expert (and Mixtral's and PhiMoE's
     modules under their old names) and converts them as it loads; from_pretrained reads the

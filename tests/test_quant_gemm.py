@@ -62,7 +62,9 @@ def build(flags: list[str], d) -> ctypes.CDLL:
     return dll
 
 
-@pytest.fixture(scope="module", params=list(BUILDS))
+# (sse: in the slow set and `scripts/test-isa sse`, to keep the default run under 15 minutes)
+@pytest.fixture(scope="module", params=[pytest.param(b, marks=pytest.mark.slow) if b == "sse"
+                                        else b for b in BUILDS])
 def lib(request, tmp_path_factory):
     return build(BUILDS[request.param], c_build_dir(request, tmp_path_factory, "quant_gemm"))
 
