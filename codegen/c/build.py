@@ -55,7 +55,12 @@ def builds_with(macro: str) -> bool:
     """Whether the backend's C is compiled with `macro` defined (an ISA extension's, such as
     __AVX512BW__): the cost model prices a kernel whose fast path needs it (the kernels pick
     their paths from these macros)."""
-    return macro in compiler_defines(("-march=native", *isa_flags()))
+    return macro in backend_defines()
+
+
+def backend_defines() -> frozenset[str]:
+    """The macros the backend's C is compiled with: -march=native narrowed by $EQSAT_ISA."""
+    return compiler_defines(("-march=native", *isa_flags()))
 
 
 def compiler_defines(flags: tuple[str, ...]) -> frozenset[str]:
@@ -69,7 +74,7 @@ def isa_fingerprint() -> str:
     applied): the optimized program depends on them (the cost model prices kernels by their
     fast paths, builds_with), so the program cache and the start records key on them; a
     cache carried to another CPU, or read under another EQSAT_ISA, is not reused."""
-    return " ".join(sorted(m for m in compiler_defines(("-march=native", *isa_flags()))
+    return " ".join(sorted(m for m in backend_defines()
                            if m.startswith(("__AVX", "__FMA", "__F16C", "__SSE", "__AMX"))))
 
 

@@ -240,9 +240,9 @@ QUANT_GEMM = StaticLibrary("quant_gemm", QUANT_GEMM_C, ("eq_gemm_q",), (PACKED_G
 
 def format_library(code: int) -> StaticLibrary:
     """QUANT_GEMM for a kernel whose weights have the format `code`: `#define EQ_QFMT_<code>`
-    before it, so that a program compiles the GEMV tiles of its own formats only (gcc -O3
-    spent 0.57 of 2.1 s on the four a program did not use; quant_gemm.c). The tests build the
-    library without any: every format."""
+    before it, so that a program compiles the GEMV tiles of its own formats only (0.42-0.52 s
+    less gcc a program: benchmarks/compile_time.py). The tests build the library without any:
+    every format."""
     return _FORMAT_LIBRARIES[code]
 
 
