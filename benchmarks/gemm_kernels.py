@@ -27,7 +27,6 @@ from compare_cpu import interleaved_medians
 from optimize_time import write_section
 
 from eqsat_llm.codegen.c import CRuntime
-from eqsat_llm.codegen.c.build import CFLAGS
 from eqsat_llm.ir import Graph, TensorType
 
 SECTION = "## GEMM kernels of the C backend"
@@ -83,10 +82,6 @@ def systems(m: int, k: int, n: int) -> dict[str, Callable[[], object]]:
            "OpenBLAS, column split" if m >= 8 else "generated GEMV": (
                (lambda: blas.run([x, w])) if m >= 8 else (lambda: gen_kernel.run([x, w]))),
            "torch.matmul": lambda: torch.matmul(x, w)}
-    if m >= 8 and k % 1024 == 0:  # rows 4 KiB apart: the same kernel without the copy apart
-        apart = CRuntime(_program(m, k, n, w), use_blas=False,
-                         flags=[*CFLAGS, "-DEQ_NO_UNALIAS"])
-        out["packed, A rows not copied apart"] = lambda: apart.run([x])
     ort_fn = _ort(x, w)
     if ort_fn is not None:
         out["ONNX Runtime MatMul"] = ort_fn

@@ -553,13 +553,17 @@ for (int64_t bi = 0; bi < {nb}; bi++) {{
     for (int64_t i0 = 0; i0 < {sq}; i0 += {rb}) {{
         const int64_t rows = {sq} - i0 < {rb} ? {sq} - i0 : {rb};
 {kend}
+        const float* qa = eq_tiled(rows, {d}, qp + i0 * {q_rs}, {q_rs});  /* (tile order) */
+        if (!qa) break;  /* (out of memory: flagged) */
         for (int64_t p = 0; p * 32 < kend; p++)
-            eq_panel(rows, {d}, qp + i0 * {q_rs}, {q_rs}, kt + p * {d} * 32, S, {sk}, p * 32,
+            eq_panel(rows, {d}, qa, kt + p * {d} * 32, S, {sk}, p * 32,
                      (int)(kend - p * 32 < 32 ? kend - p * 32 : 32), {scale.hex()}f, 0, 0, 0, 0,
                      0, 0);
 {_softmax_rows(terms, sk, "rows", "i0", "kend")}
+        const float* sa = eq_tiled(rows, kend, S, {sk});
+        if (!sa) break;
         for (int64_t p = 0; p < {npv}; p++)
-            eq_panel(rows, kend, S, {sk}, vk + p * {sk} * 32, op + i0 * {o_rs}, {o_rs}, p * 32,
+            eq_panel(rows, kend, sa, vk + p * {sk} * 32, op + i0 * {o_rs}, {o_rs}, p * 32,
                      (int)({dv} - p * 32 < 32 ? {dv} - p * 32 : 32), 1.0f, 0, 0, 0, 0, 0, 0);
     }}
 }}"""

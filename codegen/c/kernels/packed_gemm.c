@@ -37,11 +37,12 @@ static __attribute__((noinline)) void eq_tile_epilogue(
 }
 #if defined(__AVX512F__)
 #include <immintrin.h>
-/* one tile: C[rows, 32] = alpha * A[rows, K] @ Bpanel[K, 32], ncols of the 32 stored; pf
-   (unless NULL): pfk bytes a k of what the caller streams next, prefetched (eq_panel) */
+/* one tile: C[rows, 32] = alpha * A[rows, K] @ Bpanel[K, 32], ncols of the 32 stored; A in
+   tile order (eq_tile_order: a[k rows + r]); pf (unless NULL): pfk bytes a k of what the
+   caller streams next, prefetched (eq_panel) */
 static inline __attribute__((always_inline)) void eq_tile(
-        const int rows, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
-        int64_t ldc, int ncols, float alpha, const char* pf, int64_t pfk, const int acc) {
+        const int rows, int64_t K, const float* a, const float* bp, float* c, int64_t ldc,
+        int ncols, float alpha, const char* pf, int64_t pfk, const int acc) {
     __m512 x0[14], x1[14];
 #pragma GCC unroll 14
     for (int r = 0; r < rows; r++) { x0[r] = _mm512_setzero_ps(); x1[r] = _mm512_setzero_ps(); }
@@ -50,7 +51,7 @@ static inline __attribute__((always_inline)) void eq_tile(
         const __m512 b0 = _mm512_load_ps(bp + k * 32), b1 = _mm512_load_ps(bp + k * 32 + 16);
 #pragma GCC unroll 14
         for (int r = 0; r < rows; r++) {
-            const __m512 av = _mm512_set1_ps(a[r * lda + k]);
+            const __m512 av = _mm512_set1_ps(a[k * rows + r]);
             x0[r] = _mm512_fmadd_ps(av, b0, x0[r]);
             x1[r] = _mm512_fmadd_ps(av, b1, x1[r]);
         }
@@ -96,10 +97,10 @@ static inline __attribute__((always_inline)) void eq_row_panels(
 /* AVX2 (16 ymm registers): a tile is rows <= 6 of one 16-column half of the panel, 12
    accumulators + 2 B vectors + 1 broadcast; the panel's two halves run one after the other
    (the A rows are re-read from L1). C[rows, 16] = alpha * A[rows, K] @ Bpanel[K, 16 of 32],
-   ncols (<= 16) of the 16 stored. */
+   ncols (<= 16) of the 16 stored; A in tile order (a[k rows + r]). */
 static inline __attribute__((always_inline)) void eq_tile_half(
-        const int rows, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
-        int64_t ldc, int ncols, float alpha, const char* pf, int64_t pfk, const int acc) {
+        const int rows, int64_t K, const float* a, const float* bp, float* c, int64_t ldc,
+        int ncols, float alpha, const char* pf, int64_t pfk, const int acc) {
     __m256 x0[6], x1[6];
 #pragma GCC unroll 6
     for (int r = 0; r < rows; r++) { x0[r] = _mm256_setzero_ps(); x1[r] = _mm256_setzero_ps(); }
@@ -111,7 +112,7 @@ static inline __attribute__((always_inline)) void eq_tile_half(
         const __m256 b0 = _mm256_loadu_ps(bp + k * 32), b1 = _mm256_loadu_ps(bp + k * 32 + 8);
 #pragma GCC unroll 6
         for (int r = 0; r < rows; r++) {
-            const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+            const __m256 av = _mm256_broadcast_ss(a + k * rows + r);
             x0[r] = _mm256_fmadd_ps(av, b0, x0[r]);
             x1[r] = _mm256_fmadd_ps(av, b1, x1[r]);
         }
@@ -179,15 +180,15 @@ static inline __attribute__((always_inline)) void eq_row_panels(
 #define EQ_ROW_PANELS 2
 #endif
 static inline __attribute__((always_inline)) void eq_tile(
-        const int rows, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
-        int64_t ldc, int ncols, float alpha, const char* pf, int64_t pfk, const int acc) {
+        const int rows, int64_t K, const float* a, const float* bp, float* c, int64_t ldc,
+        int ncols, float alpha, const char* pf, int64_t pfk, const int acc) {
     if (rows == 1) {  /* (decode: its GEMV streams the panel itself) */
         eq_row32(K, a, bp, c, ncols, alpha, acc);
         return;
     }
-    eq_tile_half(rows, K, a, lda, bp, c, ldc, ncols < 16 ? ncols : 16, alpha, pf, pfk, acc);
+    eq_tile_half(rows, K, a, bp, c, ldc, ncols < 16 ? ncols : 16, alpha, pf, pfk, acc);
     if (ncols > 16)
-        eq_tile_half(rows, K, a, lda, bp + 16, c + 16, ldc, ncols - 16, alpha, 0, 0, acc);
+        eq_tile_half(rows, K, a, bp + 16, c + 16, ldc, ncols - 16, alpha, 0, 0, acc);
 }
 #define EQ_MR 6  /* the tallest tile (12 ymm accumulators) */
 #else
@@ -218,10 +219,10 @@ static inline int64_t eq_kblock(int64_t K) {
     return (K + blocks - 1) / blocks;
 }
 /* eq_panel's rows [k0, k0 + kn) of K: the tiles add them to C's sums when k0 > 0, the
-   epilogue follows the last block; pf (unless NULL): kn * pfk bytes to prefetch, a share of
-   them by each tile */
+   epilogue follows the last block; a: A[M, K] in tile order (eq_tile_order); pf (unless
+   NULL): kn * pfk bytes to prefetch, a share of them by each tile */
 static __attribute__((noinline)) void eq_panel_rows(
-        int64_t M, int64_t K, int64_t k0, int64_t kn, const float* a, int64_t lda,
+        int64_t M, int64_t K, int64_t k0, int64_t kn, const float* a,
         const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
         const float* rowscale, const eq_addend* e, int ne, int act, const char* pf,
         int64_t pfk) {
@@ -234,17 +235,17 @@ static __attribute__((noinline)) void eq_panel_rows(
     const char* tpf = share ? pf : 0;  /* (tile t: kn * share bytes from t kn share on) */
     for (int64_t m = 0; m < M;) {
         const int rows = eq_tile_rows(M - m);
-        const float* ar = a + m * lda + k0;
+        const float* ar = a + m * K + k0 * rows;  /* (the tile's block of K) */
         float* cr = c + m * ldc + n0;
         switch (rows) {
         case EQ_MR:
-            eq_tile(EQ_MR, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
+            eq_tile(EQ_MR, kn, ar, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
 #if EQ_MR > 8
-        case 8: eq_tile(8, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
+        case 8: eq_tile(8, kn, ar, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
 #endif
-        case 4: eq_tile(4, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
-        case 2: eq_tile(2, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
-        default: eq_tile(1, kn, ar, lda, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
+        case 4: eq_tile(4, kn, ar, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
+        case 2: eq_tile(2, kn, ar, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
+        default: eq_tile(1, kn, ar, bk, cr, ldc, ncols, alpha, tpf, share, acc); break;
         }
         if (epi && k0 + kn == K)
             eq_tile_epilogue(rows, cr, ldc, m, n0, ncols, rowscale, e, ne, act);
@@ -258,19 +259,22 @@ static __attribute__((noinline)) void eq_panel_rows(
    stream a panel from memory at the FMA rate (more than a core's bandwidth) while the others
    find it in L2 (measured, TinyLlama's 64 x 2048 x 5632: 225 -> 301 GFLOP/s on two cores).
    Callers pass it only when a panel takes more than one tile: a single tile (decode) streams
-   its panel at the memory's rate anyway, and the hardware prefetcher keeps up. */
-static void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda, const float* bpan,
+   its panel at the memory's rate anyway, and the hardware prefetcher keeps up.
+   a: A[M, K] in tile order (eq_tile_order). */
+static void eq_panel(int64_t M, int64_t K, const float* a, const float* bpan,
                      float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
                      const float* rowscale, const eq_addend* e, int ne, int act,
                      const void* pf, int64_t pfk) {
     const int64_t kc = eq_kblock(K);
     for (int64_t k0 = 0; k0 < K; k0 += kc)
-        eq_panel_rows(M, K, k0, K - k0 < kc ? K - k0 : kc, a, lda, bpan, c, ldc, n0, ncols,
+        eq_panel_rows(M, K, k0, K - k0 < kc ? K - k0 : kc, a, bpan, c, ldc, n0, ncols,
                       alpha, rowscale, e, ne, act, pf ? (const char*)pf + k0 * pfk : 0, pfk);
 }
 #else
-/* portable: the same panels and epilogue, one row of 32 accumulators at a time (no prefetch) */
-static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a, int64_t lda,
+/* portable: the same panels and epilogue, one row of 32 accumulators at a time (no prefetch;
+   tiles of one row, so A's tile order is its rows side by side) */
+static inline int eq_tile_rows(int64_t left) { (void)left; return 1; }
+static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a,
                      const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
                      const float* rowscale, const eq_addend* e, int ne, int act,
                      const void* pf, int64_t pfk) {
@@ -278,7 +282,7 @@ static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float
     for (int64_t m = 0; m < M; m++) {
         float acc[32] = {0};
         for (int64_t k = 0; k < K; k++) {
-            const float av = a[m * lda + k];
+            const float av = a[m * K + k];
 #pragma omp simd
             for (int j = 0; j < 32; j++) acc[j] += av * bpan[k * 32 + j];
         }
@@ -289,22 +293,49 @@ static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float
 }
 static inline int64_t eq_kblock(int64_t K) { return K; }
 static void eq_panel_rows(int64_t M, int64_t K, int64_t k0, int64_t kn, const float* a,
-                          int64_t lda, const float* bpan, float* c, int64_t ldc, int64_t n0,
+                          const float* bpan, float* c, int64_t ldc, int64_t n0,
                           int ncols, float alpha, const float* rowscale, const eq_addend* e,
                           int ne, int act, const char* pf, int64_t pfk) {
     (void)k0, (void)kn;  /* (one block: eq_kblock) */
-    eq_panel(M, K, a, lda, bpan, c, ldc, n0, ncols, alpha, rowscale, e, ne, act, pf, pfk);
+    eq_panel(M, K, a, bpan, c, ldc, n0, ncols, alpha, rowscale, e, ne, act, pf, pfk);
 }
 #endif
-/* Rows of A that lie a multiple of 4 KiB apart (hidden size 2048, 4096...) all map to one L1
-   set: a 14-row tile's rows evict each other at every k (measured: such GEMMs ran at ~60% of
-   the speed of the others, benchmarks/gemm_kernels.py). Such an A is copied once per GEMM with
-   its rows 64 bytes further apart, into a buffer of the calling thread, grown when needed and
-   kept (so a call allocates nothing once the first has run; runtimes on other threads have
-   their own). */
+/* A's tile order, what eq_panel reads: the tile of rows [m, m + r) (r = eq_tile_rows(M - m))
+   as r-row columns, a[(m + i) lda + k] at out[m K + k r + i]. A tile's broadcasts then read
+   one stream: with A's rows in place a 14-row tile kept 14 row offsets in registers beside
+   its 28 accumulators, and GCC spilled three of them at every k (measured: 64 x 2048 x 5632
+   and the block's other GEMMs 3.5-5% faster this way with AVX-512, ~2% with AVX2, the copy
+   included; docs/c-backend.md). Rows a multiple of 4 KiB apart, which evicted each other
+   from L1 in place, are contiguous here too. */
+static void eq_tile_order(int64_t M, int64_t K, const float* a, int64_t lda, float* out) {
+    for (int64_t m = 0; m < M;) {
+        const int rows = eq_tile_rows(M - m);
+        float* d = out + m * K;
+        for (int64_t k = 0; k < K; k++)
+            for (int i = 0; i < rows; i++) d[k * rows + i] = a[(m + i) * lda + k];
+        m += rows;
+    }
+}
 static float* eq_grow(float** buf, int64_t* have, int64_t n);
 static __thread float* eq_apad = 0;
 static __thread int64_t eq_apad_n = 0;
+/* A in tile order in a buffer of the calling thread, grown when needed and kept (so a call
+   allocates nothing once the first has run). The GEMMs call it in each thread of their
+   parallel region: each thread its own copy, none waiting on another's, and no copy read from
+   the other core's cache (one copy made before the region took a 16 x 512 x 128 GEMM from
+   0.009 to 0.024 ms). One row is its own tile order (A itself); NULL when out of memory, the
+   error flagged. */
+static const float* eq_tiled(int64_t M, int64_t K, const float* a, int64_t lda) {
+    if (M == 1) return a;
+    float* out = eq_grow(&eq_apad, &eq_apad_n, M * K);
+    if (!out) { EQ_INDEX_ERROR(); return 0; }
+    eq_tile_order(M, K, a, lda, out);
+    return out;
+}
+/* Rows of A that lie a multiple of 4 KiB apart (hidden size 2048, 4096...) all map to one L1
+   set: a tile reading many rows in place evicts its own lines at every k (the packed tiles
+   read A in tile order instead; the sparse kernel's row tiles read it in place). Such an A is
+   copied once per GEMM with its rows 64 bytes further apart, into the thread's buffer. */
 static const float* eq_unaliased(const float* a, int64_t* lda, int64_t M, int64_t K) {
 #ifdef EQ_NO_UNALIAS  /* (tests: the same program without the copy) */
     return a;
@@ -358,7 +389,7 @@ static void eq_row_range(int64_t N, int64_t K, const float* a, const float* bp, 
 #else
     for (; p < p1; p++) {
         const int64_t n0 = p * 32;
-        eq_panel(1, K, a, 0, bp + p * K * 32, c, 0, n0, (int)(N - n0 < 32 ? N - n0 : 32),
+        eq_panel(1, K, a, bp + p * K * 32, c, 0, n0, (int)(N - n0 < 32 ? N - n0 : 32),
                  alpha, rowscale, e, ne, act, 0, 0);
     }
 #endif
@@ -370,16 +401,17 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
                            int64_t ldc, float alpha, const float* rowscale,
                            const eq_addend* e, int ne, int act, int parallel) {
     const int64_t np = (N + 31) / 32;
-    a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
     {
         EQ_THREAD_IDS;
         const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
         const int64_t kc = eq_kblock(K);
+        const float* at = p1 > p0 ? eq_tiled(M, K, a, lda) : 0;  /* (eq_tiled: NULL flagged) */
         /* K blocks outermost: a block of A's rows stays in L2 from one panel to the next
            (each panel's block prefetching the next one's, the last panel the first's next
            block) */
-        if (M == 1) eq_row_range(N, K, a, bp, c, p0, p1, alpha, rowscale, e, ne, act);
+        if (!at) {}
+        else if (M == 1) eq_row_range(N, K, at, bp, c, p0, p1, alpha, rowscale, e, ne, act);
         else for (int64_t k0 = 0; k0 < K; k0 += kc) {
             const int64_t kn = K - k0 < kc ? K - k0 : kc;
             for (int64_t p = p0; p < p1; p++) {
@@ -387,7 +419,7 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
                 const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
                 const float* next = p + 1 < p1 ? bp + (p + 1) * K * 32 + k0 * 32
                     : k0 + kn < K ? bp + p0 * K * 32 + (k0 + kn) * 32 : 0;
-                eq_panel_rows(M, K, k0, kn, a, lda, bp + p * K * 32, c, ldc, n0, ncols, alpha,
+                eq_panel_rows(M, K, k0, kn, at, bp + p * K * 32, c, ldc, n0, ncols, alpha,
                               rowscale, e, ne, act, M > EQ_MR ? (const char*)next : 0, 128);
             }
         }
@@ -405,8 +437,11 @@ static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64
 #endif
 /* C[0:M, n0:n0 + ncols] = silu(G) * U for one pair of K x 32 panels, gate bg and up bu, G and
    U times alpha and the row scale: per block of EQ_SW_ROWS rows the two tiles land in local
-   buffers (L1) and are joined as they are stored; neither product is written out. */
-static void eq_panel_swiglu(int64_t M, int64_t K, const float* a, int64_t lda, const float* bg,
+   buffers (L1) and are joined as they are stored; neither product is written out. a: A in
+   tile order; a block of whole tiles starts where a tile does, so a + m K is its tile order
+   (the rope's blocks alike). */
+_Static_assert(EQ_SW_ROWS % EQ_MR == 0, "a block of rows is whole tiles");
+static void eq_panel_swiglu(int64_t M, int64_t K, const float* a, const float* bg,
                             const float* bu, float* c, int64_t ldc, int64_t n0, int ncols,
                             float alpha, const float* rowscale, const float* ng,
                             const float* nu) {
@@ -418,9 +453,9 @@ static void eq_panel_swiglu(int64_t M, int64_t K, const float* a, int64_t lda, c
         const int rows = M - m < EQ_SW_ROWS ? (int)(M - m) : EQ_SW_ROWS;
         const float* rs = rowscale ? rowscale + m : 0;
         const int64_t at = i * K * share / 4;  /* (floats) */
-        eq_panel(rows, K, a + m * lda, lda, bg, tg, 32, 0, 32, alpha, rs, 0, 0, 0,
+        eq_panel(rows, K, a + m * K, bg, tg, 32, 0, 32, alpha, rs, 0, 0, 0,
                  ng && share ? ng + at : 0, share);
-        eq_panel(rows, K, a + m * lda, lda, bu, tu, 32, 0, 32, alpha, rs, 0, 0, 0,
+        eq_panel(rows, K, a + m * K, bu, tu, 32, 0, 32, alpha, rs, 0, 0, 0,
                  nu && share ? nu + at : 0, share);
         for (int r = 0; r < rows; r++) {
             float* cr = c + (m + r) * ldc + n0;
@@ -460,17 +495,17 @@ static void eq_gemv_store(int64_t M, const float* t, const float* tu, int64_t ld
 /* C's columns [n0, n0 + ncols) from ceil(ncols / 32) consecutive K x 32 panels bp prepared
    per call (dequantized or expanded: quant_gemm.py, sparse_gemm.py) through eq_panel, which
    applies the epilogue; swiglu: bu holds the up half's panels, joined by eq_panel_swiglu */
-static void eq_expanded_panels(int64_t M, int64_t K, const float* a, int64_t lda,
+static void eq_expanded_panels(int64_t M, int64_t K, const float* a,
                                const float* bp, const float* bu, int64_t n0, int ncols,
                                float* c, int64_t ldc, float alpha, const float* rowscale,
                                const eq_addend* e, int ne, int act, int swiglu) {
     for (int q = 0; 32 * q < ncols; q++) {
         const int nq = ncols - 32 * q < 32 ? ncols - 32 * q : 32;
         if (swiglu)  /* (panels prepared per call: in cache already, nothing to prefetch) */
-            eq_panel_swiglu(M, K, a, lda, bp + q * K * 32, bu + q * K * 32, c, ldc, n0 + 32 * q,
+            eq_panel_swiglu(M, K, a, bp + q * K * 32, bu + q * K * 32, c, ldc, n0 + 32 * q,
                             nq, alpha, rowscale, 0, 0);
         else
-            eq_panel(M, K, a, lda, bp + q * K * 32, c, ldc, n0 + 32 * q, nq, alpha, rowscale,
+            eq_panel(M, K, a, bp + q * K * 32, c, ldc, n0 + 32 * q, nq, alpha, rowscale,
                      e, ne, act, 0, 0);
     }
 }
@@ -506,20 +541,20 @@ static __attribute__((noinline)) void eq_gemm_packed_swiglu(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* bg,
         const float* bu, float* c, int64_t ldc, int parallel) {
     const int64_t np = (N + 31) / 32;
-    a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
     {
         EQ_THREAD_IDS;
         const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
+        const float* at = p1 > p0 ? eq_tiled(M, K, a, lda) : 0;  /* (eq_tiled: NULL flagged) */
+        if (!at) {}
 #ifdef EQ_ROW_PANELS
-        if (M == 1) eq_row_swiglu(N, K, a, bg, bu, c, p0, p1);
-        else
+        else if (M == 1) eq_row_swiglu(N, K, at, bg, bu, c, p0, p1);
 #endif
-        for (int64_t p = p0; p < p1; p++) {
+        else for (int64_t p = p0; p < p1; p++) {
             const int64_t n0 = p * 32;
             const int ncols = (int)(N - n0 < 32 ? N - n0 : 32);
             const int more = M > EQ_SW_ROWS && p + 1 < p1;  /* (more than one block of rows) */
-            eq_panel_swiglu(M, K, a, lda, bg + p * K * 32, bu + p * K * 32, c, ldc, n0, ncols,
+            eq_panel_swiglu(M, K, at, bg + p * K * 32, bu + p * K * 32, c, ldc, n0, ncols,
                             1.0f, 0, more ? bg + (p + 1) * K * 32 : 0,
                             more ? bu + (p + 1) * K * 32 : 0);
         }
@@ -564,13 +599,13 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
         int64_t ldc, float alpha, const float* rowscale, const eq_addend* e, int ne, int act,
         int parallel, int64_t m_base, const eq_rope* ropes, int nrope, int gp) {
     const int64_t np = (N + 31) / 32, ng = (np + gp - 1) / gp;
-    a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
     {
         EQ_THREAD_IDS;
         eq_addend es[4];
         const int64_t g0 = ng * t / nt, g1 = ng * (t + 1) / nt;
-        for (int64_t g = g0; g < g1; g++) {
+        const float* at = g1 > g0 ? eq_tiled(M, K, a, lda) : 0;  /* (eq_tiled: NULL flagged) */
+        for (int64_t g = g0; at && g < g1; g++) {
             const int64_t pa = g * gp, pb = pa + gp < np ? pa + gp : np, n0 = pa * 32;
             const eq_rope* r = 0;
             for (int i = 0; i < nrope; i++)
@@ -588,7 +623,7 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
                 const int rows = M - m > step ? (int)step : (int)(M - m);
                 for (int j = 0; j < ne; j++) { es[j] = e[j]; es[j].p += m * e[j].rs; }
                 if (M == 1)  /* (decode: the head's panels side by side) */
-                    eq_row_range(N, K, a, bp, c, pa, pb, alpha, rowscale, es, ne, act);
+                    eq_row_range(N, K, at, bp, c, pa, pb, alpha, rowscale, es, ne, act);
                 else for (int64_t p = pa; p < pb; p++) {
                     const int ncols = (int)(N - p * 32 < 32 ? N - p * 32 : 32);
 #ifdef EQ_NO_ROPE_PREFETCH  /* (benchmarks: a rope head's blocks prefetching nothing) */
@@ -596,7 +631,7 @@ static __attribute__((noinline)) void eq_gemm_packed_rope(
 #else
                     const int next = M > EQ_MR && share && p + ahead < pend;
 #endif
-                    eq_panel(rows, K, a + m * lda, lda, bp + p * K * 32, c + m * ldc, ldc, p * 32,
+                    eq_panel(rows, K, at + m * K, bp + p * K * 32, c + m * ldc, ldc, p * 32,
                              ncols, alpha, rowscale ? rowscale + m : 0, es, ne, act,
                              next ? bp + (p + ahead) * K * 32 + i * K * share / 4 : 0, share);
                 }

@@ -828,9 +828,9 @@ static inline int64_t eq_qkblock(int64_t K, int fmt, int64_t group) {
 }
 /* rows [k0, k0 + kn) of K for the columns [64 p, 64 p + 64) (those below N) of C through a
    dequantized panel (eq_panel_rows: added to the sums of the blocks before, the epilogue
-   after the last) */
+   after the last); a: A in tile order (eq_tiled) */
 static void eq_qpanel_rows(int64_t M, int64_t N, int64_t K, int64_t k0, int64_t kn,
-                           const float* a, int64_t lda, int fmt, int64_t group,
+                           const float* a, int fmt, int64_t group,
                            const uint8_t* wq, const void* s, int64_t p, float* c, int64_t ldc,
                            float alpha, const float* rowscale, const eq_addend* e, int ne,
                            int act) {
@@ -840,14 +840,14 @@ static void eq_qpanel_rows(int64_t M, int64_t N, int64_t K, int64_t k0, int64_t 
     if (!bp) { EQ_INDEX_ERROR(); return; }  /* out of memory: flag it rather than crash */
     eq_qdequant(K, k0, kn, fmt, group, wq, s, p, bp);
     for (int q = 0; 32 * q < ncols; q++)
-        eq_panel_rows(M, K, k0, kn, a, lda, bp + q * K * 32, c, ldc, n0 + 32 * q,
+        eq_panel_rows(M, K, k0, kn, a, bp + q * K * 32, c, ldc, n0 + 32 * q,
                       ncols - 32 * q < 32 ? ncols - 32 * q : 32, alpha, rowscale, e, ne, act,
                       0, 0);
 }
 /* swiglu's columns [64 p, 64 p + 64) of C (those below N) through dequantized panels, the
-   gate's p and the up half's pu (eq_expanded_panels) */
-static void eq_qpanels_swiglu(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
-                              int fmt, int64_t group, const uint8_t* wq, const void* s,
+   gate's p and the up half's pu (eq_expanded_panels); a: A in tile order */
+static void eq_qpanels_swiglu(int64_t M, int64_t N, int64_t K, const float* a, int fmt,
+                              int64_t group, const uint8_t* wq, const void* s,
                               int64_t p, int64_t pu, float* c, int64_t ldc, float alpha,
                               const float* rowscale) {
     const int64_t n0 = 64 * p;
@@ -857,7 +857,7 @@ static void eq_qpanels_swiglu(int64_t M, int64_t N, int64_t K, const float* a, i
     float* bu = bp + 2 * K * 32;
     eq_qdequant(K, 0, K, fmt, group, wq, s, p, bp);
     eq_qdequant(K, 0, K, fmt, group, wq, s, pu, bu);
-    eq_expanded_panels(M, K, a, lda, bp, bu, n0, ncols, c, ldc, alpha, rowscale, 0, 0, 0, 1);
+    eq_expanded_panels(M, K, a, bp, bu, n0, ncols, c, ldc, alpha, rowscale, 0, 0, 0, 1);
 }
 /* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ W) + sum_i e_i.scale * e_i), or
    when swiglu: C[M, N] = silu(G) * U with G = alpha*rowscale*(A @ W[:, 0:N]),
@@ -904,7 +904,6 @@ static __attribute__((noinline)) void eq_gemm_q(
             a = buf; lda = K; fmt = 4;
         }
     }
-    if (!gemv) a = eq_unaliased(a, &lda, M, K);
     /* int4's GEMV reads A as eq_qprep4 writes it, shared by the threads */
     const float *ga = a, *go = 0;
     int64_t glda = lda;
@@ -956,19 +955,24 @@ static __attribute__((noinline)) void eq_gemm_q(
             }
         } else
 #endif
-        if (!gemv && swiglu)
-            for (int64_t p = p0; p < p1; p++)
-                eq_qpanels_swiglu(M, N, K, a, lda, fmt, group, w, s, p, np + p, c, ldc, alpha,
-                                  rowscale);
-        else if (!gemv) {
-            /* K blocks outermost, as eq_gemm_packed: a block of A stays in L2 while the
-               thread's panels are dequantized and multiplied block by block (TinyLlama's
-               down projection: A 1.4 MB, a whole dequantized panel 1.4 MB) */
-            const int64_t kc = eq_qkblock(K, fmt, group);
-            for (int64_t k0 = 0; k0 < K; k0 += kc)
+        {
+            /* the float panels read A in tile order, each thread its own copy (eq_tiled) */
+            const float* at = !gemv && fmt != 5 && p1 > p0 ? eq_tiled(M, K, a, lda) : 0;
+            if (!at) {}  /* (the GEMV, int4_dynamic's bytes, no panels, or flagged) */
+            else if (swiglu)
                 for (int64_t p = p0; p < p1; p++)
-                    eq_qpanel_rows(M, N, K, k0, K - k0 < kc ? K - k0 : kc, a, lda, fmt, group,
-                                   w, s, p, c, ldc, alpha, rowscale, e, ne, act);
+                    eq_qpanels_swiglu(M, N, K, at, fmt, group, w, s, p, np + p, c, ldc, alpha,
+                                      rowscale);
+            else {
+                /* K blocks outermost, as eq_gemm_packed: a block of A stays in L2 while the
+                   thread's panels are dequantized and multiplied block by block (TinyLlama's
+                   down projection: A 1.4 MB, a whole dequantized panel 1.4 MB) */
+                const int64_t kc = eq_qkblock(K, fmt, group);
+                for (int64_t k0 = 0; k0 < K; k0 += kc)
+                    for (int64_t p = p0; p < p1; p++)
+                        eq_qpanel_rows(M, N, K, k0, K - k0 < kc ? K - k0 : kc, at, fmt, group,
+                                       w, s, p, c, ldc, alpha, rowscale, e, ne, act);
+            }
         }
     }
 }

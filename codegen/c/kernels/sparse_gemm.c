@@ -295,8 +295,8 @@ static void eq_s24expand(int64_t K, const float* values, const uint8_t* index, i
     }
 }
 /* columns [n0, n0 + ncols) (ncols <= 32 * EQ_SSP) of C through expanded panels
-   (eq_expanded_panels) */
-static void eq_s24panels(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+   (eq_expanded_panels); a: A in tile order (eq_tiled) */
+static void eq_s24panels(int64_t M, int64_t N, int64_t K, const float* a,
                          const float* values, const uint8_t* index, int64_t ldw, int64_t n0,
                          int ncols, float* c, int64_t ldc, float alpha, const float* rowscale,
                          const eq_addend* e, int ne, int act, int swiglu) {
@@ -306,7 +306,7 @@ static void eq_s24panels(int64_t M, int64_t N, int64_t K, const float* a, int64_
     float* bu = bp + np * K * 32;
     eq_s24expand(K, values, index, ldw, n0, ncols, bp);
     if (swiglu) eq_s24expand(K, values, index, ldw, N + n0, ncols, bu);
-    eq_expanded_panels(M, K, a, lda, bp, bu, n0, ncols, c, ldc, alpha, rowscale, e, ne, act,
+    eq_expanded_panels(M, K, a, bp, bu, n0, ncols, c, ldc, alpha, rowscale, e, ne, act,
                        swiglu);
 }
 
@@ -496,7 +496,6 @@ static __attribute__((noinline)) void eq_gemm_sparse(
     const int gemv = M <= EQ_SGEMV_M;
     /* GEMV: blocks of 64 columns, the last thread also the tail; else panels of 32 */
     const int64_t nblk = N / 64, np = (N + 31) / 32;
-    if (!gemv) a = eq_unaliased(a, &lda, M, K);
 #pragma omp parallel if(parallel)
     {
         EQ_THREAD_IDS;
@@ -513,10 +512,12 @@ static __attribute__((noinline)) void eq_gemm_sparse(
             }
         } else {
             const int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
-            for (int64_t p = p0; p < p1; p += EQ_SSP) {
+            /* the panels read A in tile order, each thread its own copy (NULL: flagged) */
+            const float* at = p1 > p0 ? eq_tiled(M, K, a, lda) : 0;
+            for (int64_t p = p0; at && p < p1; p += EQ_SSP) {
                 const int64_t pe = p + EQ_SSP < p1 ? p + EQ_SSP : p1;
                 const int ncols = (int)((pe * 32 < N ? pe * 32 : N) - p * 32);
-                eq_s24panels(M, N, K, a, lda, values, ix, ldw, p * 32, ncols, c, ldc, alpha,
+                eq_s24panels(M, N, K, at, values, ix, ldw, p * 32, ncols, c, ldc, alpha,
                              rowscale, e, ne, act, swiglu);
             }
         }
