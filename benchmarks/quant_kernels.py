@@ -60,6 +60,9 @@ from eqsat_llm.formats.quant_formats import (
 )
 from eqsat_llm.memcheck import collapse_into_huge_pages
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from optimize_time import write_section
+
 
 def flush_bytes() -> int:
     """Twice the last-level cache the OS reports (64 MiB where it reports none): what a cold
@@ -215,6 +218,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="a token's GEMVs of LAYERS TinyLlama layers in sequence (docstring)")
     p.add_argument("--small-pages", action="store_true",
                    help="--sequence: leave the weights on 4 KiB pages")
+    p.add_argument("--write", metavar="SECTION",
+                   help='the table into benchmarks/RESULTS.md under "## SECTION"')
     args = p.parse_args(argv)
     if args.sequence:
         return sequence(args.sequence, args.formats, args.rounds, args.flags,
@@ -244,6 +249,10 @@ def main(argv: list[str] | None = None) -> None:
             bp = bp.contiguous()
             fns = {"fp32 packed": dense_call(dll, m, k, n, a, bp, c)}
             nbytes, refs = {"fp32 packed": k * n * 4}, {"fp32 packed": (a, w)}
+            if args.baseline:  # (the revision's own packed fp32 kernel beside this tree's)
+                name = f"{args.baseline} fp32 packed"
+                fns[name] = dense_call(libs[f"{args.baseline} "][0], m, k, n, a, bp, c)
+                nbytes[name], refs[name] = k * n * 4, (a, w)
             for fmt in args.formats:
                 stored = DYNAMIC_STORED.get(fmt, fmt)  # int4_dynamic: int4_g32's operands
                 group = group_of(fmt)
@@ -277,14 +286,33 @@ def main(argv: list[str] | None = None) -> None:
                                  nbytes[name] / t / 1e9, max(s) / min(s)))
                     print(f"{rows[-1][0]:>15} {rows[-1][1]} {name:>22} {t * 1e3:8.3f} ms "
                           f"{rows[-1][4]:6.1f} GB/s", flush=True)
-    print(f"\n1-minute load {load0:.2f} before, {os.getloadavg()[0]:.2f} after; "
-          f"{args.rounds} rounds x {args.calls} calls, median of rounds' medians")
-    print("| M x K x N | weights | kernel | ms | vs fp32 | GB/s | spread |")
-    print("|---|---|---|---|---|---|---|")
+    lines = [(f"1-minute load {load0:.2f} before, {os.getloadavg()[0]:.2f} after; "
+              f"{args.rounds} rounds x {args.calls} calls, median of rounds' medians"), "",
+             "| M x K x N | weights | kernel | ms | vs fp32 | GB/s | spread |",
+             "|---|---|---|---|---|---|---|"]
     dense = {(r[0], r[1]): r[3] for r in rows if r[2] == "fp32 packed"}
     for shape, mode, name, ms, gbs, spread in rows:
-        print(f"| {shape} | {mode} | {name} | {ms:.3f} | {ms / dense[shape, mode]:.2f} | "
-              f"{gbs:.1f} | {spread:.2f} |")
+        lines.append(f"| {shape} | {mode} | {name} | {ms:.3f} | {ms / dense[shape, mode]:.2f} | "
+                     f"{gbs:.1f} | {spread:.2f} |")
+    print("\n" + "\n".join(lines))
+    if args.write:
+        write_section(_provenance(argv) + "\n\n" + "\n".join(lines), f"## {args.write}")
+
+
+def _provenance(argv: list[str] | None) -> str:
+    """The command and the machine, as the other sections of RESULTS.md give them."""
+    import datetime
+    import platform
+
+    from eqsat_llm.codegen.c.build import isa_fingerprint
+    args = " ".join(argv if argv is not None else sys.argv[1:])
+    isa = os.environ.get("EQSAT_ISA")
+    return (f"Command: `{'EQSAT_ISA=' + isa + ' ' if isa else ''}.venv/bin/python "
+            f"benchmarks/quant_kernels.py {args}` "
+            f"({datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
+            f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"C built with {isa_fingerprint() or 'no vector extensions'}; 2 OpenMP threads). "
+            "Each kernel checked against torch first; rounds interleaved across the kernels.")
 
 
 LAYER_SHAPES = [(2048, 2560), (2048, 2048), (2048, 5632), (2048, 5632), (5632, 2048)]
