@@ -1,9 +1,11 @@
 """The weight-only quantized GEMM kernel (codegen/c/quant_gemm.py: eq_gemm_q, on the panels
 QuantPanels prepares) against the dense packed fp32 kernel (codegen/c/packed_gemm.py:
-eq_gemm_packed), and optionally against eq_gemm_q of an earlier git revision (--baseline REV:
-that revision's quant_gemm.py and packed_gemm.py, built into their own shared object and
-called with the operands its signature takes: the row-major integers when it predates the
-panels), all called from Python through ctypes with the backend's CFLAGS (2 OpenMP threads).
+eq_gemm_packed), and optionally against eq_gemm_q and eq_gemm_packed of an earlier git
+revision (--baseline REV: that revision's quant_gemm.py and packed_gemm.py, built into their
+own shared object and called with the operands its signature takes: the row-major integers
+when it predates the panels), all called from Python through ctypes with the backend's
+CFLAGS (2 OpenMP threads). --write SECTION puts the table in benchmarks/RESULTS.md under
+"## SECTION" with the command.
 
     .venv/bin/python benchmarks/quant_kernels.py [--rounds 5] [--calls 21] [--shapes ...]
         [--formats int8 int4_g32] [--baseline HEAD~1] [--flags=-DEQ_QGPF=0]
@@ -302,17 +304,17 @@ def main(argv: list[str] | None = None) -> None:
 def _provenance(argv: list[str] | None) -> str:
     """The command and the machine, as the other sections of RESULTS.md give them."""
     import datetime
-    import platform
+    import shlex
 
-    from eqsat_llm.codegen.c.build import isa_fingerprint
-    args = " ".join(argv if argv is not None else sys.argv[1:])
+    from optimize_time import cpu_name
     isa = os.environ.get("EQSAT_ISA")
+    now = datetime.datetime.now(datetime.UTC)
+    args = shlex.join(argv if argv is not None else sys.argv[1:])
     return (f"Command: `{'EQSAT_ISA=' + isa + ' ' if isa else ''}.venv/bin/python "
             f"benchmarks/quant_kernels.py {args}` "
-            f"({datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
-            f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"C built with {isa_fingerprint() or 'no vector extensions'}; 2 OpenMP threads). "
-            "Each kernel checked against torch first; rounds interleaved across the kernels.")
+            f"({now:%Y-%m-%d %H:%M} UTC, {cpu_name()}, {os.cpu_count()} cores; the C built "
+            f"{'with EQSAT_ISA=' + isa if isa else 'for this CPU'}, 2 OpenMP threads). Each "
+            "kernel checked against torch first; rounds interleaved across the kernels.")
 
 
 LAYER_SHAPES = [(2048, 2560), (2048, 2048), (2048, 5632), (2048, 5632), (5632, 2048)]
