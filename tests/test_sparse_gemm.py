@@ -161,7 +161,8 @@ def test_large_and_serial(lib, fmt):
     run_case(lib, fmt, 6, n, 256, swiglu=True, rowscale=True)
     run_case(lib, fmt, 2, 304, 256, parallel=0)
     run_case(lib, fmt, 30, 304, 256, parallel=0, swiglu=True)
-    run_case(lib, fmt, 4, 304, 4096, lda_pad=0)  # rows 16 KiB apart (eq_unaliased at M >= 8)
+    run_case(lib, fmt, 4, 304, 4096, lda_pad=0)  # rows 16 KiB apart (bsr16: eq_unaliased at
+    # M >= 8; the 2:4 panels read A in tile order, eq_tiled)
     run_case(lib, fmt, 12, 304, 1024, lda_pad=0)
 
 
