@@ -9,7 +9,7 @@ CFLAGS (2 OpenMP threads). --write SECTION puts the table in benchmarks/RESULTS.
 
     .venv/bin/python benchmarks/quant_kernels.py [--rounds 5] [--calls 21] [--shapes ...]
         [--formats int8 int4_g32] [--baseline HEAD~1] [--flags=-DEQ_QGPF=0]
-        [--variants=-DEQ_QGPF=0,-DEQ_QPFL=2]
+        [--variants=-DEQ_QGPF=0,-DEQ_QPFL=2] [--write SECTION]
 
 Per shape (M x K x N): each kernel checked against torch on the dequantized weight first.
 Timing: rounds interleaved across the kernels; per round `calls` calls, each either cold
