@@ -34,7 +34,9 @@ from __future__ import annotations
 import argparse
 import ast
 import ctypes
+import datetime
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -63,7 +65,7 @@ from eqsat_llm.formats.quant_formats import (
 from eqsat_llm.memcheck import collapse_into_huge_pages
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from optimize_time import write_section
+from optimize_time import cpu_name, write_section
 
 
 def flush_bytes() -> int:
@@ -303,10 +305,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def _provenance(argv: list[str] | None) -> str:
     """The command and the machine, as the other sections of RESULTS.md give them."""
-    import datetime
-    import shlex
-
-    from optimize_time import cpu_name
     isa = os.environ.get("EQSAT_ISA")
     now = datetime.datetime.now(datetime.UTC)
     args = shlex.join(argv if argv is not None else sys.argv[1:])

@@ -303,10 +303,10 @@ static void eq_panel_rows(int64_t M, int64_t K, int64_t k0, int64_t kn, const fl
 /* A's tile order, what eq_panel reads: the tile of rows [m, m + r) (r = eq_tile_rows(M - m))
    as r-row columns, a[(m + i) lda + k] at out[m K + k r + i]. A tile's broadcasts then read
    one stream: with A's rows in place a 14-row tile kept 14 row offsets in registers beside
-   its 28 accumulators, and GCC spilled three of them at every k (measured: 64 x 2048 x 5632
-   and the block's other GEMMs 3.5-5% faster this way with AVX-512, ~2% with AVX2, the copy
-   included; docs/c-backend.md). Rows a multiple of 4 KiB apart, which evicted each other
-   from L1 in place, are contiguous here too. */
+   its 28 accumulators, and GCC spilled three of them at every k (measured, the copy
+   included: M 64 GEMMs 3-7% faster with AVX-512, 4-8% with AVX2; RESULTS "The packed GEMM
+   with A in tile order"). Rows a multiple of 4 KiB apart, which evicted each other from L1
+   in place, are contiguous here too. */
 static inline __attribute__((always_inline)) void eq_tile_copy(
         const int rows, int64_t K, const float* a, int64_t lda, float* d) {
     for (int64_t k = 0; k < K; k++)
@@ -318,7 +318,8 @@ static void eq_tile_order(int64_t M, int64_t K, const float* a, int64_t lda, flo
         const int rows = eq_tile_rows(M - m);
         const float* s = a + m * lda;
         float* d = out + m * K;
-        switch (rows) {  /* (each size its own unrolled copy: 30-60% faster than one loop) */
+        /* each size its own unrolled copy (30-60% faster than one loop, ad hoc) */
+        switch (rows) {
         case EQ_MR: eq_tile_copy(EQ_MR, K, s, lda, d); break;
 #if EQ_MR > 8
         case 8: eq_tile_copy(8, K, s, lda, d); break;
@@ -337,8 +338,8 @@ static __thread int64_t eq_apad_n = 0;
    allocates nothing once the first has run). The GEMMs call it in each thread of their
    parallel region: each thread its own copy, none waiting on another's, and no copy read from
    the other core's cache (one copy made before the region took a 16 x 512 x 128 GEMM from
-   0.009 to 0.024 ms). One row is its own tile order (A itself); NULL when out of memory, the
-   error flagged. */
+   0.009 to 0.024 ms, ad hoc). One row is its own tile order (A itself); NULL when out of
+   memory, the error flagged. */
 static const float* eq_tiled(int64_t M, int64_t K, const float* a, int64_t lda) {
     if (M == 1) return a;
     float* out = eq_grow(&eq_apad, &eq_apad_n, M * K);
