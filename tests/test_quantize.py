@@ -12,6 +12,7 @@ import torch
 
 from eqsat_llm import optimize
 from eqsat_llm.codegen.c.build import builds_with, compiler
+from eqsat_llm.codegen.c.emit import emit_program
 from eqsat_llm.codegen.c.quant_gemm import format_code
 from eqsat_llm.errors import EqsatError, GraphError
 from eqsat_llm.formats.quant_formats import FORMATS, dequantize, quantize
@@ -95,9 +96,12 @@ def test_llama_block_runs_every_gemm_quantized_in_c(case, fmt, tol):
     assert "eq_gemm_q(" in compiled._runtime.source
     q = report.quantization
     assert q.format == {"int4": "int4_g32", "fp8": "fp8_e4m3"}.get(fmt, fmt)
-    # the program compiles its own format's GEMV tiles only (quant_gemm.py: format_library)
-    assert re.findall(r"#define EQ_QFMT_(\d+) 1", compiled._runtime.source) == \
+    # the program's whole text (a standalone project) compiles its own format's GEMV tiles
+    # only (quant_gemm.py: format_library); the runtime's calls the shared kernel library
+    rt = compiled._runtime
+    assert re.findall(r"#define EQ_QFMT_(\d+) 1", emit_program(rt.graph, rt.plan).source) == \
         [str(format_code(q.format))]
+    assert "EQ_QFMT_" not in rt.source and rt.program.linked
     assert q.quantized_weights == 4
     (err,) = q.outputs
     assert 0 < err.max_rel <= tol, err

@@ -104,29 +104,51 @@ def cache_dir() -> Path:
 class Built:
     path: Path
     cache_hit: bool
-    seconds: float
+    seconds: float  # the compile's (the shared kernel library's included when it was built)
+    index_error_symbol: str = "eq_index_error"  # the flag its kernels set
 
 
 def build(program: Program, flags: list[str]) -> Built:
-    """Compile (or find in the cache) `program`; raise CCompileError naming the kernel."""
+    """Compile (or find in the cache) `program`; raise CCompileError naming the kernel. A
+    program built against the shared kernel library (`program.linked`) has it built first
+    (kernel_library.py), beside it in the cache."""
     cc = compiler()
     if cc is None:
         raise CCompileError(None, "no C compiler found (set CC or install cc)", [])
+    t0 = time.perf_counter()
+    link: list[str] = []
+    symbol = "eq_index_error"
+    if getattr(program, "linked", False):
+        # (imported here: the libraries' modules load their helpers through this one)
+        from .kernel_library import SOURCE as LIBRARY_SOURCE
+        from .kernel_library import library_build
+        lib = library_build(tuple(flags), _compiler_id(cc))
+        lib_path = cache_dir() / lib.file_name
+        if not is_verified(lib_path):
+            _compile(cc, _HelperSource(LIBRARY_SOURCE), list(lib.flags), lib_path)
+        flags = [*flags, *lib.program_defines()]
+        link = [str(lib_path), "-Wl,-rpath,$ORIGIN"]
+        symbol = lib.index_error_symbol
     key = hashlib.sha256("\0".join([program.source, *flags, _compiler_id(cc)]).encode())
     target = cache_dir() / f"{key.hexdigest()[:32]}.so"
     if is_verified(target):
-        return Built(target, True, 0.0)
-    t0 = time.perf_counter()
+        return Built(target, True, time.perf_counter() - t0, symbol)
+    _compile(cc, program, flags, target, link)
+    return Built(target, False, time.perf_counter() - t0, symbol)
+
+
+def _compile(cc: str, program: Program | _HelperSource, flags: list[str], target: Path,
+             link: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="eqsat-c-") as tmp:
         src = Path(tmp) / "model.c"
         src.write_text(program.source)
         obj = Path(tmp) / "model.so"
-        cmd = [cc, *flags, str(src), "-o", str(obj), "-lm"]
+        # (the libraries after the source: a linker that drops the unneeded ones keeps them)
+        cmd = [cc, *flags, str(src), "-o", str(obj), *(link or []), "-lm"]
         res = subprocess.run(cmd, check=False, capture_output=True, text=True)
         if res.returncode != 0:
             raise CCompileError(_blame(program, res.stderr), res.stderr, cmd)
         store_verified(target, obj.read_bytes())
-    return Built(target, False, time.perf_counter() - t0)
 
 
 @dataclass(frozen=True)
@@ -148,7 +170,7 @@ def helper_library(source: str) -> ctypes.CDLL | None:
     return ctypes.CDLL(str(build(_HelperSource(source), CFLAGS).path))  # type: ignore[arg-type]
 
 
-def _blame(program: Program, stderr: str) -> str | None:
+def _blame(program: Program | _HelperSource, stderr: str) -> str | None:
     """The kernel the first error is in (errors on other lines, e.g. a bad flag: None)."""
     for m in re.finditer(r"model\.c:(\d+):(?:\d+:)? (?:fatal )?error", stderr):
         k = program.kernel_at(int(m.group(1)))

@@ -18,15 +18,17 @@ from .loops import PARALLEL_MIN, loop_nest
 from .packed_gemm import PACKED_GEMM, PackedWeight
 from .packer import pack_in_c
 from .quant_gemm import QUANT_GEMM, format_library
-from .static_c import StaticLibrary, calling, kernel_source
+from .static_c import StaticLibrary, calling, library_text
 from .tiles import PACKED_PANEL, QUANT_PANEL
 from .values import Layout, Ref
 
-EXPERTS = StaticLibrary("experts", kernel_source("experts.c"), ("eq_expert_mm",),
-                        (PACKED_GEMM,))
-QUANT_EXPERTS = StaticLibrary("quant_experts", kernel_source("quant_experts.c"),
-                              ("eq_expert_mm_q",), (EXPERTS, QUANT_GEMM))
-TOPK = StaticLibrary("topk", kernel_source("topk.c"), ("eq_topk",))
+_EXPERTS_H, _EXPERTS_C = library_text("experts")
+EXPERTS = StaticLibrary("experts", _EXPERTS_C, ("eq_expert_mm",), (PACKED_GEMM,), _EXPERTS_H)
+_QUANT_EXPERTS_H, _QUANT_EXPERTS_C = library_text("quant_experts")
+QUANT_EXPERTS = StaticLibrary("quant_experts", _QUANT_EXPERTS_C, ("eq_expert_mm_q",),
+                              (EXPERTS, QUANT_GEMM), _QUANT_EXPERTS_H)
+_TOPK_H, _TOPK_C = library_text("topk")
+TOPK = StaticLibrary("topk", _TOPK_C, ("eq_topk",), header=_TOPK_H)
 TOPK_MAX_N = 16384  # a row's (value, index) pairs live on the stack: 256 KiB at most
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ...ops import ACTIVATIONS as OP_ACTIVATIONS
-from .static_c import StaticLibrary, kernel_source
+from .static_c import StaticLibrary, kernel_source, library_text
 from .tiles import PACKED_PANEL
 
 # activations the epilogue applies after the addends: eq_act's code of each (ops.ACTIVATIONS)
@@ -83,5 +83,7 @@ PACKED_GEMM_C = PACKED_GEMM_C.replace("/*EQ_ACT_CASES*/", "\n".join(
     f"    case {a.code}: return {a.c_expr};" for a in OP_ACTIVATIONS.values())).replace(
     "/*EQ_ACT_LOOPS*/", "\n".join(
         f"        case {a.code}: EQ_ACT_LOOP({a.code}) break;" for a in OP_ACTIVATIONS.values()))
+PACKED_GEMM_H, PACKED_GEMM_C = library_text("packed_gemm", PACKED_GEMM_C)
 PACKED_GEMM = StaticLibrary("packed_gemm", PACKED_GEMM_C, (
-    "eq_gemm_packed", "eq_gemm_packed_rope", "eq_gemm_packed_swiglu", "eq_panel"))
+    "eq_gemm_packed", "eq_gemm_packed_rope", "eq_gemm_packed_swiglu", "eq_panel", "eq_tiled",
+    "eq_grow"), header=PACKED_GEMM_H)

@@ -22,9 +22,21 @@ void EQ_SGEMM(int order, int ta, int tb, int m, int n, int k, float alpha, const
               int lda, const float *b, int ldb, float beta, float *c, int ldc);
 #endif
 
+/* the kernel libraries' entry points (kernels/*.h): static where a program includes the
+   libraries' text; exported by the shared kernel library, extern in the programs built
+   against it (kernel_library.py sets EQ_ENTRY and EQ_LINKED) */
+#ifndef EQ_ENTRY
+#define EQ_ENTRY static
+#endif
+
 /* Set by a kernel that met an index out of range (it reads nothing there); the runtime checks
-   it after each call and raises, as torch does. */
-int eq_index_error = 0;
+   it after each call and raises, as torch does. A program built against the shared kernel
+   library sets the library's. */
+#ifdef EQ_LINKED
+extern int eq_index_error;
+#else
+__attribute__((visibility("default"))) int eq_index_error = 0;
+#endif
 #define EQ_INDEX_ERROR() __atomic_store_n(&eq_index_error, 1, __ATOMIC_RELAXED)
 
 /* exp in float32, branch-free so that loops vectorize (Cephes polynomial, ~1 ulp);

@@ -124,7 +124,7 @@ import torch
 from ...errors import GraphError
 from ...formats.quant_formats import DYNAMIC4, float8_of, is_nibbles
 from .packed_gemm import PACKED_GEMM
-from .static_c import StaticLibrary, kernel_source
+from .static_c import StaticLibrary, library_text
 from .tiles import QUANT_PANEL
 
 # eq_gemm_q's fmt argument per weight format (int4_g32/64/128: 4; quant_gemm.c says each)
@@ -234,8 +234,9 @@ def _exactly_half(values: torch.Tensor, name: str) -> torch.Tensor:
     return half
 
 
-QUANT_GEMM_C = kernel_source("quant_gemm.c")
-QUANT_GEMM = StaticLibrary("quant_gemm", QUANT_GEMM_C, ("eq_gemm_q",), (PACKED_GEMM,))
+QUANT_GEMM_H, QUANT_GEMM_C = library_text("quant_gemm")
+QUANT_GEMM = StaticLibrary("quant_gemm", QUANT_GEMM_C, ("eq_gemm_q",), (PACKED_GEMM,),
+                           QUANT_GEMM_H)
 
 
 def format_library(code: int) -> StaticLibrary:

@@ -58,7 +58,7 @@ class CRuntime:
         if self.uses_blas:
             blas.load_openblas()
         self._lib = ctypes.CDLL(str(built.path))
-        self._index_error = ctypes.c_int.in_dll(self._lib, "eq_index_error")
+        self._index_error = ctypes.c_int.in_dll(self._lib, built.index_error_symbol)
         # a profiling build's seconds per kernel (emit.py: EQ_T1) and per torch step
         self._kernel_seconds = (ctypes.c_double * max(len(prog.kernels), 1)).in_dll(
             self._lib, "eq_profile") if profile else None
@@ -285,7 +285,7 @@ def compiled_program(graph: Graph, plan: MemoryPlan, *, use_blas: bool | None = 
     if use_blas and not link:
         raise GraphError("use_blas=True but scipy-openblas32 is not installed")
     prog = emit_program(graph, plan, blas=bool(link), kernel_hook=kernel_hook,
-                        fuse_rope=fuse_rope)
+                        fuse_rope=fuse_rope, linked=True)
     all_flags = (list(flags) if flags is not None else list(CFLAGS)) + link + (
         [PROFILE_FLAG] if profile else [])
     return CompiledProgram(prog, all_flags, bool(link), build(prog, all_flags))

@@ -99,7 +99,8 @@ EQ_SGPF, EQ_SNEXT, EQ_BR, EQ_BACC.
 from __future__ import annotations
 
 from .packed_gemm import PACKED_GEMM
-from .static_c import StaticLibrary, kernel_source
+from .static_c import StaticLibrary, library_text
 
-SPARSE_GEMM_C = kernel_source("sparse_gemm.c")
-SPARSE_GEMM = StaticLibrary("sparse_gemm", SPARSE_GEMM_C, ("eq_gemm_sparse",), (PACKED_GEMM,))
+SPARSE_GEMM_H, SPARSE_GEMM_C = library_text("sparse_gemm")
+SPARSE_GEMM = StaticLibrary("sparse_gemm", SPARSE_GEMM_C, ("eq_gemm_sparse",), (PACKED_GEMM,),
+                            SPARSE_GEMM_H)

@@ -1,6 +1,8 @@
 """The static C kernels: hand-written C files in kernels/ (package data), read once each.
-The generated programs include them (emit.py); the load-time helpers build them alone
-(build.helper_library)."""
+Each library is a header (kernels/<name>.h: its types and entry points) and a body
+(<name>.c). The generated programs call them through the shared kernel library
+(kernel_library.py) or include their whole text (a standalone project, the kernel tests:
+emit.py); the load-time helpers build them alone (build.helper_library)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,16 @@ KERNELS = Path(__file__).resolve().parent / "kernels"
 
 @dataclass(frozen=True)
 class StaticLibrary:
-    """A static C library a generated program includes when one of its kernels declares it
-    calls it (`calling`); `entry_points`: the functions kernels call; `builds_on`: the
-    libraries it calls itself (included before)."""
+    """A static C library a generated program uses when one of its kernels declares it calls
+    it (`calling`): `source` its whole text (header first), `header` what a program built
+    against the shared kernel library (kernel_library.py) sees of it: its types and entry
+    points. `entry_points`: the functions kernels call; `builds_on`: the libraries it calls
+    itself (included before)."""
     name: str
     source: str
     entry_points: tuple[str, ...]
     builds_on: tuple[StaticLibrary, ...] = ()
+    header: str = ""
 
 
 class KernelCode(str):
@@ -49,6 +54,13 @@ def included(codes: Iterable[str], order: Iterable[StaticLibrary]) -> list[Stati
         for lib in getattr(code, "libraries", ()):
             want(lib)
     return [lib for lib in order if lib.name in wanted]
+
+
+def library_text(name: str, body: str | None = None) -> tuple[str, str]:
+    """(header, header + body) of the library kernels/<name>.h and .c; `body`: the .c's text
+    as the caller rewrote it (its tables filled in)."""
+    header = kernel_source(f"{name}.h")
+    return header, header + (kernel_source(f"{name}.c") if body is None else body)
 
 
 @cache

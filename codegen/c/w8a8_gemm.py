@@ -82,7 +82,7 @@ import torch
 
 from .packed_gemm import PACKED_GEMM
 from .quant_gemm import WeightView
-from .static_c import StaticLibrary, kernel_source
+from .static_c import StaticLibrary, kernel_source, library_text
 from .tiles import W8A8_K_GROUP, W8A8_PANEL
 
 
@@ -142,4 +142,6 @@ class W8A8Panels(WeightView):
 W8A8_GEMM_C = kernel_source("w8a8_gemm.c")
 # the panel's numbers as tiles.py defines them (the C code restates them)
 W8A8_GEMM_C = W8A8_GEMM_C.replace("{NP}", str(W8A8_PANEL)).replace("{KG}", str(W8A8_K_GROUP))
-W8A8_GEMM = StaticLibrary("w8a8_gemm", W8A8_GEMM_C, ("eq_gemm_w8a8",), (PACKED_GEMM,))
+W8A8_GEMM_H, W8A8_GEMM_C = library_text("w8a8_gemm", W8A8_GEMM_C)
+W8A8_GEMM = StaticLibrary("w8a8_gemm", W8A8_GEMM_C, ("eq_gemm_w8a8",), (PACKED_GEMM,),
+                          W8A8_GEMM_H)

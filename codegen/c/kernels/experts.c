@@ -98,7 +98,7 @@ static void eq_scatter_rows(int64_t rows, int64_t N, const float* c, const int64
 /* S rows of x (row s at x + s * ldx, k contiguous; ldx 0: one row for all), ids[s] in
    [0, E) (others: an index error, their row NaN); the experts' packed panels at w (expert
    stride lde); out row s at o + s * ldo, columns contiguous. */
-static void eq_expert_mm(int64_t S, int64_t K, int64_t N, int64_t E, const float* x,
+EQ_ENTRY void eq_expert_mm(int64_t S, int64_t K, int64_t N, int64_t E, const float* x,
                          int64_t ldx, const float* w, int64_t lde, const int64_t* ids,
                          float* o, int64_t ldo, int parallel) {
     int64_t start[E + 1];

@@ -1,6 +1,5 @@
 
 /* ---- GEMM against a packed constant weight (codegen/c/packed_gemm.py) ---- */
-typedef struct { const float* p; int64_t rs, cs; float scale; } eq_addend;
 static inline float eq_act(int act, float v) {
     switch (act) {
 /*EQ_ACT_CASES*/
@@ -261,7 +260,7 @@ static __attribute__((noinline)) void eq_panel_rows(
    Callers pass it only when a panel takes more than one tile: a single tile (decode) streams
    its panel at the memory's rate anyway, and the hardware prefetcher keeps up.
    a: A[M, K] in tile order (eq_tile_order). */
-static void eq_panel(int64_t M, int64_t K, const float* a, const float* bpan,
+EQ_ENTRY void eq_panel(int64_t M, int64_t K, const float* a, const float* bpan,
                      float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
                      const float* rowscale, const eq_addend* e, int ne, int act,
                      const void* pf, int64_t pfk) {
@@ -274,7 +273,7 @@ static void eq_panel(int64_t M, int64_t K, const float* a, const float* bpan,
 /* portable: the same panels and epilogue, one row of 32 accumulators at a time (no prefetch;
    tiles of one row, so A's tile order is its rows side by side) */
 static inline int eq_tile_rows(int64_t left) { (void)left; return 1; }
-static __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a,
+EQ_ENTRY __attribute__((noinline)) void eq_panel(int64_t M, int64_t K, const float* a,
                      const float* bpan, float* c, int64_t ldc, int64_t n0, int ncols, float alpha,
                      const float* rowscale, const eq_addend* e, int ne, int act,
                      const void* pf, int64_t pfk) {
@@ -331,7 +330,6 @@ static void eq_tile_order(int64_t M, int64_t K, const float* a, int64_t lda, flo
         m += rows;
     }
 }
-static float* eq_grow(float** buf, int64_t* have, int64_t n);
 static __thread float* eq_apad = 0;
 static __thread int64_t eq_apad_n = 0;
 /* A in tile order in a buffer of the calling thread, grown when needed and kept (so a call
@@ -340,7 +338,7 @@ static __thread int64_t eq_apad_n = 0;
    the other core's cache (one copy made before the region took a 16 x 512 x 128 GEMM from
    0.009 to 0.024 ms, ad hoc). One row is its own tile order (A itself); NULL when out of
    memory, the error flagged. */
-static const float* eq_tiled(int64_t M, int64_t K, const float* a, int64_t lda) {
+EQ_ENTRY const float* eq_tiled(int64_t M, int64_t K, const float* a, int64_t lda) {
     if (M == 1) return a;
     float* out = eq_grow(&eq_apad, &eq_apad_n, M * K);
     if (!out) { EQ_INDEX_ERROR(); return 0; }
@@ -365,7 +363,7 @@ static const float* eq_unaliased(const float* a, int64_t* lda, int64_t M, int64_
 }
 /* a buffer of the calling thread (*buf, *have floats), grown to n floats when needed and
    kept: a kernel allocates nothing once its first call has run; NULL when out of memory */
-static float* eq_grow(float** buf, int64_t* have, int64_t n) {
+EQ_ENTRY float* eq_grow(float** buf, int64_t* have, int64_t n) {
     n = n > 16 ? n : 16;  /* never 0: NULL means out of memory */
     if (*have < n) {
         free(*buf);
@@ -411,7 +409,7 @@ static void eq_row_range(int64_t N, int64_t K, const float* a, const float* bp, 
 }
 /* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ B) + sum_i scale_i * e_i);
    A [M, K] with row stride lda and unit column stride; bp: B packed by PackedWeight. */
-static __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64_t K,
+EQ_ENTRY __attribute__((noinline)) void eq_gemm_packed(int64_t M, int64_t N, int64_t K,
                            const float* a, int64_t lda, const float* bp, float* c,
                            int64_t ldc, float alpha, const float* rowscale,
                            const eq_addend* e, int ne, int act, int parallel) {
@@ -552,7 +550,7 @@ static void eq_row_swiglu(int64_t N, int64_t K, const float* a, const float* bg,
 #endif
 /* C[M, N] = swiglu(A @ Bg, A @ Bu) = g * sigmoid(g) * u, Bg and Bu packed alike: per panel,
    eq_panel_swiglu (one row: eq_row_swiglu where built). */
-static __attribute__((noinline)) void eq_gemm_packed_swiglu(
+EQ_ENTRY __attribute__((noinline)) void eq_gemm_packed_swiglu(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* bg,
         const float* bu, float* c, int64_t ldc, int parallel) {
     const int64_t np = (N + 31) / 32;
@@ -575,17 +573,6 @@ static __attribute__((noinline)) void eq_gemm_packed_swiglu(
         }
     }
 }
-/* A rotary embedding in a GEMM's epilogue (codegen/c/fuse_rope.py): the GEMM's columns
-   [n0, n1) are heads of d columns; row m (m_base + local row) is position s = m % rows_per_b of
-   batch b = m / rows_per_b. out[b, h, s, j] = x[j] cos[.., j] - x[j + d/2] sin[.., j] and
-   out[.., j + d/2] = x[j + d/2] cos[.., j + d/2] + x[j] sin[.., j + d/2], x the head's d
-   columns of the stored row (still in L1); cos and sin broadcast by strides. */
-typedef struct {
-    int64_t n0, n1, d, rows_per_b;
-    float* o; int64_t ob, oh, os;
-    const float* cos; int64_t cb, ch, cs, cj;
-    const float* sin; int64_t sb, sh, ss, sj;
-} eq_rope;
 static void eq_rope_rows(const eq_rope* r, const float* c, int64_t ldc, int64_t m_local,
                          int64_t m_abs, int rows, int64_t n0) {
     const int64_t h = (n0 - r->n0) / r->d, half = r->d / 2, cj = r->cj, sj = r->sj;
@@ -609,7 +596,7 @@ static void eq_rope_rows(const eq_rope* r, const float* c, int64_t ldc, int64_t 
    heads inside a rope's columns, per block of EQ_SW_ROWS rows: the head's tiles, then the rope
    on those rows, written to the rope's output. C itself still receives the product (and the epilogue).
    m_base: the absolute row of a's first row (for the rope's position). */
-static __attribute__((noinline)) void eq_gemm_packed_rope(
+EQ_ENTRY __attribute__((noinline)) void eq_gemm_packed_rope(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* bp, float* c,
         int64_t ldc, float alpha, const float* rowscale, const eq_addend* e, int ne, int act,
         int parallel, int64_t m_base, const eq_rope* ropes, int nrope, int gp) {

@@ -874,7 +874,7 @@ static void eq_qpanels_swiglu(int64_t M, int64_t N, int64_t K, const float* a, i
    the GEMV multiplies bytes (eq_qgemv4i); more rows too with AVX-512 (eq_q4panel: each panel
    unpacked to bytes once for all rows), else fmt 4 on A's decoded codes.
    fmt 16, 17: wq float16 / bfloat16 [P][K][64], s unused (NULL). */
-static __attribute__((noinline)) void eq_gemm_q(
+EQ_ENTRY __attribute__((noinline)) void eq_gemm_q(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt, int64_t group,
         const void* wq, const void* s, float* c, int64_t ldc, float alpha,
         const float* rowscale, const eq_addend* e, int ne, int act, int swiglu, int parallel) {

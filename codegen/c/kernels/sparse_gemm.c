@@ -471,7 +471,7 @@ static int64_t eq_bsplit(const int32_t* ptr, int64_t nb, int t, int nt, int swig
    columns (2 N/16 for swiglu: the up half's block column j + N/16): column pointers, then each
    block's block row; ldw unused; N % 16 == 0, K % 16 == 0.
    Threads split the output columns (parallel != 0). */
-static __attribute__((noinline)) void eq_gemm_sparse(
+EQ_ENTRY __attribute__((noinline)) void eq_gemm_sparse(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, int fmt,
         const float* values, const void* index, int64_t ldw, float* c, int64_t ldc,
         float alpha, const float* rowscale, const eq_addend* e, int ne, int act, int swiglu,

@@ -7,7 +7,6 @@
    followed here step by step, as GNU libstdc++ implements them (bits/stl_algo.h, stl_heap.h:
    introselect, median-of-three partitions, insertion sorts of 16, binary heaps). tests/
    test_moe.py compares the result with torch.topk on inputs full of ties. */
-typedef struct { double v; int64_t i; } eq_pair;
 
 /* a before b: the greater (largest) or the smaller value, NaN counting as the extreme */
 static inline int eq_before(const eq_pair* a, const eq_pair* b, int largest) {
@@ -169,7 +168,7 @@ static void eq_sort(eq_pair* first, eq_pair* last, int largest) {
 }
 
 /* the first k of q[0..n) in torch.topk's order (sorted) */
-static void eq_topk(eq_pair* q, int64_t n, int64_t k, int largest) {
+EQ_ENTRY void eq_topk(eq_pair* q, int64_t n, int64_t k, int largest) {
     if (k == 0) return;
     if (k * 64 <= n) {
         eq_partial_sort(q, k, n, largest);

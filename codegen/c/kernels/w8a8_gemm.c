@@ -224,7 +224,7 @@ static __thread int64_t eq_w8t_n = 0;
    [P][16] (the column sums of q). Panels are split between the threads (OpenMP, when
    parallel); each computes all M rows of a panel, then stores them with eq_gemv_store
    (packed_gemm.py: alpha, row scale, addends, activation or swiglu's join). */
-static __attribute__((noinline)) void eq_gemm_w8a8(
+EQ_ENTRY __attribute__((noinline)) void eq_gemm_w8a8(
         int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const int8_t* wq,
         const float* s, const int32_t* colsum, float* c, int64_t ldc, float alpha,
         const float* rowscale, const eq_addend* e, int ne, int act, int swiglu, int parallel) {
