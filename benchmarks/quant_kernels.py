@@ -27,7 +27,8 @@ TinyLlama-shaped model (per layer QKV 2048 x 2560, O 2048 x 2048, gate and up 20
 down 5632 x 2048), LAYERS layers of distinct weights called one after the other, each weight
 read once a round (more bytes than the last-level cache: none is left from the round before),
 on 2 MiB pages as a program's weights are (--small-pages: not), per format: the round's GB/s
-and the median per shape."""
+and the median per shape; with --baseline, that revision's kernel on the same weights, the
+two alternated round by round."""
 
 from __future__ import annotations
 
@@ -150,8 +151,10 @@ def baseline_source(rev: str) -> tuple[str, str]:
     q, text = module("codegen/c/quant_gemm.py")
     # since session 20 the kernels are C files (their activation cases left out: not called)
     packed = show("codegen/c/kernels/packed_gemm.c")
-    if packed is not None:
-        q["QUANT_GEMM_C"] = show("codegen/c/kernels/quant_gemm.c") or ""
+    if packed is not None:  # (since 2026-12-08 each with its header, kernels/<name>.h)
+        q["QUANT_GEMM_C"] = (show("codegen/c/kernels/quant_gemm.h") or "") + \
+            (show("codegen/c/kernels/quant_gemm.c") or "")
+        packed = (show("codegen/c/kernels/packed_gemm.h") or "") + packed
         packed = packed.replace("/*EQ_ACT_CASES*/", "").replace("/*EQ_ACT_LOOPS*/", "")
     else:
         packed = module("codegen/c/packed_gemm.py")[0]["PACKED_GEMM_C"]
@@ -227,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.sequence:
         return sequence(args.sequence, args.formats, args.rounds, args.flags,
-                        not args.small_pages)
+                        not args.small_pages, args.baseline)
     shapes = ([tuple(int(x) for x in s.split("x")) for s in args.shapes] if args.shapes
               else SHAPES)
     os.environ.setdefault("OMP_NUM_THREADS", "2")
@@ -319,46 +322,57 @@ LAYER_SHAPES = [(2048, 2560), (2048, 2048), (2048, 5632), (2048, 5632), (5632, 2
 
 
 def sequence(layers: int, formats: list[str], rounds: int, flags: list[str],
-             huge: bool) -> None:
+             huge: bool, baseline: str | None = None) -> None:
     """--sequence: each format's GEMVs of `layers` layers called in turn, each weight once;
-    `huge`: the weights on 2 MiB pages first, as a program's are."""
+    `huge`: the weights on 2 MiB pages first, as a program's are; `baseline`: that
+    revision's kernel too, alternated with this tree's round by round."""
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     with tempfile.TemporaryDirectory() as tmp:
-        dll = build(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + FLUSH + QGEMM, flags,
-                    Path(tmp) / "seq.so")
+        kernels = {"": build(PRELUDE + PACKED_GEMM_C + QUANT_GEMM_C + FLUSH + QGEMM, flags,
+                             Path(tmp) / "seq.so")}
+        if baseline:
+            src, layout = baseline_source(baseline)
+            if layout != "panels16":
+                raise SystemExit(f"--sequence --baseline: {baseline} reads another layout")
+            kernels[f"{baseline} "] = build(src, [], Path(tmp) / "old.so")
         a = {k: torch.randn(1, k) for k in (2048, 5632)}
         c = torch.empty(1, 5632)
         for fmt in formats:
             stored = DYNAMIC_STORED.get(fmt, fmt)
             group = group_of(fmt)
             code = format_code(fmt)
-            calls = []
+            weights = []
             for layer in range(layers):
                 for k, n in LAYER_SHAPES:
                     q, s, _ = operands(stored, k, n, torch.Generator().manual_seed(layer),
                                        "panels16")
-                    calls.append(((k, n), q.numel() * q.element_size() +
-                                  s.numel() * s.element_size(),
-                                  quant_call(dll, 1, k, n, a[k], code, group, q, s, c), q, s))
+                    weights.append(((k, n), q.numel() * q.element_size() +
+                                    s.numel() * s.element_size(), q, s))
             if huge:  # as a program's weights lie (memcheck.collapse_in_background)
-                collapse_into_huge_pages([t for _, _, fn, *ts in calls for t in ts])
-            per_shape: dict[tuple[int, int], list[float]] = {}
-            totals = []
+                collapse_into_huge_pages([t for *_, q, s in weights for t in (q, s)])
+            calls = {name: [(shape, quant_call(dll, 1, shape[0], shape[1], a[shape[0]], code,
+                                               group, q, s, c)) for shape, _, q, s in weights]
+                     for name, dll in kernels.items()}
+            per_shape: dict[str, dict[tuple[int, int], list[float]]] = {n: {} for n in calls}
+            totals: dict[str, list[float]] = {n: [] for n in calls}
             for _ in range(rounds):
-                t0 = time.perf_counter()
-                for shape, _nbytes, fn, *_ in calls:
-                    t = time.perf_counter()
-                    fn()
-                    per_shape.setdefault(shape, []).append(time.perf_counter() - t)
-                totals.append(time.perf_counter() - t0)
-            nbytes = sum(c[1] for c in calls)
-            print(f"{fmt}: {len(calls)} GEMVs, {nbytes / 1e6:.0f} MB a round, median "
-                  f"{statistics.median(totals) * 1e3:.2f} ms = "
-                  f"{nbytes / statistics.median(totals) / 1e9:.1f} GB/s")
-            for (k, n), ts in per_shape.items():
-                b = next(c[1] for c in calls if c[0] == (k, n))
-                t = statistics.median(ts)
-                print(f"    1x{k}x{n}: {b / 1e6:.2f} MB, {t * 1e6:.0f} us, {b / t / 1e9:.1f} GB/s")
+                for name, fns in calls.items():
+                    t0 = time.perf_counter()
+                    for shape, fn in fns:
+                        t = time.perf_counter()
+                        fn()
+                        per_shape[name].setdefault(shape, []).append(time.perf_counter() - t)
+                    totals[name].append(time.perf_counter() - t0)
+            nbytes = sum(w[1] for w in weights)
+            for name in calls:
+                med = statistics.median(totals[name])
+                print(f"{name}{fmt}: {len(weights)} GEMVs, {nbytes / 1e6:.0f} MB a round, "
+                      f"median {med * 1e3:.2f} ms = {nbytes / med / 1e9:.1f} GB/s")
+                for (k, n), ts in per_shape[name].items():
+                    b = next(w[1] for w in weights if w[0] == (k, n))
+                    t = statistics.median(ts)
+                    print(f"    1x{k}x{n}: {b / 1e6:.2f} MB, {t * 1e6:.0f} us, "
+                          f"{b / t / 1e9:.1f} GB/s")
 
 
 if __name__ == "__main__":

@@ -396,6 +396,9 @@ def optimize(model: Any, example_inputs: Iterable[Any] = (), *,
         keep_float=keep_float, sparsity=sparsity)
     if hit is not None:
         return hit
+    if backend == "c":  # (compiled while the graph is optimized, if the cache lacks it)
+        from .codegen.c.build import prepare_kernel_library
+        prepare_kernel_library()
     report = Report(backend=backend, extraction_method=extractor)
     report.program_cache = "miss" if cached_as else "off"
     timings = report.timings

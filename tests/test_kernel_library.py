@@ -1,7 +1,8 @@
 """The shared kernel library (codegen/c/kernel_library.py): a program includes the libraries'
 headers and calls the library compiled once per flag set; the kernels' index-error flag is
-the library's; two flag sets in one process make two libraries whose names stay apart; a
-library missing from the compile cache is built again."""
+the library's; two flag sets in one process make two libraries whose names stay apart; the
+library compiled once, in the background of a start; a library missing from the compile
+cache is built again."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from eqsat_llm.codegen.c import CRuntime, KernelIndexError
+from eqsat_llm.codegen.c import build as c_build
 from eqsat_llm.codegen.c.build import CFLAGS, build, cache_dir, compiler
 from eqsat_llm.codegen.c.emit import emit_program
 from eqsat_llm.ir import Graph
@@ -76,14 +78,28 @@ def test_two_flag_sets_make_two_libraries_in_one_process():
         _check(rt, g)
 
 
-def test_a_library_missing_from_the_cache_is_built_again(tmp_path, monkeypatch):
+def test_the_library_is_compiled_once_in_the_background_and_again_when_missing(
+        tmp_path, monkeypatch):
+    """prepare_kernel_library (a start's first step) compiles it in a thread; the program's
+    build waits for that compile instead of making its own. A library gone from the cache is
+    compiled again before a cached program that needs it is returned."""
     own = tmp_path / "c"  # a compile cache of its own: the run's is shared by the workers
     own.mkdir()
-    monkeypatch.setattr("eqsat_llm.codegen.c.build.cache_dir", lambda: own)
+    monkeypatch.setattr(c_build, "cache_dir", lambda: own)
+    compiles: list[str] = []
+    compile_one = c_build._compile
+
+    def counted(cc, program, flags, target, link=None):
+        compiles.append("library" if "-fvisibility=hidden" in flags else "program")
+        compile_one(cc, program, flags, target, link)
+    monkeypatch.setattr(c_build, "_compile", counted)
     g = _embedding_then_gemm()
+    c_build.prepare_kernel_library()
+    assert compiles in ([], ["library"])  # (the thread may have begun)
     _check(CRuntime(g), g)
+    assert compiles == ["library", "program"]
     (library,) = own.glob("eqk-*.so")
     library.unlink()
     rt = CRuntime(g)  # the program from the cache, its library compiled again
-    assert rt.cache_hit and library.exists()
+    assert rt.cache_hit and library.exists() and compiles == ["library", "program", "library"]
     _check(rt, g)

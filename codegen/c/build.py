@@ -5,12 +5,14 @@ is loaded only if its bytes are the ones its build stored (eqsat_llm/cache.py)."
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -24,6 +26,7 @@ from .isa import isa_flags
 
 if TYPE_CHECKING:  # (emit imports the kernels, which load their helpers through build)
     from .emit import Program
+    from .kernel_library import LibraryBuild
 
 # -fno-trapping-math: no program reads the floating-point exception flags, and without it GCC
 # 12 vectorizes no loop that calls eq_expf (silu, gelu, sigmoid epilogues, the SwiGLU join);
@@ -119,13 +122,12 @@ def build(program: Program, flags: list[str]) -> Built:
     link: list[str] = []
     symbol = "eq_index_error"
     if getattr(program, "linked", False):
-        # (imported here: the libraries' modules load their helpers through this one)
-        from .kernel_library import SOURCE as LIBRARY_SOURCE
-        from .kernel_library import library_build
-        lib = library_build(tuple(flags), _compiler_id(cc))
-        lib_path = cache_dir() / lib.file_name
-        if not is_verified(lib_path):
-            _compile(cc, _HelperSource(LIBRARY_SOURCE), list(lib.flags), lib_path)
+        lib, lib_path = _library(cc, flags)
+        with _library_lock:
+            job = _library_jobs.get(lib_path)
+        if job is not None:  # (prepare_kernel_library's: wait for it)
+            job.join()
+        _ensure_library(cc, lib, lib_path)
         flags = [*flags, *lib.program_defines()]
         link = [str(lib_path), "-Wl,-rpath,$ORIGIN"]
         symbol = lib.index_error_symbol
@@ -135,6 +137,56 @@ def build(program: Program, flags: list[str]) -> Built:
         return Built(target, True, time.perf_counter() - t0, symbol)
     _compile(cc, program, flags, target, link)
     return Built(target, False, time.perf_counter() - t0, symbol)
+
+
+# the shared kernel library's compiles running in this process's background, by path
+_library_jobs: dict[Path, threading.Thread] = {}
+_library_lock = threading.Lock()
+
+
+def _library(cc: str, flags: list[str]) -> tuple[LibraryBuild, Path]:
+    """The shared kernel library that a program compiled with `flags` links against, and
+    where the compile cache keeps it."""
+    # (imported here: the libraries' modules load their helpers through this one)
+    from .kernel_library import library_build
+    lib = library_build(tuple(flags), _compiler_id(cc))
+    return lib, cache_dir() / lib.file_name
+
+
+def _ensure_library(cc: str, lib: LibraryBuild, path: Path) -> None:
+    """The library compiled into `path` unless the cache holds it. One process compiles it
+    at a time (a lock file beside it): the others wait, then find it (a parallel start's
+    parent and children all need it at once)."""
+    from .kernel_library import SOURCE
+    if is_verified(path):
+        return
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (released when the file closes, or the process dies)
+        if not is_verified(path):
+            _compile(cc, _HelperSource(SOURCE), list(lib.flags), path)
+
+
+def prepare_kernel_library(flags: list[str] | None = None) -> None:
+    """Start compiling the shared kernel library for programs built with `flags` (CFLAGS) in
+    a background thread, where the compile cache lacks it: a start overlaps its 5 s of gcc
+    with the optimization before its first program (whose build waits for it). A failure
+    there is left to that build, which compiles the library itself and reports it."""
+    cc = compiler()
+    if cc is None:
+        return
+    lib, path = _library(cc, list(CFLAGS) if flags is None else flags)
+
+    def compile_quietly() -> None:
+        try:
+            _ensure_library(cc, lib, path)
+        except (CCompileError, OSError):
+            pass
+    with _library_lock:
+        if path in _library_jobs or is_verified(path):
+            return
+        job = _library_jobs[path] = threading.Thread(target=compile_quietly, daemon=True,
+                                                     name="eqsat-kernel-library")
+    job.start()
 
 
 def _compile(cc: str, program: Program | _HelperSource, flags: list[str], target: Path,

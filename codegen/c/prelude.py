@@ -22,9 +22,9 @@ void EQ_SGEMM(int order, int ta, int tb, int m, int n, int k, float alpha, const
               int lda, const float *b, int ldb, float beta, float *c, int ldc);
 #endif
 
-/* the kernel libraries' entry points (kernels/*.h): static where a program includes the
-   libraries' text; exported by the shared kernel library, extern in the programs built
-   against it (kernel_library.py sets EQ_ENTRY and EQ_LINKED) */
+/* the kernel libraries' entry points (declared in their headers, kernels/<name>.h): static
+   where a program includes the libraries' text; exported by the shared kernel library,
+   extern in the programs built against it (kernel_library.py sets EQ_ENTRY and EQ_LINKED) */
 #ifndef EQ_ENTRY
 #define EQ_ENTRY static
 #endif

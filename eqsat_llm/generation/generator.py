@@ -404,8 +404,10 @@ class Generator:
         processes, in parallel, where that pays, and started from the record they leave
         (this process builds no model); else the model built here on the meta device. The
         record of a later start stored under `record_name`."""
+        from ..codegen.c.build import prepare_kernel_library
         from . import warm_start
 
+        prepare_kernel_library()  # (its compile overlaps the optimization: build.py)
         chunk = prefill_tokens(options.get("prefill_chunk"), max_seq_len)
         layers = layers_in(ckpt.path / "config.json")
         workers = start_workers(
