@@ -198,6 +198,39 @@ static inline __attribute__((always_inline)) void eq_qunpair(eq_qf* x) {
 /* the bytes of a panel row: int8 (8) and float8 (9, 10) weights */
 #define EQ_QBYTES(fmt) ((fmt) >= 8 && (fmt) <= 10)
 
+/* int4: x[r][v] = the sums of rows [k0, k1) of the nibble rows w against a's pairs (as
+   eq_qtile takes them) */
+static inline __attribute__((always_inline)) void eq_q4sums(
+        const int rows, const int nv, int64_t k0, int64_t k1, const float* a, int64_t lda,
+        const uint8_t* w, int64_t ldw, const int64_t pf, eq_qf x[EQ_QR][8]) {
+#if EQ_QV == 16 && defined(__AVX512F__)
+    /* the low nibble's float looked up (vpermps reads an index's low 4 bits): one
+       instruction instead of a mask and a conversion, both on the FMA ports */
+    const __m512 nibbles = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                          14, 15);
+#endif
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < nv; v++) x[r][v] = (eq_qf){0};
+    for (int64_t k = k0; k < k1; k += 2) {
+        if (pf) __builtin_prefetch(w + k / 2 * ldw + pf, 0, EQ_QPFL);
+#pragma GCC unroll 8
+        for (int v = 0; v < nv; v++) {
+            const eq_qi q = eq_qwiden(w + k / 2 * ldw + v * EQ_QV, 0);
+#if EQ_QV == 16 && defined(__AVX512F__)
+            const eq_qf lo = (eq_qf)_mm512_permutexvar_ps((__m512i)q, nibbles);
+#else
+            const eq_qf lo = __builtin_convertvector(q & 15, eq_qf);
+#endif
+            const eq_qf xf = __builtin_convertvector(q, eq_qf);
+#pragma GCC unroll 4
+            for (int r = 0; r < rows; r++) {
+                x[r][v] += a[r * lda + k] * lo;
+                x[r][v] += a[r * lda + k + 1] * xf;
+            }
+        }
+    }
+}
 /* t[rows, nv * EQ_QV] (row stride ldt) += (A[rows, kc] @ W[kc, nv * EQ_QV] + o[rows]) * sg[..],
    the partial sums in registers for the chunk.
    fmt 8: w int8 rows, a the rows of A, o none. fmt 9, 10: w float8 e4m3 / e5m2 rows, else as 8.
@@ -205,12 +238,15 @@ static inline __attribute__((always_inline)) void eq_qunpair(eq_qf* x) {
    b = A[k] - A[k + 1] / 16 and c = A[k + 1] / 16, so that b lo + c x = A[k] lo + A[k + 1] hi:
    two conversions and FMAs, no shift; o = -8 * (the chunk's sum of A), the nibbles' offset.
    fmt 16, 17: w float16 / bfloat16 rows (ldw in values), a the rows of A; no scale, no o.
-   sg: int8's scales float, int4's float16 bits. */
+   sg: int8's scales float, int4's float16 bits. int4's chunk may hold several groups of gs
+   rows (one row of A: the whole panel): group g's scales then at sg + 64 g, its offsets at
+   o[r * ldo + g]. */
 static inline __attribute__((always_inline)) void eq_qtile(
         const int rows, const int nv, const int fmt, int64_t kc, const float* a, int64_t lda,
         const uint8_t* w, int64_t ldw, const void* sg, const float* o, int64_t ldo, float* t,
-        int64_t ldt, const int64_t pf) {
+        int64_t ldt, const int64_t pf, const int64_t gs) {
     eq_qf x[EQ_QR][8];
+    int scaled = 0;  /* (int4, one row: x already scaled group by group) */
 #pragma GCC unroll 8
     for (int r = 0; r < rows; r++)
         for (int v = 0; v < nv; v++) x[r][v] = (eq_qf){0};
@@ -258,38 +294,29 @@ static inline __attribute__((always_inline)) void eq_qtile(
                 for (int r = 0; r < rows; r++) x[r][v] += a[r * lda + k] * f;
             }
         }
-    } else {
-#if EQ_QV == 16 && defined(__AVX512F__)
-        /* the low nibble's float looked up (vpermps reads an index's low 4 bits): one
-           instruction instead of a mask and a conversion, both on the FMA ports */
-        const __m512 nibbles = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
-                                              14, 15);
-#endif
-        for (int64_t k = 0; k < kc; k += 2) {
-            if (pf) __builtin_prefetch(w + k / 2 * ldw + pf, 0, EQ_QPFL);
+    } else if (rows == 1 && gs < kc) {
+        /* int4, one row: the panel's groups one after another, each one's sums scaled and
+           added in registers (no pass over t, no short loop a group) */
 #pragma GCC unroll 8
-            for (int v = 0; v < nv; v++) {
-                const eq_qi q = eq_qwiden(w + k / 2 * ldw + v * EQ_QV, 0);
-#if EQ_QV == 16 && defined(__AVX512F__)
-                const eq_qf lo = (eq_qf)_mm512_permutexvar_ps((__m512i)q, nibbles);
-#else
-                const eq_qf lo = __builtin_convertvector(q & 15, eq_qf);
-#endif
-                const eq_qf xf = __builtin_convertvector(q, eq_qf);
-#pragma GCC unroll 4
-                for (int r = 0; r < rows; r++) {
-                    x[r][v] += a[r * lda + k] * lo;
-                    x[r][v] += a[r * lda + k + 1] * xf;
-                }
-            }
+        for (int v = 0; v < nv; v++) x[0][v] = (eq_qf){0};
+        for (int64_t g0 = 0; g0 < kc; g0 += gs) {
+            eq_qf gx[EQ_QR][8];
+            eq_q4sums(1, nv, g0, g0 + gs, a, lda, w, ldw, pf, gx);
+            const uint16_t* sr = (const uint16_t*)sg + g0 / gs * 64;
+#pragma GCC unroll 8
+            for (int v = 0; v < nv; v++)
+                x[0][v] += (gx[0][v] + o[g0 / gs]) * eq_qwidenh(sr + v * EQ_QV, 16);
         }
+        scaled = 1;
+    } else {
+        eq_q4sums(rows, nv, 0, kc, a, lda, w, ldw, pf, x);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < rows; r++)
         for (int v = 0; v < nv; v++) {
             eq_qf y, sv;
             memcpy(&y, t + r * ldt + v * EQ_QV, sizeof y);
-            if (fmt >= 16) {
+            if (fmt >= 16 || scaled) {
                 y += x[r][v];
             } else if (EQ_QBYTES(fmt)) {
                 memcpy(&sv, (const float*)sg + v * EQ_QV, sizeof sv);
@@ -312,29 +339,29 @@ static inline __attribute__((always_inline)) void eq_qtile(
 static inline __attribute__((always_inline)) void eq_qblock(
         int rows, const int fmt, int64_t kc, const float* a, int64_t lda, const uint8_t* w,
         int64_t ldw, const void* sg, const float* o, int64_t ldo, float* t, int64_t ldt,
-        const int64_t pf) {
+        const int64_t pf, const int64_t gs) {
     switch (rows) {
     case 1:
         for (int c = 0; c < 64; c += EQ_QNV1 * EQ_QV)
             eq_qtile(1, EQ_QNV1, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
-                     t + c, ldt, pf);
+                     t + c, ldt, pf, gs);
         break;
 #if EQ_QR == 4
     case 2:
         for (int c = 0; c < 64; c += 4 * EQ_QV)
             eq_qtile(2, 4, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
-                     t + c, ldt, pf);
+                     t + c, ldt, pf, gs);
         break;
     case 3:
         for (int c = 0; c < 64; c += 4 * EQ_QV)
             eq_qtile(3, 4, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
-                     t + c, ldt, pf);
+                     t + c, ldt, pf, gs);
         break;
 #endif
     default:
         for (int c = 0; c < 64; c += 4 * EQ_QV)
             eq_qtile(EQ_QR, 4, fmt, kc, a, lda, EQ_QCOL(w, c), ldw, EQ_QSCALE(sg, c), o, ldo,
-                     t + c, ldt, pf);
+                     t + c, ldt, pf, gs);
         break;
     }
 }
@@ -373,7 +400,10 @@ static __attribute__((noinline)) void eq_qgemv(
     const int onepass = M == 1 && EQ_QNV1 * EQ_QV == 64;
     /* chunks of a group where there are groups (a grouped float8's more rows: EQ_QKBM, a
        divisor of the group, each chunk scaled by its group's row) */
-    const int64_t kc = fmt == 4 || (group && onepass) ? group : onepass ? EQ_QKB : EQ_QKBM,
+    /* int4 with AVX-512, one row: the whole panel one chunk, its groups scaled in registers
+       (eq_qtile; AVX2's 16 registers hold one set of sums, not two) */
+    const int64_t kc = fmt == 4 ? (onepass && EQ_QV == 16 ? K : group)
+                                : group && onepass ? group : onepass ? EQ_QKB : EQ_QKBM,
                   nch = (K + kc - 1) / kc;
     /* bytes per weight row of a panel; scale rows per panel */
     const int64_t rb = EQ_QBYTES(fmt) ? 64 : fmt == 4 ? 32 : 128;
@@ -399,24 +429,24 @@ static __attribute__((noinline)) void eq_qgemv(
                 float* tm = tp + m * ldt;
                 switch (fmt) {  /* (the formats this build takes: EQ_QSOME) */
 #if !defined(EQ_QSOME) || defined(EQ_QFMT_8)
-                case 8: eq_qblock(rows, 8, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf); break;
+                case 8: eq_qblock(rows, 8, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf, kn); break;
 #endif
 #if !defined(EQ_QSOME) || defined(EQ_QFMT_9)
-                case 9: eq_qblock(rows, 9, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf); break;
+                case 9: eq_qblock(rows, 9, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf, kn); break;
 #endif
 #if !defined(EQ_QSOME) || defined(EQ_QFMT_10)
-                case 10: eq_qblock(rows, 10, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf); break;
+                case 10: eq_qblock(rows, 10, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf, kn); break;
 #endif
 #if !defined(EQ_QSOME) || defined(EQ_QFMT_16)
-                case 16: eq_qblock(rows, 16, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf); break;
+                case 16: eq_qblock(rows, 16, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf, kn); break;
 #endif
 #if !defined(EQ_QSOME) || defined(EQ_QFMT_17)
-                case 17: eq_qblock(rows, 17, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf); break;
+                case 17: eq_qblock(rows, 17, kn, ar, lda, w, 64, sp, 0, 0, tm, ldt, pf, kn); break;
 #endif
 #if !defined(EQ_QSOME) || defined(EQ_QFMT_4)
                 case 4:
-                    eq_qblock(rows, 4, kn, ar, lda, w, 64, sh + j * 64, o + m * nch + j, nch,
-                              tm, ldt, pf);
+                    eq_qblock(rows, 4, kn, ar, lda, w, 64, sh + k0 / group * 64,
+                              o + m * ng + k0 / group, ng, tm, ldt, pf, group);
                     break;
 #endif
                 default: EQ_INDEX_ERROR(); return;  /* a format this build left out */
