@@ -43,7 +43,7 @@ class LibraryBuild:
     flags: tuple[str, ...]  # the library's own compile
 
     @property
-    def file_name(self) -> str:
+    def file_name(self) -> str:  # (its soname too: the name a program's loader looks for)
         return f"eqk-{self.tag}.so"
 
     @property
@@ -53,10 +53,11 @@ class LibraryBuild:
     def program_defines(self) -> list[str]:
         """A linked program's flags: the entry points declared extern, renamed as the
         library's."""
-        return ["-DEQ_ENTRY=", "-DEQ_LINKED", *self._renames()]
+        return ["-DEQ_ENTRY=", "-DEQ_LINKED", *_renames(self.tag)]
 
-    def _renames(self) -> list[str]:
-        return [f"-D{name}={name}_{self.tag}" for name in SHARED_SYMBOLS]
+
+def _renames(tag: str) -> list[str]:
+    return [f"-D{name}={name}_{tag}" for name in SHARED_SYMBOLS]
 
 
 def library_flags(program_flags: list[str]) -> list[str]:
@@ -71,8 +72,7 @@ def library_build(flags: tuple[str, ...], compiler_id: str) -> LibraryBuild:
     """The library build for a program compiled with `flags` by the compiler `compiler_id`."""
     base = library_flags(list(flags))
     tag = hashlib.sha256("\0".join([SOURCE, *base, compiler_id]).encode()).hexdigest()[:16]
-    build = LibraryBuild(tag, ())
     own = [*base, "-fvisibility=hidden", "-fno-semantic-interposition",
-           '-DEQ_ENTRY=__attribute__((visibility("default")))', *build._renames(),
-           f"-Wl,-soname,{build.file_name}"]
+           '-DEQ_ENTRY=__attribute__((visibility("default")))', *_renames(tag),
+           f"-Wl,-soname,eqk-{tag}.so"]
     return LibraryBuild(tag, tuple(own))
