@@ -236,11 +236,11 @@ static inline __attribute__((always_inline)) void eq_q4sums(
    fmt 8: w int8 rows, a the rows of A, o none. fmt 9, 10: w float8 e4m3 / e5m2 rows, else as 8.
    fmt 4: w nibble rows, a byte x = 16 hi + lo for rows k, k + 1 of A. a holds, per pair,
    b = A[k] - A[k + 1] / 16 and c = A[k + 1] / 16, so that b lo + c x = A[k] lo + A[k + 1] hi:
-   two conversions and FMAs, no shift; o = -8 * (the chunk's sum of A), the nibbles' offset.
+   two conversions and FMAs, no shift; o = -8 * (the group's sum of A), the nibbles' offset.
    fmt 16, 17: w float16 / bfloat16 rows (ldw in values), a the rows of A; no scale, no o.
    sg: int8's scales float, int4's float16 bits. int4's chunk may hold several groups of gs
    rows (one row of A: the whole panel): group g's scales then at sg + 64 g, its offsets at
-   o[r * ldo + g]. */
+   o[r * ldo + g] (gs: unused by the other formats). */
 static inline __attribute__((always_inline)) void eq_qtile(
         const int rows, const int nv, const int fmt, int64_t kc, const float* a, int64_t lda,
         const uint8_t* w, int64_t ldw, const void* sg, const float* o, int64_t ldo, float* t,
@@ -297,8 +297,6 @@ static inline __attribute__((always_inline)) void eq_qtile(
     } else if (rows == 1 && gs < kc) {
         /* int4, one row: the panel's groups one after another, each one's sums scaled and
            added in registers (no pass over t, no short loop a group) */
-#pragma GCC unroll 8
-        for (int v = 0; v < nv; v++) x[0][v] = (eq_qf){0};
         for (int64_t g0 = 0; g0 < kc; g0 += gs) {
             eq_qf gx[EQ_QR][8];
             eq_q4sums(1, nv, g0, g0 + gs, a, lda, w, ldw, pf, gx);
