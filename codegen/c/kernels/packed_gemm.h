@@ -12,8 +12,8 @@ typedef struct {
     const float* cos; int64_t cb, ch, cs, cj;
     const float* sin; int64_t sb, sh, ss, sj;
 } eq_rope;
-/* C[M, N] = alpha * (A[M, K] @ the packed weight bp) (* rowscale[m]) + the addends, then the
-   activation act; parallel: split over the threads */
+/* C[M, N] (row stride ldc) = act(alpha * rowscale[m] * (A @ B) + sum_i scale_i * e_i); A
+   [M, K] with row stride lda, bp: B packed by PackedWeight; parallel: split over the threads */
 EQ_ENTRY void eq_gemm_packed(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
                              const float* bp, float* c, int64_t ldc, float alpha,
                              const float* rowscale, const eq_addend* e, int ne, int act,
@@ -28,7 +28,8 @@ EQ_ENTRY void eq_gemm_packed_rope(int64_t M, int64_t N, int64_t K, const float* 
                                   float alpha, const float* rowscale, const eq_addend* e,
                                   int ne, int act, int parallel, int64_t m_base,
                                   const eq_rope* ropes, int nrope, int gp);
-/* one 32-column panel: C[M, n0 + ncols) from A in tile order (eq_tiled) */
+/* C[0:M, n0:n0 + ncols] = A @ one 32-column panel, with the epilogue; a: A[M, K] in tile
+   order (eq_tiled); pf (unless NULL): K * pfk bytes read next, prefetched meanwhile */
 EQ_ENTRY void eq_panel(int64_t M, int64_t K, const float* a, const float* bpan, float* c,
                        int64_t ldc, int64_t n0, int ncols, float alpha,
                        const float* rowscale, const eq_addend* e, int ne, int act,
