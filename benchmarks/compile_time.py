@@ -26,10 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from optimize_time import cpu_name, write_section
 
 from eqsat_llm import optimize
-from eqsat_llm.codegen.c.build import CFLAGS, _compiler_id, cache_dir, compiler
+from eqsat_llm.codegen.c.build import CFLAGS, compiler, kernel_library_for
 from eqsat_llm.codegen.c.emit import emit_program
 from eqsat_llm.codegen.c.kernel_library import SOURCE as LIBRARY_SOURCE
-from eqsat_llm.codegen.c.kernel_library import library_build
 from eqsat_llm.models.workloads import llama_block_case
 
 FORMAT_DEFINE = re.compile(r"#define EQ_QFMT_\d+ 1\n")
@@ -55,11 +54,11 @@ def main(argv: list[str] | None = None) -> list[tuple[str, str, float, float, fl
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--write", action="store_true")
     args = p.parse_args(argv)
-    lib = library_build(tuple(CFLAGS), _compiler_id(compiler()))
-    library = compile_seconds(LIBRARY_SOURCE, args.rounds, list(lib.flags))
+    lib, lib_path = kernel_library_for(list(CFLAGS))
+    library = compile_seconds(LIBRARY_SOURCE, args.rounds, lib.flags)
     print(f"the shared kernel library: {library:.2f} s")
     linked_flags = [*CFLAGS, *lib.program_defines()]
-    link = [str(cache_dir() / lib.file_name), "-Wl,-rpath,$ORIGIN"]
+    link = lib.link_flags(lib_path)  # (the library the first optimize below puts there)
     rows = []
     for fmt in args.formats:
         for case in ("decode", "prefill"):

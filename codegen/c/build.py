@@ -122,14 +122,10 @@ def build(program: Program, flags: list[str]) -> Built:
     link: list[str] = []
     symbol = "eq_index_error"
     if getattr(program, "linked", False):
-        lib, lib_path = _library(cc, flags)
-        with _library_lock:
-            job = _library_jobs.get(lib_path)
-        if job is not None:  # (prepare_kernel_library's: wait for it)
-            job.join()
-        _ensure_library(cc, lib, lib_path)
+        lib, lib_path = kernel_library_for(flags)
+        _ensure_library(cc, lib, lib_path)  # (waits for prepare_kernel_library's compile)
         flags = [*flags, *lib.program_defines()]
-        link = [str(lib_path), "-Wl,-rpath,$ORIGIN"]
+        link = lib.link_flags(lib_path)
         symbol = lib.index_error_symbol
     key = hashlib.sha256("\0".join([program.source, *flags, _compiler_id(cc)]).encode())
     target = cache_dir() / f"{key.hexdigest()[:32]}.so"
@@ -139,24 +135,20 @@ def build(program: Program, flags: list[str]) -> Built:
     return Built(target, False, time.perf_counter() - t0, symbol)
 
 
-# the shared kernel library's compiles running in this process's background, by path
-_library_jobs: dict[Path, threading.Thread] = {}
-_library_lock = threading.Lock()
-
-
-def _library(cc: str, flags: list[str]) -> tuple[LibraryBuild, Path]:
+def kernel_library_for(flags: list[str]) -> tuple[LibraryBuild, Path]:
     """The shared kernel library that a program compiled with `flags` links against, and
-    where the compile cache keeps it."""
+    where the compile cache keeps it (needs a C compiler)."""
     # (imported here: the libraries' modules load their helpers through this one)
     from .kernel_library import library_build
-    lib = library_build(tuple(flags), _compiler_id(cc))
+    lib = library_build(tuple(flags), _compiler_id(compiler() or "cc"))
     return lib, cache_dir() / lib.file_name
 
 
 def _ensure_library(cc: str, lib: LibraryBuild, path: Path) -> None:
-    """The library compiled into `path` unless the cache holds it. One process compiles it
-    at a time (a lock file beside it): the others wait, then find it (a parallel start's
-    parent and children all need it at once)."""
+    """The library compiled into `path` unless the cache holds it. One compile at a time (a
+    lock file beside it, an open file description each: threads of one process wait on it
+    too): the others wait, then find it (a start's background compile and its first
+    program's build; a parallel start's parent and children)."""
     from .kernel_library import SOURCE
     if is_verified(path):
         return
@@ -174,19 +166,15 @@ def prepare_kernel_library(flags: list[str] | None = None) -> None:
     cc = compiler()
     if cc is None:
         return
-    lib, path = _library(cc, list(CFLAGS) if flags is None else flags)
+    lib, path = kernel_library_for(list(CFLAGS) if flags is None else flags)
 
     def compile_quietly() -> None:
         try:
             _ensure_library(cc, lib, path)
         except (CCompileError, OSError):
             pass
-    with _library_lock:
-        if path in _library_jobs or is_verified(path):
-            return
-        job = _library_jobs[path] = threading.Thread(target=compile_quietly, daemon=True,
-                                                     name="eqsat-kernel-library")
-    job.start()
+    if not is_verified(path):
+        threading.Thread(target=compile_quietly, daemon=True, name="eqsat-kernel-library").start()
 
 
 def _compile(cc: str, program: Program | _HelperSource, flags: list[str], target: Path,

@@ -18,18 +18,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
-from .emit_routing import EXPERTS, QUANT_EXPERTS, TOPK
-from .packed_gemm import PACKED_GEMM
+from .build import PROFILE_FLAG
+from .emit import STATIC_LIBRARIES
 from .prelude import PRELUDE
-from .quant_gemm import QUANT_GEMM
-from .sparse_gemm import SPARSE_GEMM
-from .static_c import StaticLibrary
-from .w8a8_gemm import W8A8_GEMM
 
-# every library, each after those it builds on
-LIBRARIES: tuple[StaticLibrary, ...] = (PACKED_GEMM, QUANT_GEMM, SPARSE_GEMM, W8A8_GEMM, EXPERTS,
-                                        QUANT_EXPERTS, TOPK)
+# every library a program calls, each after those it builds on (emit.py's order; the per-format
+# defines, which have no header, are for a whole-text program only)
+LIBRARIES = tuple(lib for lib in STATIC_LIBRARIES if lib.header)
 SOURCE = PRELUDE + "".join(lib.source for lib in LIBRARIES)
 # the names a program and the library share: renamed per build
 SHARED_SYMBOLS = ("eq_index_error", *dict.fromkeys(
@@ -40,11 +37,18 @@ SHARED_SYMBOLS = ("eq_index_error", *dict.fromkeys(
 class LibraryBuild:
     """How the library for one flag set is compiled, and how a program calls it."""
     tag: str
-    flags: tuple[str, ...]  # the library's own compile
+    base_flags: tuple[str, ...]  # the programs' flags that its code depends on
 
     @property
     def file_name(self) -> str:  # (its soname too: the name a program's loader looks for)
         return f"eqk-{self.tag}.so"
+
+    @property
+    def flags(self) -> list[str]:
+        """The library's own compile: its entry points exported, renamed; the rest hidden."""
+        return [*self.base_flags, "-fvisibility=hidden", "-fno-semantic-interposition",
+                '-DEQ_ENTRY=__attribute__((visibility("default")))', *self._renames(),
+                f"-Wl,-soname,{self.file_name}"]
 
     @property
     def index_error_symbol(self) -> str:
@@ -53,17 +57,21 @@ class LibraryBuild:
     def program_defines(self) -> list[str]:
         """A linked program's flags: the entry points declared extern, renamed as the
         library's."""
-        return ["-DEQ_ENTRY=", "-DEQ_LINKED", *_renames(self.tag)]
+        return ["-DEQ_ENTRY=", "-DEQ_LINKED", *self._renames()]
 
+    @staticmethod
+    def link_flags(path: Path) -> list[str]:
+        """A linked program's link: the library at `path`, found beside it when loaded."""
+        return [str(path), "-Wl,-rpath,$ORIGIN"]
 
-def _renames(tag: str) -> list[str]:
-    return [f"-D{name}={name}_{tag}" for name in SHARED_SYMBOLS]
+    def _renames(self) -> list[str]:
+        return [f"-D{name}={name}_{self.tag}" for name in SHARED_SYMBOLS]
 
 
 def library_flags(program_flags: list[str]) -> list[str]:
     """The program's flags that the library's code depends on: without the profiling build's
     timers and the BLAS link, which only a program's own kernels use."""
-    return [f for f in program_flags if f not in ("-DEQ_PROFILE", "-DEQ_USE_BLAS")
+    return [f for f in program_flags if f not in (PROFILE_FLAG, "-DEQ_USE_BLAS")
             and not f.startswith(("-L", "-l", "-Wl,"))]
 
 
@@ -72,7 +80,4 @@ def library_build(flags: tuple[str, ...], compiler_id: str) -> LibraryBuild:
     """The library build for a program compiled with `flags` by the compiler `compiler_id`."""
     base = library_flags(list(flags))
     tag = hashlib.sha256("\0".join([SOURCE, *base, compiler_id]).encode()).hexdigest()[:16]
-    own = [*base, "-fvisibility=hidden", "-fno-semantic-interposition",
-           '-DEQ_ENTRY=__attribute__((visibility("default")))', *_renames(tag),
-           f"-Wl,-soname,eqk-{tag}.so"]
-    return LibraryBuild(tag, tuple(own))
+    return LibraryBuild(tag, tuple(base))
